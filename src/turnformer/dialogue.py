@@ -1,0 +1,136 @@
+"""Conversations as data: `Turn` and `Dialogue`, validated on construction.
+
+A turn is one utterance: who said it, what was said, and optional labels keyed by kind
+(``{"emotion": "joy", "act": "inform"}``). A dialogue is an ordered, non-empty tuple of turns.
+Every check raises `DialogueError`, whose message names where the bad value came from
+(``source``: a file and line, a dataset split, or a field path), so that a user can fix the input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+
+class DialogueError(ValueError):
+    """Invalid conversation data; the message names the file, line or field at fault."""
+
+
+def _where(source: str | None, field_name: str) -> str:
+    return f"{source}: {field_name}" if source else field_name
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One utterance. `labels` maps a label kind (``emotion``, ``act``...) to a label name."""
+
+    speaker: str
+    text: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, source: str | None = None) -> None:
+        if not isinstance(self.speaker, str) or not self.speaker.strip():
+            raise DialogueError(f"{_where(source, 'speaker')}: missing or empty speaker ({self.speaker!r})")
+        if not isinstance(self.text, str):
+            raise DialogueError(f"{_where(source, 'text')}: text must be a string, got {type(self.text).__name__}")
+        if not self.text.strip():
+            raise DialogueError(f"{_where(source, 'text')}: empty utterance")
+        if not isinstance(self.labels, Mapping):
+            raise DialogueError(f"{_where(source, 'labels')}: labels must be a mapping of kind -> label")
+        for kind, label in self.labels.items():
+            if not isinstance(kind, str) or not isinstance(label, str) or not label:
+                raise DialogueError(f"{_where(source, f'labels.{kind}')}: label must be a non-empty string, got {label!r}")
+        if self.id is not None and not isinstance(self.id, str):
+            raise DialogueError(f"{_where(source, 'id')}: id must be a string")
+        # Freeze labels so a Turn stays hashable-by-value in spirit and cannot be changed behind a cache.
+        object.__setattr__(self, "labels", dict(self.labels))
+
+    def label(self, kind: str) -> str | None:
+        return self.labels.get(kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"speaker": self.speaker, "text": self.text}
+        if self.labels:
+            out["labels"] = dict(self.labels)
+        if self.id is not None:
+            out["id"] = self.id
+        return out
+
+
+@dataclass(frozen=True)
+class Dialogue:
+    """An ordered, non-empty conversation. `meta` holds dataset-specific extras (season, scene...)."""
+
+    turns: tuple[Turn, ...]
+    id: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "turns", tuple(self.turns))
+        where = f"dialogue {self.id!r}" if self.id is not None else "dialogue"
+        if not self.turns:
+            raise DialogueError(f"{where}: a dialogue needs at least one turn")
+        for i, turn in enumerate(self.turns):
+            if not isinstance(turn, Turn):
+                raise DialogueError(f"{where}: turns[{i}] is a {type(turn).__name__}, not a Turn")
+        if self.id is not None and not isinstance(self.id, str):
+            raise DialogueError(f"{where}: id must be a string")
+        object.__setattr__(self, "meta", dict(self.meta))
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+    def __iter__(self):
+        return iter(self.turns)
+
+    def __getitem__(self, index):
+        return self.turns[index]
+
+    @property
+    def speakers(self) -> list[str]:
+        """Distinct speakers in order of first appearance."""
+        return list(dict.fromkeys(t.speaker for t in self.turns))
+
+    def speaker_ids(self) -> list[int]:
+        """Each turn's speaker as an index into `speakers` (0 = whoever spoke first)."""
+        order = {name: i for i, name in enumerate(self.speakers)}
+        return [order[t.speaker] for t in self.turns]
+
+    def labels(self, kind: str) -> list[str | None]:
+        return [t.labels.get(kind) for t in self.turns]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.id is not None:
+            out["id"] = self.id
+        out["turns"] = [t.to_dict() for t in self.turns]
+        if self.meta:
+            out["meta"] = dict(self.meta)
+        return out
+
+    @classmethod
+    def from_turns(cls, turns: Iterable[tuple[str, str]], id: str | None = None) -> "Dialogue":
+        """Convenience: ``Dialogue.from_turns([("A", "hi"), ("B", "hello")])``."""
+        return cls(turns=tuple(Turn(speaker=s, text=t) for s, t in turns), id=id)
+
+
+@dataclass(frozen=True)
+class ResponseSelectionItem:
+    """A context with candidate responses (MuTual, Ubuntu...). `answer` is None when hidden."""
+
+    context: Dialogue
+    candidates: tuple[Turn, ...]
+    answer: int | None = None
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "candidates", tuple(self.candidates))
+        where = f"item {self.id!r}" if self.id is not None else "item"
+        if not self.candidates:
+            raise DialogueError(f"{where}: no candidate responses")
+        if self.answer is not None and not 0 <= self.answer < len(self.candidates):
+            raise DialogueError(f"{where}: answer index {self.answer} out of range for {len(self.candidates)} candidates")
