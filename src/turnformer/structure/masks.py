@@ -1,0 +1,136 @@
+"""Attention masks as composable predicates over (query token, key token) pairs.
+
+A `Mask` turns query and key metadata (`TokenMeta`, [B, Q] and [B, K]) into a boolean tensor
+[B, Q, K], True where the query may attend to the key. Every mask is vectorised over the batch
+(broadcast comparisons, no Python loop over tokens) and composes like a predicate:
+``LOCAL(5) | SPEAKER``, ``SAME_UTTERANCE & CAUSAL``, ``~SPEAKER``.
+
+Padding never sees and is never seen: every mask, its negation included, is False on any pair with
+a padding query or key. A query row can therefore end up with no visible key (a padding query, a
+speaker head on a speaker's first utterance with no memory, ...). Project-wide policy: such a row
+*attends to nothing*: its attention output is exactly zero for that head (no NaN, no uniform
+average over keys); the residual path carries the token on. `empty_rows` finds those rows and
+`masked_attention` in `turnformer.structure.attention` implements the policy.
+
+| name | query q may see key k when | papers |
+|---|---|---|
+| global | k is a real token | DialogXL |
+| local(w) | 0 <= utt(q) - utt(k) <= w | DialogXL |
+| speaker | spk(k) = spk(q) | DialogXL, MDFN (sender) |
+| listener | spk(k) != spk(q) | DialogXL, MDFN (receiver) |
+| same_utterance | utt(k) = utt(q) | MDFN M1 |
+| other_utterance | utt(k) != utt(q) | MDFN M2 |
+| dependency | q opens k's utterance (special, position 0), or q = k, or q governs k | DRA |
+| causal | order(k) <= order(q) | decoders |
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from turnformer.structure.packing import TokenMeta
+
+PairFn = Callable[[TokenMeta, TokenMeta], torch.Tensor]
+
+
+def _q(x: torch.Tensor) -> torch.Tensor:  # [B, Q] -> [B, Q, 1]
+    return x.unsqueeze(-1)
+
+
+def _k(x: torch.Tensor) -> torch.Tensor:  # [B, K] -> [B, 1, K]
+    return x.unsqueeze(-2)
+
+
+def real_pairs(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
+    """[B, Q, K]: both tokens are real (not padding)."""
+    return _q(q.is_real) & _k(k.is_real)
+
+
+@dataclass(frozen=True)
+class Mask:
+    """A named predicate over token pairs; call it on (query meta, key meta) to get [B, Q, K]."""
+
+    name: str
+    pair_fn: PairFn  # the relation itself, before padding is excluded
+
+    def __call__(self, q: TokenMeta, k: TokenMeta) -> torch.Tensor:
+        if q.shape[0] != k.shape[0]:
+            raise ValueError(f"mask {self.name}: query batch {q.shape[0]} != key batch {k.shape[0]}")
+        return self.pair_fn(q, k) & real_pairs(q, k)
+
+    def __and__(self, other: "Mask") -> "Mask":
+        return Mask(f"({self.name} & {other.name})", lambda q, k: self.pair_fn(q, k) & other.pair_fn(q, k))
+
+    def __or__(self, other: "Mask") -> "Mask":
+        return Mask(f"({self.name} | {other.name})", lambda q, k: self.pair_fn(q, k) | other.pair_fn(q, k))
+
+    def __invert__(self) -> "Mask":
+        return Mask(f"~{self.name}", lambda q, k: ~self.pair_fn(q, k))
+
+
+GLOBAL = Mask("global", lambda q, k: torch.ones_like(real_pairs(q, k)))
+SPEAKER = Mask("speaker", lambda q, k: _q(q.speaker) == _k(k.speaker))
+LISTENER = Mask("listener", lambda q, k: _q(q.speaker) != _k(k.speaker))
+SAME_UTTERANCE = Mask("same_utterance", lambda q, k: _q(q.utterance) == _k(k.utterance))
+OTHER_UTTERANCE = Mask("other_utterance", lambda q, k: _q(q.utterance) != _k(k.utterance))
+CAUSAL = Mask("causal", lambda q, k: _k(k.order) <= _q(q.order))
+
+
+def local(window: int) -> Mask:
+    """The current utterance and the ``window`` latest utterances before it."""
+    if window < 0:
+        raise ValueError(f"local window must be >= 0, got {window}")
+
+    def pair_fn(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
+        back = _q(q.utterance) - _k(k.utterance)
+        return (back >= 0) & (back <= window)
+
+    return Mask(f"local({window})", pair_fn)
+
+
+def _dependency(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
+    # DRA equation 2: row 0 (the utterance's opening special token) sees its whole utterance,
+    # every token sees itself, and a governor sees its dependents.
+    opens_utterance = _q(q.is_special & (q.position == 0)) & (_q(q.utterance) == _k(k.utterance))
+    itself = _q(q.order) == _k(k.order)
+    governs = _k(k.head) == _q(q.order)
+    return opens_utterance | itself | governs
+
+
+DEPENDENCY = Mask("dependency", _dependency)
+
+_NAMED = {m.name: m for m in (GLOBAL, SPEAKER, LISTENER, SAME_UTTERANCE, OTHER_UTTERANCE, CAUSAL, DEPENDENCY)}
+MASK_NAMES = sorted(_NAMED) + ["local(w)"]
+
+
+def mask_from_name(spec: str, window: int | None = None) -> Mask:
+    """Parse a mask name: ``global``, ``speaker``, ``local(5)`` (or ``local`` with ``window``)...
+
+    ``&``, ``|`` and a leading ``~`` compose, left to right: ``speaker|same_utterance``.
+    """
+    spec = spec.strip()
+    for op in ("|", "&"):
+        if op in spec:
+            left, right = spec.rsplit(op, 1)
+            a, b = mask_from_name(left, window), mask_from_name(right, window)
+            return a | b if op == "|" else a & b
+    if spec.startswith("~"):
+        return ~mask_from_name(spec[1:], window)
+    match = re.fullmatch(r"local(?:\((\d+)\))?", spec)
+    if match:
+        w = int(match.group(1)) if match.group(1) else window
+        if w is None:
+            raise ValueError("local needs a window: write local(5) or pass --window")
+        return local(w)
+    if spec in _NAMED:
+        return _NAMED[spec]
+    raise ValueError(f"unknown mask {spec!r}; known: {', '.join(MASK_NAMES)}")
+
+
+def empty_rows(mask: torch.Tensor) -> torch.Tensor:
+    """[..., Q]: True for query rows with no visible key (they attend to nothing)."""
+    return ~mask.any(dim=-1)

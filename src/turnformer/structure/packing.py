@@ -1,0 +1,268 @@
+"""Packing dialogues into token ids with per-token metadata.
+
+Every structure in the five papers is a function of two tokens' metadata, so packing records, for
+each token of a batch, everything a mask or bias needs (`TokenMeta`):
+
+- ``utterance``: the turn index of the token's utterance in its dialogue (absolute, so distances
+  survive truncation); ``-1`` on padding.
+- ``speaker``: the speaker index (0 = first speaker of the dialogue); ``-1`` on padding.
+- ``position``: position inside the utterance (0 = its first token, a prefix special token included).
+- ``order``: position along the conversation (0, 1, 2...). Keys earlier in ``order`` are in the past;
+  memory keys carry the order they had when they were current, so causal masks hold across memory.
+- ``is_special`` / ``is_padding``: flags. A sequence-start token ([CLS]) belongs to the first packed
+  utterance; an utterance prefix ([SOU]) or suffix ([SEP], [EOU]) belongs to its utterance.
+- ``head``: the ``order`` of the token's dependency governor, or ``-1`` (root, special, padding).
+
+Layout of one packed dialogue: ``[bos] (prefix? u_1 suffix?) (prefix? u_2 suffix?) ... pad...``.
+Truncation is oldest-first: ``max_turns`` keeps the newest turns, then tokens are dropped from the
+oldest end until the sequence fits ``max_length`` (the bos token is always kept); the number of
+dropped tokens is recorded per dialogue in ``PackedBatch.truncated`` so nothing is lost silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from turnformer.dialogue import Dialogue
+
+
+@dataclass(frozen=True)
+class TokenMeta:
+    """Per-token metadata of a batch; every field is a [batch, length] tensor."""
+
+    utterance: torch.Tensor
+    speaker: torch.Tensor
+    position: torch.Tensor
+    order: torch.Tensor
+    is_special: torch.Tensor
+    is_padding: torch.Tensor
+    head: torch.Tensor
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.utterance.shape
+
+    @property
+    def is_real(self) -> torch.Tensor:
+        return ~self.is_padding
+
+    def to(self, device) -> "TokenMeta":
+        return TokenMeta(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+    def select(self, index: slice | torch.Tensor) -> "TokenMeta":
+        """Columns ``index`` of every field (e.g. one utterance's tokens, or the newest memory)."""
+        return TokenMeta(**{f.name: getattr(self, f.name)[:, index] for f in fields(self)})
+
+    @staticmethod
+    def concat(parts: Sequence["TokenMeta"]) -> "TokenMeta":
+        """Join along the length axis, e.g. ``[memory ; current]`` as attention keys."""
+        return TokenMeta(**{f.name: torch.cat([getattr(p, f.name) for p in parts], dim=1) for f in fields(TokenMeta)})
+
+    @staticmethod
+    def from_lists(
+        utterance: Sequence[Sequence[int]],
+        speaker: Sequence[Sequence[int]],
+        *,
+        is_special: Sequence[Sequence[bool]] | None = None,
+        head: Sequence[Sequence[int]] | None = None,
+    ) -> "TokenMeta":
+        """Build metadata from ragged per-token lists (padding added); handy for tests and plots."""
+        lengths = [len(u) for u in utterance]
+        width = max(lengths, default=0)
+        batch = len(utterance)
+
+        def padded(rows, fill, dtype):
+            out = np.full((batch, width), fill, dtype=dtype)
+            for i, row in enumerate(rows):
+                out[i, : len(row)] = row
+            return torch.from_numpy(out)
+
+        utt = padded(utterance, -1, np.int64)
+        spk = padded(speaker, -1, np.int64)
+        is_padding = padded([[False] * n for n in lengths], True, np.bool_)
+        position = torch.zeros_like(utt)
+        for i, row in enumerate(utterance):
+            position[i, : len(row)] = torch.from_numpy(_positions_in_runs(np.asarray(row, dtype=np.int64)))
+        special = padded(is_special, False, np.bool_) if is_special is not None else torch.zeros_like(is_padding)
+        heads = padded(head, -1, np.int64) if head is not None else torch.full_like(utt, -1)
+        order = torch.arange(width).expand(batch, width).clone()
+        return TokenMeta(utt, spk, position, order, special, is_padding, heads)
+
+
+def _positions_in_runs(utterance: np.ndarray) -> np.ndarray:
+    """0, 1, 2... restarting wherever the utterance index changes."""
+    if utterance.size == 0:
+        return utterance
+    starts = np.r_[True, utterance[1:] != utterance[:-1]]
+    idx = np.arange(utterance.size)
+    run_start = np.maximum.accumulate(np.where(starts, idx, 0))
+    return idx - run_start
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """Token ids of a batch of dialogues, with their metadata."""
+
+    input_ids: torch.Tensor  # [B, T]
+    meta: TokenMeta
+    truncated: list[int]  # tokens dropped per dialogue by oldest-first truncation
+    tokens: list[list[str]] | None = None  # token strings, when the tokenizer can give them
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return self.meta.is_real
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Special token ids of a layout; ``None`` leaves that slot out."""
+
+    pad: int = 0
+    bos: int | None = None  # once per sequence, e.g. [CLS]
+    prefix: int | None = None  # before every utterance, e.g. [SOU]
+    suffix: int | None = None  # after every utterance, e.g. [SEP] or [EOU]
+
+
+def pack_token_ids(
+    turn_token_ids: Sequence[Sequence[Sequence[int]]],
+    turn_speakers: Sequence[Sequence[int]],
+    special: SpecialTokens,
+    *,
+    max_length: int | None = None,
+    max_turns: int | None = None,
+    turn_heads: Sequence[Sequence[Sequence[int]]] | None = None,
+    pad_to: int | None = None,
+) -> PackedBatch:
+    """Pack already-tokenised dialogues (dialogue -> turn -> token ids) into one padded batch.
+
+    ``turn_heads``, when given, holds for each word-token its governor as a 1-based index into the
+    same utterance's tokens, 0 for the root (as dependency parsers print triples); a root is governed
+    by the utterance's prefix token when the layout has one, otherwise by nobody.
+    """
+    if len(turn_token_ids) != len(turn_speakers):
+        raise ValueError("turn_token_ids and turn_speakers must have one entry per dialogue")
+    rows = []
+    for d, (turns, speakers) in enumerate(zip(turn_token_ids, turn_speakers)):
+        if len(turns) != len(speakers):
+            raise ValueError(f"dialogue {d}: {len(turns)} turns but {len(speakers)} speakers")
+        heads = turn_heads[d] if turn_heads is not None else None
+        rows.append(_pack_one(turns, speakers, heads, special, max_length, max_turns))
+    width = max(len(r["ids"]) for r in rows) if rows else 0
+    if pad_to is not None:
+        width = max(width, pad_to)
+    batch = len(rows)
+
+    def stack(key, fill, dtype):
+        out = np.full((batch, width), fill, dtype=dtype)
+        for i, r in enumerate(rows):
+            out[i, : len(r[key])] = r[key]
+        return torch.from_numpy(out)
+
+    ids = stack("ids", special.pad, np.int64)
+    meta = TokenMeta(
+        utterance=stack("utt", -1, np.int64),
+        speaker=stack("spk", -1, np.int64),
+        position=stack("pos", 0, np.int64),
+        order=torch.arange(width).expand(batch, width).clone(),
+        is_special=stack("special", False, np.bool_),
+        is_padding=stack("pad", True, np.bool_),
+        head=stack("head", -1, np.int64),
+    )
+    return PackedBatch(input_ids=ids, meta=meta, truncated=[r["truncated"] for r in rows])
+
+
+def _pack_one(turns, speakers, heads, special: SpecialTokens, max_length, max_turns) -> dict:
+    first_turn = 0 if max_turns is None else max(0, len(turns) - max_turns)
+    dropped = sum(len(t) for t in turns[:first_turn])
+    ids, utt, spk, special_flag, head = [], [], [], [], []
+    for t in range(first_turn, len(turns)):
+        start = len(ids) + (1 if special.bos is not None else 0)
+        word_ids = list(turns[t])
+        before = [special.prefix] if special.prefix is not None else []
+        after = [special.suffix] if special.suffix is not None else []
+        piece = before + word_ids + after
+        flags = [True] * len(before) + [False] * len(word_ids) + [True] * len(after)
+        piece_heads = [-1] * len(piece)
+        if heads is not None:
+            first_word = start + len(before)  # order of the utterance's first word
+            governed = heads[t]
+            if len(governed) != len(word_ids):
+                raise ValueError(f"turn {t}: {len(governed)} dependency heads for {len(word_ids)} tokens")
+            for j, g in enumerate(governed):
+                if g > 0:
+                    piece_heads[len(before) + j] = first_word + g - 1
+                elif before:
+                    piece_heads[len(before) + j] = start
+        ids += piece
+        utt += [t] * len(piece)
+        spk += [speakers[t]] * len(piece)
+        special_flag += flags
+        head += piece_heads
+    if special.bos is not None:
+        ids = [special.bos] + ids
+        utt = [first_turn if utt else 0] + utt
+        spk = [spk[0] if spk else 0] + spk
+        special_flag = [True] + special_flag
+        head = [-1] + head
+    cut = 0
+    if max_length is not None and len(ids) > max_length:
+        keep_head = 1 if special.bos is not None else 0
+        cut = len(ids) - max_length
+        sl = slice(keep_head + cut, None)
+        ids, utt, spk, special_flag = ids[:keep_head] + ids[sl], utt[:keep_head] + utt[sl], spk[:keep_head] + spk[sl], special_flag[:keep_head] + special_flag[sl]
+        # Heads are orders in the untruncated sequence: shift them, and cut arcs to dropped tokens.
+        kept_heads = [h - cut if h >= keep_head + cut else -1 for h in head[sl]]
+        head = head[:keep_head] + kept_heads
+        if keep_head and len(utt) > 1:  # bos joins the oldest utterance still present
+            utt[0], spk[0] = utt[1], spk[1]
+    utt_arr = np.asarray(utt, dtype=np.int64)
+    return {
+        "ids": ids,
+        "utt": utt_arr,
+        "spk": spk,
+        "pos": _positions_in_runs(utt_arr),
+        "special": special_flag,
+        "pad": [False] * len(ids),
+        "head": head,
+        "truncated": dropped + cut,
+    }
+
+
+def pack_dialogues(
+    dialogues: Sequence[Dialogue],
+    tokenizer,
+    *,
+    special: SpecialTokens | None = None,
+    max_length: int | None = None,
+    max_turns: int | None = None,
+    with_tokens: bool = False,
+) -> PackedBatch:
+    """Tokenise and pack dialogues with a Hugging Face tokenizer (or any callable text -> ids).
+
+    By default the BERT layout: ``[CLS] u_1 [SEP] u_2 [SEP] ...`` with the tokenizer's own ids.
+    """
+    texts = [t.text for d in dialogues for t in d.turns]
+    encode: Callable[[list[str]], list[list[int]]]
+    if hasattr(tokenizer, "convert_tokens_to_ids"):
+        encode = lambda xs: tokenizer(xs, add_special_tokens=False)["input_ids"] if xs else []  # noqa: E731
+        if special is None:
+            special = SpecialTokens(pad=tokenizer.pad_token_id or 0, bos=tokenizer.cls_token_id, suffix=tokenizer.sep_token_id)
+    else:
+        encode = lambda xs: [list(tokenizer(x)) for x in xs]  # noqa: E731
+        special = special or SpecialTokens()
+    flat = encode(texts)
+    per_dialogue, start = [], 0
+    for d in dialogues:
+        per_dialogue.append(flat[start : start + len(d)])
+        start += len(d)
+    packed = pack_token_ids(
+        per_dialogue, [d.speaker_ids() for d in dialogues], special, max_length=max_length, max_turns=max_turns
+    )
+    if with_tokens and hasattr(tokenizer, "convert_ids_to_tokens"):
+        tokens = [tokenizer.convert_ids_to_tokens(row[packed.meta.is_real[i]].tolist()) for i, row in enumerate(packed.input_ids)]
+        packed = replace(packed, tokens=tokens)
+    return packed

@@ -1,0 +1,71 @@
+"""Slow, obviously correct per-token-pair definitions of the masks.
+
+A double loop over plain Python lists, written straight from the definitions table in
+`turnformer.structure.masks`. Tests compare the vectorised masks with it on random dialogues, and
+the mask-build benchmark times it as the baseline. Never use it in a model.
+"""
+
+from __future__ import annotations
+
+from turnformer.structure.packing import TokenMeta
+
+KINDS = ("global", "local", "speaker", "listener", "same_utterance", "other_utterance", "dependency", "causal")
+
+
+def _rows(meta: TokenMeta, b: int) -> list[dict]:
+    fields = ("utterance", "speaker", "position", "order", "is_special", "is_padding", "head")
+    columns = {f: getattr(meta, f)[b].tolist() for f in fields}
+    return [{f: columns[f][i] for f in fields} for i in range(len(columns["utterance"]))]
+
+
+def pair_visible(kind: str, q: dict, k: dict, window: int = 0) -> bool:
+    if q["is_padding"] or k["is_padding"]:
+        return False
+    if kind == "global":
+        return True
+    if kind == "local":
+        return 0 <= q["utterance"] - k["utterance"] <= window
+    if kind == "speaker":
+        return q["speaker"] == k["speaker"]
+    if kind == "listener":
+        return q["speaker"] != k["speaker"]
+    if kind == "same_utterance":
+        return q["utterance"] == k["utterance"]
+    if kind == "other_utterance":
+        return q["utterance"] != k["utterance"]
+    if kind == "dependency":
+        opens = q["is_special"] and q["position"] == 0 and q["utterance"] == k["utterance"]
+        return opens or q["order"] == k["order"] or k["head"] == q["order"]
+    if kind == "causal":
+        return k["order"] <= q["order"]
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def reference_mask(kind: str, q: TokenMeta, k: TokenMeta, window: int = 0) -> list:
+    """Nested lists [B][Q][K] of bools."""
+    out = []
+    for b in range(q.shape[0]):
+        q_rows, k_rows = _rows(q, b), _rows(k, b)
+        out.append([[pair_visible(kind, qi, kj, window) for kj in k_rows] for qi in q_rows])
+    return out
+
+
+def reference_dialogxl_masks(q: TokenMeta, k: TokenMeta, counts: tuple[int, int, int, int], window: int) -> list:
+    """[B][H][Q][K]: [local | global | speaker | listener] heads; the current utterance always visible."""
+    kinds = [kind for kind, n in zip(("local", "global", "speaker", "listener"), counts) for _ in range(n)]
+    out = []
+    for b in range(q.shape[0]):
+        q_rows, k_rows = _rows(q, b), _rows(k, b)
+        heads = []
+        for kind in kinds:
+            heads.append(
+                [
+                    [
+                        pair_visible(kind, qi, kj, window) or pair_visible("same_utterance", qi, kj)
+                        for kj in k_rows
+                    ]
+                    for qi in q_rows
+                ]
+            )
+        out.append(heads)
+    return out

