@@ -72,7 +72,8 @@ class Mask:
         return Mask(f"~{self.name}", lambda q, k: ~self.pair_fn(q, k))
 
 
-GLOBAL = Mask("global", lambda q, k: torch.ones_like(real_pairs(q, k)))
+# A [1, 1, 1] True broadcasts against the padding mask without materialising a [B, Q, K] tensor.
+GLOBAL = Mask("global", lambda q, k: torch.ones((1, 1, 1), dtype=torch.bool, device=q.utterance.device))
 SPEAKER = Mask("speaker", lambda q, k: _q(q.speaker) == _k(k.speaker))
 LISTENER = Mask("listener", lambda q, k: _q(q.speaker) != _k(k.speaker))
 SAME_UTTERANCE = Mask("same_utterance", lambda q, k: _q(q.utterance) == _k(k.utterance))
@@ -86,8 +87,8 @@ def local(window: int) -> Mask:
         raise ValueError(f"local window must be >= 0, got {window}")
 
     def pair_fn(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
-        back = _q(q.utterance) - _k(k.utterance)
-        return (back >= 0) & (back <= window)
+        # Two broadcast comparisons instead of a [B, Q, K] integer difference.
+        return (_k(k.utterance) <= _q(q.utterance)) & (_k(k.utterance) >= _q(q.utterance - window))
 
     return Mask(f"local({window})", pair_fn)
 
