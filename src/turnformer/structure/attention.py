@@ -8,6 +8,8 @@ keeps gradients finite.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -30,25 +32,25 @@ def masked_attention(
     """
     empty = None
     if mask is not None:
+        # Done unconditionally: testing for empty rows first would cost a device-host sync.
         empty = empty_rows(mask).unsqueeze(-1)  # [..., Q, 1]
         mask = mask | empty
-    additive = None
-    if mask is not None or bias is not None:
-        additive = torch.zeros((), dtype=query.dtype, device=query.device)
+    # SDPA takes a boolean mask directly; a bias needs an additive mask instead.
+    attn_mask = mask
+    if bias is not None:
+        attn_mask = bias.to(query.dtype)
         if mask is not None:
-            additive = torch.where(mask, additive, torch.finfo(query.dtype).min)
-        if bias is not None:
-            additive = additive + bias.to(query.dtype)
+            attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
     if return_probs:
-        scores = query @ key.transpose(-1, -2) / query.shape[-1] ** 0.5
-        if additive is not None:
-            scores = scores + additive
+        scores = query @ key.transpose(-1, -2) / math.sqrt(query.shape[-1])
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
         probs = scores.softmax(dim=-1)
         if empty is not None:
             probs = probs.masked_fill(empty, 0.0)
         out = F.dropout(probs, p=dropout_p, training=dropout_p > 0) @ value
         return out, probs
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=additive, dropout_p=dropout_p)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p)
     if empty is not None:
         out = out.masked_fill(empty, 0.0)
     return out, None

@@ -1,0 +1,42 @@
+"""``turnformer backbone ...`` commands (mounted by the main CLI)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from turnformer.backbones.check import DEFAULT_TOLERANCE, check_backbone
+from turnformer.backbones.loading import BackboneLoadError
+
+backbone_app = typer.Typer(name="backbone", help="Inspect and verify encoder backbones.", no_args_is_help=True)
+
+
+@backbone_app.callback()
+def _group() -> None:
+    """Inspect and verify encoder backbones."""
+    # A callback keeps `check` a sub-command even while it is the only one.
+
+
+@backbone_app.command("check")
+def check(
+    name: str = typer.Argument(..., help="Backbone name (e.g. all-MiniLM-L6-v2), local folder or Hub id."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    tolerance: float = typer.Option(DEFAULT_TOLERANCE, help="Largest accepted max |ours - transformers|."),
+) -> None:
+    """Compare our encoder with transformers on the same weights. Exit 1 above the tolerance, 2 if it cannot load."""
+    try:
+        result = check_backbone(name, tolerance=tolerance)
+    except BackboneLoadError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        verdict = f"OK, below {tolerance:.0e}" if result["ok"] else f"FAIL, not below {tolerance:.0e}"
+        typer.echo(
+            f"{name}: max |ours - transformers| = {result['max_abs_diff']:.1e} "
+            f"over {result['tokens']} tokens ({verdict})"
+        )
+    if not result["ok"]:
+        raise typer.Exit(1)
