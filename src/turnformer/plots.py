@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -27,7 +27,13 @@ class MaskView:
     tokens: list[str]
     utterance: list[int]
     speaker: list[str]
-    masks: dict[str, torch.Tensor]  # kind -> [N, N] bool
+    masks: dict[str, torch.Tensor]  # kind -> [queries, keys] bool
+    query_tokens: list[str] = field(default_factory=list)  # set when rows are one utterance only
+
+    def row_labels(self) -> list[str]:
+        if self.query_tokens:
+            return self.query_tokens
+        return [f"{tok} ({self.speaker[i]})" for i, tok in enumerate(self.tokens)]
 
     def to_json(self) -> dict:
         return {
@@ -35,16 +41,26 @@ class MaskView:
             "tokens": self.tokens,
             "utterance": self.utterance,
             "speaker": self.speaker,
+            **({"query_tokens": self.query_tokens} if self.query_tokens else {}),
         }
 
 
 def mask_view(
-    dialogue: Dialogue, kinds: Sequence[str], *, window: int | None = None, level: str = "tokens", tokenizer=None
+    dialogue: Dialogue,
+    kinds: Sequence[str],
+    *,
+    window: int | None = None,
+    level: str = "tokens",
+    tokenizer=None,
+    query_utterance: int | None = None,
 ) -> MaskView:
     """Evaluate mask ``kinds`` (names or compositions, see `mask_from_name`) on one dialogue.
 
     ``level="utterances"`` puts one unit per utterance on the axes; ``"tokens"`` one per token, split
     by ``tokenizer`` (a Hugging Face tokenizer, with its [CLS]/[SEP] layout) or by words.
+    ``query_utterance=t`` shows DialogXL's view (its Figure 3): the rows are u_t's tokens and the
+    keys are u_0..u_t (the memory and the current utterance). Otherwise rows and columns are
+    every token (the offline view).
     """
     names = [t.speaker for t in dialogue.turns]
     if level == "utterances":
@@ -62,9 +78,22 @@ def mask_view(
         meta = packed.meta
     else:
         raise ValueError(f"level must be 'tokens' or 'utterances', got {level!r}")
-    masks = {kind: mask_from_name(kind, window=window)(meta, meta)[0] for kind in kinds}
-    utterance = meta.utterance[0].tolist()
-    return MaskView(tokens=tokens, utterance=utterance, speaker=[names[u] for u in utterance], masks=masks)
+    queries = keys = meta
+    query_tokens = tokens
+    if query_utterance is not None:
+        if not 0 <= query_utterance < len(dialogue):
+            raise ValueError(f"query utterance {query_utterance} out of range: the dialogue has {len(dialogue)} turns")
+        utt = meta.utterance[0]
+        rows = torch.nonzero(utt == query_utterance).flatten()
+        cols = torch.nonzero((utt <= query_utterance) & (utt >= 0)).flatten()
+        queries, keys = meta.select(rows), meta.select(cols)
+        query_tokens, tokens = [tokens[i] for i in rows.tolist()], [tokens[i] for i in cols.tolist()]
+    masks = {kind: mask_from_name(kind, window=window)(queries, keys)[0] for kind in kinds}
+    utterance = keys.utterance[0].tolist()
+    return MaskView(
+        tokens=tokens, utterance=utterance, speaker=[names[u] for u in utterance], masks=masks,
+        query_tokens=query_tokens if query_utterance is not None else [],
+    )
 
 
 def plot_masks(view: MaskView, out: str | Path, title: str | None = None) -> Path:
@@ -75,26 +104,32 @@ def plot_masks(view: MaskView, out: str | Path, title: str | None = None) -> Pat
     import matplotlib.pyplot as plt
 
     n = len(view.tokens)
+    rows = view.row_labels()
     kinds = list(view.masks)
-    size = min(4.5 + n * 0.12, 14)
-    fig, axes = plt.subplots(1, len(kinds), figsize=(size * len(kinds), size), squeeze=False)
+    ncols = min(len(kinds), 2)
+    nrows = -(-len(kinds) // ncols)
+    width = min(3.5 + n * 0.11, 8)
+    height = min(1.5 + len(rows) * 0.11, 8) if view.query_tokens else width
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     boundaries = [i - 0.5 for i in range(1, n) if view.utterance[i] != view.utterance[i - 1]]
-    labels = [f"{tok}" for tok in view.tokens]
-    for ax, kind in zip(axes[0], kinds):
-        ax.imshow(view.masks[kind].int().numpy(), cmap="Blues", vmin=-0.3, vmax=1.2, interpolation="nearest")
+    for ax in axes.flat[len(kinds):]:
+        ax.axis("off")
+    for ax, kind in zip(axes.flat, kinds):
+        ax.imshow(view.masks[kind].int().numpy(), cmap="Blues", vmin=-0.3, vmax=1.2, interpolation="nearest", aspect="auto")
         for b in boundaries:
-            ax.axhline(b, color="tab:orange", linewidth=0.8)
             ax.axvline(b, color="tab:orange", linewidth=0.8)
+            if not view.query_tokens:
+                ax.axhline(b, color="tab:orange", linewidth=0.8)
         ax.set_title(kind)
         ax.set_xlabel("key")
         ax.set_ylabel("query")
         if n <= 80:
-            ax.set_xticks(range(n), labels, rotation=90, fontsize=7)
-            ax.set_yticks(range(n), [f"{lab} ({view.speaker[i]})" for i, lab in enumerate(labels)], fontsize=7)
+            ax.set_xticks(range(n), view.tokens, rotation=90, fontsize=7)
         else:
             starts = [0] + [int(b + 0.5) for b in boundaries]
             ax.set_xticks(starts, [f"u{view.utterance[s]}" for s in starts], rotation=90, fontsize=6)
-            ax.set_yticks(starts, [f"u{view.utterance[s]} {view.speaker[s]}" for s in starts], fontsize=6)
+        if len(rows) <= 80:
+            ax.set_yticks(range(len(rows)), rows, fontsize=7)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -1,0 +1,93 @@
+"""Reading files so that every failure names the file and the line (1-based) at fault."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from turnformer.data.report import DataNotFoundError, LoadReport
+from turnformer.dialogue import DialogueError
+
+BOM = "\ufeff"
+
+
+def read_bytes(path: Path) -> bytes:
+    path = Path(path)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise DataNotFoundError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise DialogueError(f"{path}: is a directory, expected a file") from None
+
+
+def _decode_error(path: Path, raw: bytes, err: UnicodeDecodeError, line_offset: int = 0) -> DialogueError:
+    line = raw.count(b"\n", 0, err.start) + 1 + line_offset
+    col = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+    bad = raw[err.start : err.end]
+    return DialogueError(f"{path}:{line}: undecodable bytes {bad!r} at column {col}: the file must be UTF-8 ({err.reason})")
+
+
+def decode_utf8(raw: bytes, path: Path, report: LoadReport | None = None, line_offset: int = 0) -> str:
+    """Decode UTF-8 strictly; a bad byte raises `DialogueError` naming the file and line."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _decode_error(path, raw, err, line_offset) from None
+    if text.startswith(BOM) and line_offset == 0:
+        text = text[1:]
+        if report is not None:
+            report.add("bom_removed", f"{path}:1: UTF-8 byte order mark removed")
+    return text
+
+
+def read_text(path: Path, report: LoadReport | None = None) -> str:
+    return decode_utf8(read_bytes(path), path, report)
+
+
+def iter_lines(path: Path, report: LoadReport | None = None) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` with line numbers from 1, splitting on ``\\n`` only.
+
+    A trailing ``\\r`` is removed (CRLF files). The empty piece after a final newline is not a line.
+    Other separators (U+2028, form feed...) stay inside lines: ``str.splitlines`` would split on them.
+    """
+    raw = read_bytes(path)
+    pieces = raw.split(b"\n")
+    if pieces and pieces[-1] == b"":
+        pieces.pop()
+    for i, piece in enumerate(pieces):
+        if piece.endswith(b"\r"):
+            piece = piece[:-1]
+        try:
+            line = piece.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise _decode_error(path, piece, err, line_offset=i) from None
+        if i == 0 and line.startswith(BOM):
+            line = line[1:]
+            if report is not None:
+                report.add("bom_removed", f"{path}:1: UTF-8 byte order mark removed")
+        yield i + 1, line
+
+
+def json_error(path: Path, err: json.JSONDecodeError, line_offset: int = 0) -> DialogueError:
+    return DialogueError(f"{path}:{err.lineno + line_offset}: malformed JSON (column {err.colno}): {err.msg}")
+
+
+def load_json(path: Path, report: LoadReport | None = None) -> Any:
+    """Parse a whole-file JSON document; errors name the file, line and column."""
+    text = read_text(path, report)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise json_error(path, err) from None
+
+
+def display(path: Path, root: Path | None) -> str:
+    """A path for report messages: relative to the dataset folder when possible (stable, no machine paths)."""
+    if root is not None:
+        try:
+            return Path(path).relative_to(root).as_posix()
+        except ValueError:
+            pass
+    return str(path)

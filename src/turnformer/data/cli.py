@@ -1,0 +1,117 @@
+"""``turnformer data ...``: list, count, convert and download the benchmarks.
+
+`data_app` is a `typer.Typer` that the main command line mounts as ``turnformer data``. Every data
+error ends the command with a one-line message on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from turnformer.dialogue import DialogueError
+
+data_app = typer.Typer(
+    name="data",
+    help="Benchmark data: list, stats, convert to JSONL, download.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DATA_DIR_HELP = "Folder holding the dataset folders (default: $TURNFORMER_DATA, else ~/.cache/turnformer/data)."
+EXIT_DATA_ERROR = 2
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(EXIT_DATA_ERROR)
+
+
+def _run(fn, *args, **kwargs):
+    """Call `fn`; turn data errors (and file system errors) into a one-line message and exit code 2."""
+    try:
+        return fn(*args, **kwargs)
+    except DialogueError as err:  # includes DataNotFoundError and DownloadError
+        _fail(str(err))
+    except OSError as err:
+        _fail(f"{err.filename or ''}: {err.strerror or err}".lstrip(": "))
+
+
+@data_app.command("list")
+def list_cmd() -> None:
+    """The benchmarks that can be loaded, with their splits and label kinds."""
+    from turnformer.data.registry import DATASETS
+
+    table = Table(title="datasets")
+    for col in ("name", "title", "task", "primary label", "label kinds", "folder"):
+        table.add_column(col)
+    for info in DATASETS.values():
+        table.add_row(info.name, info.title, info.task, info.primary_label, ", ".join(info.label_kinds), info.folder + "/")
+    Console().print(table)
+
+
+@data_app.command("stats")
+def stats_cmd(
+    name: str = typer.Argument(..., help="Dataset name (turnformer data list)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+) -> None:
+    """Dialogues, utterances and label counts per split (they should match the published counts)."""
+    from turnformer.data.stats import dataset_stats, print_stats
+
+    stats = _run(dataset_stats, name, data_dir)
+    if as_json:
+        sys.stdout.write(json.dumps(stats, ensure_ascii=False) + "\n")
+        return
+    print_stats(stats, Console())
+
+
+@data_app.command("convert")
+def convert_cmd(
+    name: str = typer.Argument(..., help="Dataset name (turnformer data list)."),
+    split: str = typer.Option(..., "--split", "-s", help="train, validation (dev/val) or test."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output .jsonl file (written atomically)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+) -> None:
+    """Write one benchmark split in the generic JSONL format (docs/data-format.md)."""
+    from turnformer.data.jsonl import write_jsonl
+    from turnformer.data.registry import load_split
+
+    ds = _run(load_split, name, split, data_dir)
+    n = _run(write_jsonl, ds.items, out)
+    typer.echo(f"wrote {n} {ds.name}/{ds.split} conversations to {out}")
+    if ds.report:
+        typer.echo(f"load report: {ds.report.summary()}")
+
+
+@data_app.command("download")
+def download_cmd(
+    name: str = typer.Argument(..., help="Dataset name (turnformer data list)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+    force: bool = typer.Option(False, "--force", help="Replace an existing copy that does not verify."),
+) -> None:
+    """Fetch a benchmark from its source repository at a pinned commit and verify its checksums."""
+    from turnformer.data.download import describe, download
+
+    typer.echo(f"downloading {_run(describe, name)}")
+    folder = _run(download, name, data_dir, force=force)
+    typer.echo(f"{name}: verified, in {folder}")
+
+
+@data_app.command("verify")
+def verify_cmd(
+    name: str = typer.Argument(..., help="Dataset name (turnformer data list)."),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
+) -> None:
+    """Check an existing copy of a benchmark against the pinned checksums."""
+    from turnformer.data.download import verify
+
+    folder = _run(verify, name, data_dir)
+    typer.echo(f"{name}: {folder} matches the pinned checksums")

@@ -1,0 +1,108 @@
+"""EmoryNLP emotion detection (Zahiri & Choi 2017): multi-party Friends scenes, 7 emotions.
+
+Files: ``emorynlp/{train,dev,test}_data.json`` (``dev`` is the validation split), each a JSON list of
+scenes, each scene a list of utterances ``{"text": ..., "speaker": ..., "label": ...}`` with labels
+Neutral, Joyful, Peaceful, Powerful, Scared, Mad, Sad (kept with their capitals, as in the data).
+One scene is one `Dialogue` (id ``<split>_<index>``).
+
+Utterances in the shape of the official release (``{"transcript": ..., "speakers": [...],
+"emotion": ...}``) are read too. The official release lists speakers: several speakers (``["Chandler
+Bing", "Joey Tribbiani"]``) are joined with one space, as the widely used processed files above do
+(so both give the same speaker strings); each join is counted as ``speaker_list_joined``. The
+processed files here have a plain string everywhere.
+
+Malformed JSON raises `DialogueError` with file, line and column; a bad field raises it with the field
+path, e.g. ``train_data.json: scenes[3][5].speaker: missing speaker``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from turnformer.data._io import display, load_json
+from turnformer.data.report import DatasetSplit, LoadReport
+from turnformer.dialogue import Dialogue, DialogueError, Turn
+
+NAME = "emorynlp"
+FILE_SPLITS = {"train": "train", "validation": "dev", "test": "test"}
+EMOTIONS = ["Neutral", "Joyful", "Peaceful", "Powerful", "Scared", "Mad", "Sad"]
+LABEL_SETS = {"emotion": EMOTIONS}
+
+
+def _field(utt: dict, *names: str) -> tuple[str | None, Any]:
+    for name in names:
+        if name in utt:
+            return name, utt[name]
+    return None, None
+
+
+def _scenes(data: Any, path: Path) -> list[tuple[str, Any]]:
+    """(field path, scene) pairs for the processed list-of-scenes format or the official episodes format."""
+    if isinstance(data, list):
+        return [(f"scenes[{i}]", scene) for i, scene in enumerate(data)]
+    if isinstance(data, dict) and isinstance(data.get("episodes"), list):
+        out = []
+        for e, ep in enumerate(data["episodes"]):
+            scenes = ep.get("scenes") if isinstance(ep, dict) else None
+            if not isinstance(scenes, list):
+                raise DialogueError(f"{path}: episodes[{e}].scenes: expected a list of scenes")
+            for s, scene in enumerate(scenes):
+                where = f"episodes[{e}].scenes[{s}]"
+                if not isinstance(scene, dict) or not isinstance(scene.get("utterances"), list):
+                    raise DialogueError(f"{path}: {where}.utterances: expected a list of utterances")
+                out.append((f"{where}.utterances", scene["utterances"]))
+        return out
+    raise DialogueError(f"{path}: expected a JSON list of scenes (or an object with 'episodes'), got {type(data).__name__}")
+
+
+def read_file(path: Path, report: LoadReport, split: str, base: Path | None = None) -> list[Dialogue]:
+    data = load_json(path, report)
+    shown = display(path, base)
+    dialogues = []
+    for where, scene in _scenes(data, path):
+        if not isinstance(scene, list):
+            raise DialogueError(f"{path}: {where}: expected a list of utterances, got {type(scene).__name__}")
+        if not scene:
+            report.add("empty_scene", f"{shown}: {where}: scene with no utterances skipped")
+            continue
+        turns = []
+        for j, utt in enumerate(scene):
+            at = f"{where}[{j}]"
+            if not isinstance(utt, dict):
+                raise DialogueError(f"{path}: {at}: expected an object with text, speaker and label")
+            key, text = _field(utt, "text", "transcript")
+            if key is None:
+                raise DialogueError(f"{path}: {at}.text: missing text")
+            if not isinstance(text, str) or not text.strip():
+                raise DialogueError(f"{path}: {at}.{key}: empty text ({text!r})")
+            key, speaker = _field(utt, "speaker", "speakers")
+            if isinstance(speaker, list):
+                names = [s.strip() for s in speaker if isinstance(s, str) and s.strip()]
+                if len(names) != len(speaker):
+                    raise DialogueError(f"{path}: {at}.{key}: speaker list has empty or non-string names: {speaker!r}")
+                if len(names) > 1:
+                    report.add("speaker_list_joined", f"{shown}: {at}.{key}: {names} joined as {' '.join(names)!r}")
+                speaker = " ".join(names)
+            if not isinstance(speaker, str) or not speaker.strip():
+                raise DialogueError(f"{path}: {at}.{key or 'speaker'}: missing speaker")
+            key, label = _field(utt, "label", "emotion")
+            if key is None:
+                raise DialogueError(f"{path}: {at}.label: missing label")
+            if label not in EMOTIONS:
+                raise DialogueError(f"{path}: {at}.{key}: unknown label {label!r}; allowed: {', '.join(EMOTIONS)}")
+            turn_id = utt.get("utterance_id")
+            turns.append(Turn(speaker=speaker.strip(), text=text, labels={"emotion": label},
+                              id=turn_id if isinstance(turn_id, str) else None))
+        dialogues.append(Dialogue(turns=tuple(turns), id=f"{split}_{len(dialogues)}"))
+    return dialogues
+
+
+def load(root: Path, split: str) -> DatasetSplit:
+    report = LoadReport(source=f"{NAME}/{split}")
+    path = root / f"{FILE_SPLITS[split]}_data.json"
+    dialogues = read_file(path, report, split, base=root.parent)
+    return DatasetSplit(
+        name=NAME, split=split, items=dialogues, report=report, label_kinds=("emotion",),
+        label_sets={k: list(v) for k, v in LABEL_SETS.items()},
+    )

@@ -1,0 +1,219 @@
+"""The generic conversation format: JSON Lines, one conversation a line (see ``docs/data-format.md``).
+
+::
+
+    {"id": "c1", "turns": [{"speaker": "A", "text": "Hi!", "labels": {"emotion": "joy"}},
+                           {"speaker": "B", "text": "Hello.", "id": "c1-2"}], "meta": {"source": "mine"}}
+
+* ``turns`` (required): a non-empty list; each turn needs ``speaker`` (non-empty string) and ``text``
+  (a string that is not blank), and may have ``labels`` (an object mapping a label kind to a label
+  string) and ``id`` (a string).
+* Convenience: a turn's top-level string fields ``emotion``, ``act`` and ``sentiment`` are read as
+  labels of that kind (``{"speaker": "A", "text": "Hi", "emotion": "joy"}``). If ``labels`` names the
+  same kind, the two must agree. The writer always writes ``labels``.
+* ``id`` (optional string) and ``meta`` (optional object, any JSON) belong to the conversation.
+* Blank lines are skipped and counted in the load report; other unknown fields are ignored and counted
+  (``unknown_field``), never silently.
+
+Every error names the file, the line (from 1) and the field, e.g.
+``conv.jsonl:3: turns[2].speaker: missing speaker``; undecodable bytes, malformed JSON and labels outside
+a given label set are errors too. `write_jsonl` writes UTF-8 atomically (a temporary file, then
+``os.replace``), and `read_jsonl` reads back exactly what it wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from turnformer.data._io import iter_lines
+from turnformer.data.report import LoadReport
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
+
+CONVENIENCE_LABELS = ("emotion", "act", "sentiment")
+TURN_KEYS = frozenset({"speaker", "text", "labels", "id", *CONVENIENCE_LABELS})
+DIALOGUE_KEYS = frozenset({"id", "turns", "meta"})
+
+
+class DialogueList(list):
+    """A list of dialogues with the `LoadReport` of the file they came from (``.report``)."""
+
+    report: LoadReport
+
+    def __init__(self, items: Iterable[Dialogue] = (), report: LoadReport | None = None):
+        super().__init__(items)
+        self.report = report if report is not None else LoadReport(source="")
+
+
+def _err(where: str, field: str, msg: str) -> DialogueError:
+    return DialogueError(f"{where}: {field}: {msg}" if field else f"{where}: {msg}")
+
+
+def parse_dialogue(
+    obj: Any,
+    where: str,
+    label_sets: Mapping[str, list[str]] | None = None,
+    report: LoadReport | None = None,
+) -> Dialogue:
+    """Build a `Dialogue` from one parsed JSON object; `where` (``file:line``) prefixes every error."""
+    if not isinstance(obj, dict):
+        raise _err(where, "", f"expected a JSON object with 'turns', got {type(obj).__name__}")
+    for key in obj:
+        if key not in DIALOGUE_KEYS and report is not None:
+            report.add("unknown_field", f"{where}: {key}: unknown field ignored")
+    if "turns" not in obj:
+        raise _err(where, "turns", "missing field")
+    turns_raw = obj["turns"]
+    if not isinstance(turns_raw, list):
+        raise _err(where, "turns", f"expected a list of turns, got {type(turns_raw).__name__}")
+    if not turns_raw:
+        raise _err(where, "turns", "a conversation needs at least one turn")
+    dlg_id = obj.get("id")
+    if dlg_id is not None and not isinstance(dlg_id, str):
+        raise _err(where, "id", f"expected a string, got {dlg_id!r}")
+    meta = obj.get("meta")
+    if meta is None:
+        meta = {}
+    elif not isinstance(meta, dict):
+        raise _err(where, "meta", f"expected an object, got {type(meta).__name__}")
+
+    turns = []
+    for i, t in enumerate(turns_raw):
+        at = f"turns[{i}]"
+        if not isinstance(t, dict):
+            raise _err(where, at, f"expected an object with speaker and text, got {type(t).__name__}")
+        for key in t:
+            if key not in TURN_KEYS and report is not None:
+                report.add("unknown_field", f"{where}: {at}.{key}: unknown field ignored")
+        speaker = t.get("speaker")
+        if speaker is None:
+            raise _err(where, f"{at}.speaker", "missing speaker")
+        if not isinstance(speaker, str) or not speaker.strip():
+            raise _err(where, f"{at}.speaker", f"missing speaker (expected a non-empty string, got {speaker!r})")
+        if "text" not in t:
+            raise _err(where, f"{at}.text", "missing text")
+        text = t["text"]
+        if not isinstance(text, str):
+            raise _err(where, f"{at}.text", f"expected a string, got {type(text).__name__}")
+        if not text.strip():
+            raise _err(where, f"{at}.text", "empty text")
+        labels_raw = t.get("labels")
+        if labels_raw is None:
+            labels: dict[str, str] = {}
+        elif isinstance(labels_raw, dict):
+            labels = {}
+            for kind, label in labels_raw.items():
+                if not isinstance(label, str) or not label:
+                    raise _err(where, f"{at}.labels.{kind}", f"expected a non-empty string label, got {label!r}")
+                labels[kind] = label
+        else:
+            raise _err(where, f"{at}.labels", f"expected an object of kind -> label, got {type(labels_raw).__name__}")
+        for kind in CONVENIENCE_LABELS:
+            if kind in t:
+                label = t[kind]
+                if not isinstance(label, str) or not label:
+                    raise _err(where, f"{at}.{kind}", f"expected a non-empty string label, got {label!r}")
+                if kind in labels and labels[kind] != label:
+                    raise _err(where, f"{at}.{kind}", f"{label!r} disagrees with labels.{kind} = {labels[kind]!r}")
+                labels[kind] = label
+        if label_sets:
+            for kind, label in labels.items():
+                allowed = label_sets.get(kind)
+                if allowed is not None and label not in allowed:
+                    field = f"{at}.labels.{kind}" if isinstance(labels_raw, dict) and kind in labels_raw else f"{at}.{kind}"
+                    raise _err(where, field, f"unknown label {label!r}; allowed: {', '.join(allowed)}")
+        turn_id = t.get("id")
+        if turn_id is not None and not isinstance(turn_id, str):
+            raise _err(where, f"{at}.id", f"expected a string, got {turn_id!r}")
+        turns.append(Turn(speaker=speaker, text=text, labels=labels, id=turn_id))
+    return Dialogue(turns=tuple(turns), id=dlg_id, meta=meta)
+
+
+def read_jsonl(
+    path: str | os.PathLike[str],
+    label_sets: Mapping[str, list[str]] | None = None,
+    report: LoadReport | None = None,
+) -> DialogueList:
+    """Read a JSON Lines conversation file; the result is a list with a ``.report`` attribute.
+
+    With `label_sets` (``{"emotion": ["joy", ...]}``), labels of a listed kind must be in its list;
+    kinds not listed are not checked.
+    """
+    path = Path(path)
+    report = report if report is not None else LoadReport(source=str(path))
+    out = DialogueList(report=report)
+    for lineno, line in iter_lines(path, report):
+        where = f"{path}:{lineno}"
+        if not line.strip():
+            report.add("blank_line", f"{where}: blank line skipped")
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DialogueError(f"{where}: malformed JSON (column {err.colno}): {err.msg}") from None
+        out.append(parse_dialogue(obj, where, label_sets, report))
+    return out
+
+
+def _as_dialogue(d: Any, index: int) -> Dialogue:
+    if isinstance(d, Dialogue):
+        return d
+    if isinstance(d, ResponseSelectionItem):
+        from turnformer.data.mutual import item_to_dialogue
+
+        return item_to_dialogue(d)
+    raise DialogueError(f"item {index}: expected a Dialogue, got {type(d).__name__}")
+
+
+def dumps_dialogue(d: Dialogue) -> str:
+    """One conversation as one JSON line (no newline), UTF-8 text kept readable."""
+    try:
+        return json.dumps(d.to_dict(), ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+    except (TypeError, ValueError) as err:
+        raise DialogueError(f"dialogue {d.id!r}: cannot be written as JSON: {err}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str | os.PathLike[str]) -> int:
+    """Write conversations to `path`, one a line, atomically; returns the number written.
+
+    Response selection items are written as their context with ``meta.candidates``/``meta.answer``.
+    """
+    path = Path(path)
+    lines = []
+    for i, d in enumerate(dialogues):
+        line = dumps_dialogue(_as_dialogue(d, i))
+        try:
+            lines.append(line.encode("utf-8"))
+        except UnicodeEncodeError as err:
+            raise DialogueError(f"dialogue {i} ({getattr(d, 'id', None)!r}): text is not valid Unicode ({err.reason})") from None
+    parent = path.parent if str(path.parent) else Path(".")
+    parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
+        with os.fdopen(fd, "wb") as fh:
+            for line in lines:
+                fh.write(line)
+                fh.write(b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return len(lines)
+
+
+__all__ = ["DialogueList", "parse_dialogue", "read_jsonl", "write_jsonl", "dumps_dialogue"]

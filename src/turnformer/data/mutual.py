@@ -1,0 +1,156 @@
+"""MuTual and MuTual-plus (Cui et al., ACL 2020): pick the right next turn among 4 candidates.
+
+Files: ``mutual/mutual/{train,dev,test}/*.txt`` and ``mutual/mutual_plus/{train,dev,test}/*.txt``
+(``dev`` is the validation split), one JSON object a file::
+
+    {"answers": "B", "options": ["f : ...", "f : ...", "f : ...", "f : ..."],
+     "article": "m : excuse me . how much is this suit ? f : it 's on sale today ...", "id": "train_1"}
+
+Files are read in natural order (``train_1``, ``train_2``, ..., ``train_10``). Each file is one
+`ResponseSelectionItem`: the ``article`` split into turns at its speaker markers is the context, the
+four ``options`` are the candidates, ``answers`` A-D is the answer index 0-3. The test answers are
+hidden (``" "``) and become ``answer=None``; score on the validation (dev) split.
+
+Speaker markers: MuTual writes ``m :`` / ``f :`` (lower-cased, tokenised text), MuTual-plus ``M:`` /
+``F:``. Speakers become ``"m"`` and ``"f"``; the text after a marker is stripped. A marker counts at
+the start of the text or after whitespace. Each option carries its own marker, parsed the same way.
+
+Irregularities of the official files, handled and counted in the load report:
+
+* ``ambiguous_speaker_marker``: train items 234-237 (in both MuTual and MuTual-plus) mark every turn
+  ``m ; f :`` / ``M;F:``; those turns (20 in all) get the speaker ``"m;f"`` (unknown), the text is
+  kept. Counted per turn.
+* ``glued_speaker_marker``: train item 1328 (both) has ``... or something.f : what on earth ...``, a
+  marker glued to the end of the previous sentence; a marker right after ``.``, ``?`` or ``!`` is
+  accepted and counted.
+* ``spaced_speaker_marker``: MuTual-plus train items 5005 and 5015 write ``M :`` once instead of ``M:``.
+
+Anything else (no marker, text before the first marker, empty turn, not 4 options, an answer other
+than A-D or blank) raises `DialogueError` naming the file and field.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from turnformer.data._io import display, load_json
+from turnformer.data.report import DataNotFoundError, DatasetSplit, LoadReport
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
+
+NAMES = {"mutual": "mutual", "mutual-plus": "mutual_plus"}  # dataset name -> subfolder of mutual/
+FILE_SPLITS = {"train": "train", "validation": "dev", "test": "test"}
+ANSWERS = ["A", "B", "C", "D"]
+LABEL_SETS = {"answer": ANSWERS}
+N_OPTIONS = 4
+AMBIGUOUS = "m;f"
+
+# A speaker marker: m / f / the ambiguous "m ; f", either case, then an optional space and ":".
+MARKER = re.compile(r"(?:^|(?<=\s)|(?<=[.?!]))([mM]\s?;\s?[fF]|[mMfF])( ?):(?=\s|$)")
+_NATURAL = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> list:
+    """Sort key putting ``train_2`` before ``train_10``."""
+    return [int(p) if p.isdigit() else p for p in _NATURAL.split(name)]
+
+
+def _speaker(marker: str) -> str:
+    m = marker.lower().replace(" ", "")
+    return AMBIGUOUS if ";" in m else m
+
+
+def split_turns(text: str, path: Path, field: str, report: LoadReport | None = None, shown: str | None = None) -> list[Turn]:
+    """Split a MuTual string at its speaker markers into turns (speaker ``m``/``f``, text stripped)."""
+    matches = list(MARKER.finditer(text))
+    if not matches:
+        raise DialogueError(f"{path}: {field}: no speaker marker ('m :' / 'f :' or 'M:' / 'F:') in {text[:60]!r}")
+    if text[: matches[0].start()].strip():
+        raise DialogueError(f"{path}: {field}: text before the first speaker marker: {text[: matches[0].start()]!r}")
+    turns = []
+    shown = shown or str(path)
+    for k, m in enumerate(matches):
+        end = matches[k + 1].start() if k + 1 < len(matches) else len(text)
+        body = text[m.end() : end].strip()
+        if not body:
+            raise DialogueError(f"{path}: {field}: turn {k + 1} ({m.group(0)!r}): empty text")
+        marker, spaced = m.group(1), m.group(2)
+        speaker = _speaker(marker)
+        if report is not None:
+            if speaker == AMBIGUOUS:
+                report.add("ambiguous_speaker_marker", f"{shown}: {field}: turn {k + 1}: marker {m.group(0)!r}; speaker set to {AMBIGUOUS!r}")
+            if m.start() > 0 and not text[m.start() - 1].isspace():
+                report.add("glued_speaker_marker", f"{shown}: {field}: turn {k + 1}: marker {m.group(0)!r} glued to the previous sentence; split there")
+            if marker.isupper() and spaced:
+                report.add("spaced_speaker_marker", f"{shown}: {field}: turn {k + 1}: marker {m.group(0)!r} read as {marker + ':'!r}")
+        turns.append(Turn(speaker=speaker, text=body))
+    return turns
+
+
+def read_item(path: Path, report: LoadReport, base: Path | None = None) -> ResponseSelectionItem:
+    data = load_json(path, report)
+    shown = display(path, base)
+    if not isinstance(data, dict):
+        raise DialogueError(f"{path}: expected a JSON object with article, options, answers, id")
+    for key in ("article", "options", "answers"):
+        if key not in data:
+            raise DialogueError(f"{path}: {key}: missing field")
+    item_id = data.get("id", path.stem)
+    if not isinstance(item_id, str) or not item_id.strip():
+        raise DialogueError(f"{path}: id: expected a non-empty string, got {item_id!r}")
+    article = data["article"]
+    if not isinstance(article, str):
+        raise DialogueError(f"{path}: article: expected a string")
+    context = split_turns(article, path, "article", report, shown)
+    options = data["options"]
+    if not isinstance(options, list) or len(options) != N_OPTIONS:
+        raise DialogueError(f"{path}: options: expected a list of {N_OPTIONS} strings, got {options!r:.80}")
+    candidates = []
+    for i, opt in enumerate(options):
+        if not isinstance(opt, str):
+            raise DialogueError(f"{path}: options[{i}]: expected a string")
+        turns = split_turns(opt, path, f"options[{i}]", report, shown)
+        if len(turns) != 1:
+            raise DialogueError(f"{path}: options[{i}]: expected one turn, found {len(turns)} speaker markers")
+        candidates.append(turns[0])
+    answer_raw = data["answers"]
+    if not isinstance(answer_raw, str):
+        raise DialogueError(f"{path}: answers: expected a letter A-D or ' ' (hidden), got {answer_raw!r}")
+    letter = answer_raw.strip()
+    if letter == "":
+        answer = None
+    elif letter in ANSWERS:
+        answer = ANSWERS.index(letter)
+    else:
+        raise DialogueError(f"{path}: answers: unknown label {answer_raw!r}; allowed: {', '.join(ANSWERS)} or ' ' (hidden)")
+    return ResponseSelectionItem(
+        context=Dialogue(turns=tuple(context), id=item_id), candidates=tuple(candidates), answer=answer, id=item_id
+    )
+
+
+def load(root: Path, split: str, name: str = "mutual") -> DatasetSplit:
+    """Load a split of ``mutual`` or ``mutual-plus`` from the ``mutual`` folder `root`."""
+    report = LoadReport(source=f"{name}/{split}")
+    folder = root / NAMES[name] / FILE_SPLITS[split]
+    if not folder.is_dir():
+        raise DataNotFoundError(f"{folder}: split folder not found")
+    files = sorted(folder.glob("*.txt"), key=lambda p: natural_key(p.name))
+    if not files:
+        raise DialogueError(f"{folder}: no item files (*.txt)")
+    items = [read_item(p, report, base=root.parent) for p in files]
+    return DatasetSplit(
+        name=name, split=split, items=items, report=report, label_kinds=("answer",),
+        label_sets={k: list(v) for k, v in LABEL_SETS.items()},
+    )
+
+
+def item_to_dialogue(item: ResponseSelectionItem) -> Dialogue:
+    """A response selection item as a plain dialogue for the generic JSONL format.
+
+    The context turns are the dialogue; the candidates and the answer go into ``meta``
+    (``{"candidates": [{"speaker", "text"}...], "answer": 0-3 or null}``).
+    """
+    meta = dict(item.context.meta)
+    meta["candidates"] = [c.to_dict() for c in item.candidates]
+    meta["answer"] = item.answer
+    return Dialogue(turns=item.context.turns, id=item.id if item.id is not None else item.context.id, meta=meta)

@@ -1,0 +1,122 @@
+"""The benchmarks this package can load, by name, and `load_split` to load one split of one."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+from turnformer.data import dailydialog, emorynlp, meld, mutual, swda
+from turnformer.data.locate import dataset_dir
+from turnformer.data.report import DataNotFoundError, DatasetSplit
+from turnformer.dialogue import DialogueError
+
+SPLITS = ("train", "validation", "test")
+SPLIT_ALIASES = {
+    "train": "train", "training": "train", "trn": "train",
+    "validation": "validation", "valid": "validation", "val": "validation", "dev": "validation",
+    "test": "test", "tst": "test", "eval": "test",
+}
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a benchmark is: its folder, splits, label kinds and sets, and how to load it."""
+
+    name: str
+    title: str
+    folder: str  # inside the data directory
+    task: str  # "dialogue" (labelled turns) or "response_selection"
+    primary_label: str  # the label kind `stats` summarises
+    label_sets: dict[str, list[str]]
+    loader: Callable[[Path, str], DatasetSplit] = field(repr=False, compare=False)
+    splits: tuple[str, ...] = SPLITS
+    file_splits: dict[str, str] = field(default_factory=lambda: {s: s for s in SPLITS})
+    speakers: str = ""
+    license: str = ""
+
+    @property
+    def label_kinds(self) -> tuple[str, ...]:
+        return tuple(self.label_sets)
+
+
+DATASETS: dict[str, DatasetInfo] = {
+    info.name: info
+    for info in (
+        DatasetInfo(
+            name="dailydialog", title="DailyDialog (Li et al., IJCNLP 2017)", folder="dailydialog",
+            task="dialogue", primary_label="emotion", label_sets=dailydialog.LABEL_SETS, loader=dailydialog.load,
+            speakers="two, alternating A/B (not annotated)", license="CC BY-NC-SA 4.0",
+        ),
+        DatasetInfo(
+            name="meld", title="MELD, text (Poria et al., ACL 2019)", folder="meld",
+            task="dialogue", primary_label="emotion", label_sets=meld.LABEL_SETS, loader=meld.load,
+            file_splits=dict(meld.FILE_SPLITS), speakers="multi-party, named", license="GPL-3.0",
+        ),
+        DatasetInfo(
+            name="emorynlp", title="EmoryNLP emotion detection (Zahiri & Choi 2017)", folder="emorynlp",
+            task="dialogue", primary_label="emotion", label_sets=emorynlp.LABEL_SETS, loader=emorynlp.load,
+            file_splits=dict(emorynlp.FILE_SPLITS), speakers="multi-party, named", license="Apache-2.0",
+        ),
+        DatasetInfo(
+            name="swda", title="Switchboard Dialogue Act corpus (SwDA)", folder="swda",
+            task="dialogue", primary_label="act", label_sets=swda.LABEL_SETS, loader=swda.load,
+            file_splits=dict(swda.FILE_SPLITS), speakers="two, A/B", license="GPL-3.0 (processing); LDC/UPenn terms",
+        ),
+        DatasetInfo(
+            name="mutual", title="MuTual (Cui et al., ACL 2020)", folder="mutual",
+            task="response_selection", primary_label="answer", label_sets=mutual.LABEL_SETS,
+            loader=partial(mutual.load, name="mutual"), file_splits=dict(mutual.FILE_SPLITS),
+            speakers="two, m/f", license="none stated",
+        ),
+        DatasetInfo(
+            name="mutual-plus", title="MuTual-plus (Cui et al., ACL 2020)", folder="mutual",
+            task="response_selection", primary_label="answer", label_sets=mutual.LABEL_SETS,
+            loader=partial(mutual.load, name="mutual-plus"), file_splits=dict(mutual.FILE_SPLITS),
+            speakers="two, m/f", license="none stated",
+        ),
+    )
+}
+
+_NAME_ALIASES = {"mutual_plus": "mutual-plus", "mutualplus": "mutual-plus", "daily_dialog": "dailydialog", "daily-dialog": "dailydialog"}
+
+
+def available_datasets() -> list[str]:
+    """Names accepted by `load_split`, in a stable order."""
+    return list(DATASETS)
+
+
+def get_info(name: str) -> DatasetInfo:
+    key = name.strip().lower()
+    key = _NAME_ALIASES.get(key, key)
+    try:
+        return DATASETS[key]
+    except KeyError:
+        raise DialogueError(f"unknown dataset {name!r}; available: {', '.join(DATASETS)}") from None
+
+
+def normalize_split(split: str) -> str:
+    """``train``/``validation``/``test``; ``dev``, ``val`` and ``valid`` mean ``validation``."""
+    key = str(split).strip().lower()
+    try:
+        return SPLIT_ALIASES[key]
+    except KeyError:
+        raise DialogueError(f"unknown split {split!r}; use train, validation (or dev/val) or test") from None
+
+
+def load_split(name: str, split: str, data_dir: str | os.PathLike[str] | None = None) -> DatasetSplit:
+    """Load one split of a benchmark from the data directory (see `turnformer.data.locate`)."""
+    info = get_info(name)
+    canonical = normalize_split(split)
+    if canonical not in info.splits:
+        raise DialogueError(f"{info.name} has no {canonical} split; it has {', '.join(info.splits)}")
+    root = dataset_dir(info.name, data_dir)
+    try:
+        return info.loader(root, canonical)
+    except DataNotFoundError as err:  # the folder exists but a file of this split is missing
+        raise DataNotFoundError(
+            f"{err} ({info.name} at {root} looks incomplete; run `turnformer data verify {info.name}` to check it, "
+            f"or `turnformer data download {info.name} --force` to replace it)"
+        ) from None

@@ -1,0 +1,98 @@
+"""What a loader returns: the items of one split, and a report of everything it repaired or skipped.
+
+Loaders never drop or change data silently. Every repair, skip or notable irregularity is counted in
+`LoadReport.counts` under a short reason (``merged_split_utterance``, ``blank_line``...) and described
+in `LoadReport.messages` with the file and line (or field) it concerns.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Union
+
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem
+
+
+class DataNotFoundError(DialogueError, FileNotFoundError):
+    """A dataset (or one of its files) is not where the user pointed us."""
+
+
+class DownloadError(DialogueError):
+    """A download failed or its files did not match the pinned checksums."""
+
+
+@dataclass
+class LoadReport:
+    """Repairs, skips and irregularities met while loading one source, counted by reason."""
+
+    source: str
+    counts: Counter = field(default_factory=Counter)
+    messages: list[str] = field(default_factory=list)
+
+    def add(self, reason: str, message: str, n: int = 1) -> None:
+        """Count `n` occurrences of `reason`, and keep a message naming the file and line or field."""
+        self.counts[reason] += n
+        self.messages.append(message)
+
+    def merge(self, other: "LoadReport") -> None:
+        self.counts.update(other.counts)
+        self.messages.extend(other.messages)
+
+    def __bool__(self) -> bool:  # a report is "truthy" when something was repaired or skipped
+        return bool(+self.counts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "counts": dict(sorted(self.counts.items())), "messages": list(self.messages)}
+
+    def summary(self) -> str:
+        if not self:
+            return f"{self.source}: nothing repaired or skipped"
+        parts = ", ".join(f"{reason}: {n}" for reason, n in sorted(self.counts.items()))
+        return f"{self.source}: {parts}"
+
+
+Item = Union[Dialogue, ResponseSelectionItem]
+
+
+@dataclass
+class DatasetSplit:
+    """One split of a benchmark: its items, the label kinds they carry, and the load report.
+
+    `items` holds `Dialogue` objects, or `ResponseSelectionItem` objects for response selection
+    benchmarks (MuTual). `label_sets` maps each label kind to its ordered list of valid labels.
+    """
+
+    name: str
+    split: str
+    items: list
+    report: LoadReport
+    label_kinds: tuple[str, ...] = ()
+    label_sets: dict[str, list[str]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[Item]:
+        return iter(self.items)
+
+    def __getitem__(self, index):
+        return self.items[index]
+
+    def label_set(self, kind: str) -> list[str]:
+        try:
+            return self.label_sets[kind]
+        except KeyError:
+            raise DialogueError(
+                f"{self.name}/{self.split}: no label kind {kind!r}; it has {list(self.label_kinds) or 'none'}"
+            ) from None
+
+    @property
+    def dialogues(self) -> list[Dialogue]:
+        """The conversations: the items themselves, or each item's context for response selection."""
+        return [it.context if isinstance(it, ResponseSelectionItem) else it for it in self.items]
+
+    @property
+    def num_utterances(self) -> int:
+        """Turns in all dialogues (for response selection: context turns, candidates not counted)."""
+        return sum(len(d) for d in self.dialogues)

@@ -1,0 +1,101 @@
+"""Counts of a benchmark: dialogues, utterances and label distributions per split.
+
+`dataset_stats` returns::
+
+    {"dataset": "dailydialog",
+     "splits": {"train": {"dialogues": 11118, "utterances": 87170,
+                          "label_kind": "emotion", "labels": {"neutral": 72143, ...},
+                          "other_labels": {"act": {"inform": ..., ...}},
+                          "report": {"merged_split_utterance": 1}},
+                "validation": {...}, "test": {...}}}
+
+``labels`` is the distribution of the dataset's primary label kind (emotion for DailyDialog, MELD
+and EmoryNLP; act for SwDA; the answer letter A-D for MuTual, whose hidden test answers count as
+``"hidden"``), with every label of the label set listed, zero counts included, in label-set order.
+For MuTual, ``dialogues`` counts items and ``utterances`` their context turns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+from turnformer.data.registry import get_info, load_split
+from turnformer.dialogue import ResponseSelectionItem
+
+HIDDEN = "hidden"
+UNLABELLED = "unlabelled"
+
+
+def _distribution(counter: Counter, label_set: list[str]) -> dict[str, int]:
+    out = {label: counter.get(label, 0) for label in label_set}
+    for label, n in sorted(counter.items()):  # anything outside the set (hidden, unlabelled...)
+        if label not in out:
+            out[label] = n
+    return out
+
+
+def split_stats(ds) -> dict[str, Any]:
+    """Counts for one loaded `DatasetSplit`."""
+    items = ds.items
+    response_selection = bool(items) and isinstance(items[0], ResponseSelectionItem)
+    out: dict[str, Any] = {"dialogues": len(items), "utterances": ds.num_utterances}
+    if response_selection:
+        kind = "answer"
+        letters = ds.label_sets.get("answer", ["A", "B", "C", "D"])
+        counts = Counter(letters[it.answer] if it.answer is not None else HIDDEN for it in items)
+        out["label_kind"] = kind
+        out["labels"] = _distribution(counts, [] if counts.keys() == {HIDDEN} else letters)
+    else:
+        try:
+            primary = get_info(ds.name).primary_label
+        except Exception:  # a split that is not a registered benchmark (e.g. a JSONL file)
+            primary = ds.label_kinds[0] if ds.label_kinds else None
+        per_kind: dict[str, Counter] = {k: Counter() for k in ds.label_kinds}
+        for d in items:
+            for t in d.turns:
+                for k in per_kind:
+                    per_kind[k][t.labels.get(k, UNLABELLED)] += 1
+        if primary is not None:
+            out["label_kind"] = primary
+            out["labels"] = _distribution(per_kind.get(primary, Counter()), ds.label_sets.get(primary, []))
+        else:
+            out["labels"] = {}
+        others = {k: _distribution(c, ds.label_sets.get(k, [])) for k, c in per_kind.items() if k != primary}
+        if others:
+            out["other_labels"] = others
+    out["report"] = dict(sorted(ds.report.counts.items()))
+    return out
+
+
+def print_stats(stats: dict[str, Any], console=None) -> None:
+    """Render `dataset_stats` output as two rich tables: counts and repairs, then the primary labels."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    splits = stats["splits"]
+    table = Table(title=stats["dataset"])
+    table.add_column("split")
+    table.add_column("dialogues", justify="right")
+    table.add_column("utterances", justify="right")
+    table.add_column("repairs / skips")
+    for split, s in splits.items():
+        rep = ", ".join(f"{k}: {v}" for k, v in s.get("report", {}).items()) or "-"
+        table.add_row(split, str(s["dialogues"]), str(s["utterances"]), rep)
+    console.print(table)
+    kind = next(iter(splits.values()), {}).get("label_kind", "label")
+    labels = Table(title=f"{kind} labels")
+    labels.add_column(kind)
+    for split in splits:
+        labels.add_column(split, justify="right")
+    for lab in dict.fromkeys(lab for s in splits.values() for lab in s["labels"]):
+        labels.add_row(lab, *(str(s["labels"].get(lab, 0)) for s in splits.values()))
+    console.print(labels)
+
+
+def dataset_stats(name: str, data_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Counts for every split of benchmark `name`, in the shape shown in the module docstring."""
+    info = get_info(name)
+    return {"dataset": info.name, "splits": {split: split_stats(load_split(info.name, split, data_dir)) for split in info.splits}}

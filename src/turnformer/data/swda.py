@@ -1,0 +1,113 @@
+"""Switchboard Dialogue Act corpus (SwDA), as processed by NathanDuran/Switchboard-Corpus.
+
+Files::
+
+    swda/{train,val,test}/<conversation>.txt     one utterance a line: Speaker|Text|tag
+    swda/metadata/{train,val,test}_split.txt     the conversations of each split, one id a line
+    swda/metadata/labels.txt                     the 41 SWBD-DAMSL tags
+
+``val`` is the validation split. Non-verbal ``x`` utterances were removed and ``+`` continuations
+merged by that processing. One conversation is one `Dialogue` (id = conversation number), speakers
+``"A"``/``"B"``, one ``act`` label a turn.
+
+A line is split on its first and its last ``|``: the speaker is before the first, the tag after the
+last, and the text, which may itself contain ``|``, in between. Lines with fewer than two ``|``, empty
+text, an empty speaker or a tag outside the 41 raise `DialogueError` naming the file and line. Blank
+lines are skipped and counted (``blank_line``). If a split list is missing, the split folder's files
+are read in name order and this is reported (``conversation_list_missing``); files in the folder but
+not on the list are not read and are reported (``unlisted_conversation_file``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from turnformer.data._io import display, iter_lines
+from turnformer.data.report import DataNotFoundError, DatasetSplit, LoadReport
+from turnformer.dialogue import Dialogue, DialogueError, Turn
+
+NAME = "swda"
+FILE_SPLITS = {"train": "train", "validation": "val", "test": "test"}
+# metadata/labels.txt order (most frequent first).
+ACTS = [
+    "sd", "b", "sv", "%", "aa", "ba", "qy", "ny", "fc", "qw", "nn", "bk", "h", "qy^d", "bh", "^q", "bf",
+    'fo_o_fw_"_by_bc', "na", "ad", "^2", "b^m", "qo", "qh", "^h", "ar", "ng", "br", "no", "fp", "qrr",
+    "arp_nd", "t3", "oo_co_cc", "aap_am", "t1", "bd", "^g", "qw^d", "fa", "ft",
+]
+LABEL_SETS = {"act": ACTS}
+_ACT_SET = frozenset(ACTS)
+
+
+def _check_label_file(root: Path) -> None:
+    path = root / "metadata" / "labels.txt"
+    if not path.is_file():
+        return
+    found = [line.strip() for _, line in iter_lines(path) if line.strip()]
+    if set(found) != _ACT_SET:
+        extra = sorted(set(found) - _ACT_SET)
+        absent = sorted(_ACT_SET - set(found))
+        raise DialogueError(
+            f"{path}: tag list differs from the 41 SWBD-DAMSL tags this loader knows "
+            f"(extra: {extra or 'none'}; absent: {absent or 'none'})"
+        )
+
+
+def _conversations(root: Path, fsplit: str, report: LoadReport) -> list[str]:
+    folder = root / fsplit
+    if not folder.is_dir():
+        raise DataNotFoundError(f"{folder}: split folder not found")
+    on_disk = sorted(p.stem for p in folder.glob("*.txt"))
+    list_path = root / "metadata" / f"{fsplit}_split.txt"
+    if not list_path.is_file():
+        report.add("conversation_list_missing", f"{display(list_path, root.parent)}: not found; read all {len(on_disk)} files in {fsplit}/")
+        return on_disk
+    convs = [line.strip() for _, line in iter_lines(list_path) if line.strip()]
+    listed = set(convs)
+    for conv in on_disk:
+        if conv not in listed:
+            report.add("unlisted_conversation_file", f"{fsplit}/{conv}.txt: not in {list_path.name}; not read")
+    return convs
+
+
+def read_conversation(path: Path, report: LoadReport, conv_id: str, base: Path | None = None) -> Dialogue | None:
+    turns = []
+    shown = None
+    for lineno, line in iter_lines(path, report):
+        if not line.strip():
+            shown = shown or display(path, base)
+            report.add("blank_line", f"{shown}:{lineno}: blank line skipped")
+            continue
+        first = line.find("|")
+        last = line.rfind("|")
+        if first < 0 or first == last:
+            raise DialogueError(f"{path}:{lineno}: expected Speaker|Text|tag, got {line!r}")
+        speaker, text, tag = line[:first].strip(), line[first + 1 : last], line[last + 1 :].strip()
+        if not speaker:
+            raise DialogueError(f"{path}:{lineno}: missing speaker")
+        if not text.strip():
+            raise DialogueError(f"{path}:{lineno}: empty text")
+        if tag not in _ACT_SET:
+            raise DialogueError(f"{path}:{lineno}: unknown label {tag!r}; allowed: {', '.join(ACTS)}")
+        turns.append(Turn(speaker=speaker, text=text, labels={"act": tag}))
+    if not turns:
+        report.add("empty_conversation", f"{display(path, base)}: no utterances; skipped")
+        return None
+    return Dialogue(turns=tuple(turns), id=conv_id)
+
+
+def load(root: Path, split: str) -> DatasetSplit:
+    report = LoadReport(source=f"{NAME}/{split}")
+    fsplit = FILE_SPLITS[split]
+    _check_label_file(root)
+    dialogues = []
+    for conv in _conversations(root, fsplit, report):
+        path = root / fsplit / f"{conv}.txt"
+        if not path.is_file():
+            raise DataNotFoundError(f"{path}: conversation {conv} is listed in metadata/{fsplit}_split.txt but its file is missing")
+        d = read_conversation(path, report, conv, base=root.parent)
+        if d is not None:
+            dialogues.append(d)
+    return DatasetSplit(
+        name=NAME, split=split, items=dialogues, report=report, label_kinds=("act",),
+        label_sets={k: list(v) for k, v in LABEL_SETS.items()},
+    )

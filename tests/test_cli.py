@@ -1,0 +1,118 @@
+"""The `turnformer` command end to end: plot masks, demo."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from turnformer.cli import app
+from turnformer.dialogue import Dialogue, Turn
+
+runner = CliRunner()
+
+
+@pytest.fixture()
+def conversation_file(tmp_path):
+    dialogues = [
+        Dialogue(turns=(Turn("A", "Hi there."), Turn("B", "Hello!")), id="short"),
+        Dialogue(
+            turns=(
+                Turn("Ross", "We were on a break!", {"emotion": "anger"}),
+                Turn("Rachel", "Oh, my god.", {"emotion": "surprise"}),
+                Turn("Ross", "Fine.", {"emotion": "neutral"}),
+                Turn("Joey", "Guys?", {"emotion": "neutral"}),
+            ),
+            id="friends",
+        ),
+    ]
+    path = tmp_path / "conversations.jsonl"
+    path.write_text("".join(json.dumps(d.to_dict()) + "\n" for d in dialogues), encoding="utf-8")
+    return path
+
+
+def test_plot_masks_json_matches_definitions(conversation_file, tmp_path):
+    out = tmp_path / "masks.png"
+    result = runner.invoke(
+        app,
+        ["plot", "masks", "--input", str(conversation_file), "--dialogue", "friends",
+         "--kinds", "local,global,speaker,listener", "--window", "1", "--json", "--out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(payload["kinds"]) == {"local", "global", "speaker", "listener"}
+    tokens, utt, spk = payload["tokens"], payload["utterance"], payload["speaker"]
+    assert tokens[:5] == ["We", "were", "on", "a", "break"]
+    assert len(tokens) == len(utt) == len(spk) == len(payload["kinds"]["global"])
+    for i in range(len(tokens)):
+        for j in range(len(tokens)):
+            assert payload["kinds"]["global"][i][j] == 1
+            assert payload["kinds"]["speaker"][i][j] == int(spk[i] == spk[j])
+            assert payload["kinds"]["listener"][i][j] == int(spk[i] != spk[j])
+            assert payload["kinds"]["local"][i][j] == int(0 <= utt[i] - utt[j] <= 1)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_masks_utterance_level(conversation_file):
+    result = runner.invoke(
+        app, ["plot", "masks", "--input", str(conversation_file), "--dialogue", "1", "--level", "utterances",
+              "--kinds", "speaker|same_utterance", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["speaker"] == ["Ross", "Rachel", "Ross", "Joey"]
+    assert payload["kinds"]["speaker|same_utterance"][0] == [1, 0, 1, 0]
+
+
+def test_plot_masks_query_utterance_is_dialogxl_view(conversation_file):
+    result = runner.invoke(
+        app, ["plot", "masks", "--input", str(conversation_file), "--dialogue", "friends", "--query-utterance", "2",
+              "--kinds", "speaker|same_utterance,local(0)", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["query_tokens"] == ["Fine", "."]
+    assert payload["speaker"] == ["Ross"] * 6 + ["Rachel"] * 5 + ["Ross"] * 2  # keys: u0..u2 only
+    assert payload["kinds"]["speaker|same_utterance"][0] == [1] * 6 + [0] * 5 + [1] * 2
+    assert payload["kinds"]["local(0)"][1] == [0] * 11 + [1] * 2
+
+
+def test_plot_masks_wordpiece_tokens(conversation_file):
+    result = runner.invoke(
+        app, ["plot", "masks", "--input", str(conversation_file), "--dialogue", "short", "--tokenizer", "all-MiniLM-L6-v2",
+              "--kinds", "same_utterance", "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["tokens"][0] == "[CLS]" and payload["tokens"].count("[SEP]") == 2
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dialogue", "nope"], "no dialogue with id 'nope'"),
+        (["--kinds", "speakers"], "unknown mask 'speakers'"),
+        (["--level", "words"], "level must be"),
+    ],
+)
+def test_plot_masks_bad_input(conversation_file, args, message):
+    result = runner.invoke(app, ["plot", "masks", "--input", str(conversation_file), "--json", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_plot_masks_malformed_file(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"turns": [{"speaker": "A", "text": "hi"}]}\n{"turns": [{"speaker": "B", "text": ""}]}\n')
+    result = runner.invoke(app, ["plot", "masks", "--input", str(bad), "--json"])
+    assert result.exit_code == 2
+    assert "bad.jsonl" in result.output and ":2" in result.output
+
+
+def test_demo_on_real_data(data_dir, tmp_path):
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path), "--data-dir", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    assert "11118" in result.output  # DailyDialog train dialogues, as SOURCES.md counts them
+    assert (tmp_path / "masks-utterances.png").stat().st_size > 1000
+    assert (tmp_path / "masks-last-utterance.png").stat().st_size > 1000

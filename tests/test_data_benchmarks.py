@@ -1,0 +1,167 @@
+"""The loaders on the real benchmark files: published counts, known quirks, the CLI's JSON."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from turnformer.data import available_datasets, dataset_stats, load_split
+from turnformer.data.cli import data_app
+from turnformer.data.download import load_manifest, verify_folder
+from turnformer.dialogue import Dialogue, ResponseSelectionItem
+
+pytestmark = pytest.mark.data
+
+# (dialogues, utterances) per split, from shared/data/SOURCES.md (verified counts).
+# MuTual: items, and context turns (our own parse; SOURCES gives items only), pinned against regressions.
+EXPECTED = {
+    "dailydialog": {"train": (11118, 87170), "validation": (1000, 8069), "test": (1000, 7740)},
+    "meld": {"train": (1038, 9989), "validation": (114, 1109), "test": (280, 2610)},
+    "emorynlp": {"train": (713, 9934), "validation": (99, 1344), "test": (85, 1328)},
+    "swda": {"train": (1115, 192390), "validation": (21, 3272), "test": (19, 4078)},
+    "mutual": {"train": (7088, 33614), "validation": (886, 4092), "test": (886, 4121)},
+    "mutual-plus": {"train": (7088, 33692), "validation": (886, 4090), "test": (886, 4134)},
+}
+PRIMARY = {"dailydialog": "emotion", "meld": "emotion", "emorynlp": "emotion", "swda": "act", "mutual": "answer", "mutual-plus": "answer"}
+
+
+def test_every_dataset_has_expected_counts():
+    assert set(available_datasets()) == set(EXPECTED)
+
+
+def _check_stats(name: str, stats: dict) -> None:
+    assert stats["dataset"] == name
+    assert list(stats["splits"]) == ["train", "validation", "test"]
+    for split, (n_dialogues, n_utterances) in EXPECTED[name].items():
+        s = stats["splits"][split]
+        assert (s["dialogues"], s["utterances"]) == (n_dialogues, n_utterances), (name, split)
+        assert s["label_kind"] == PRIMARY[name]
+        if name.startswith("mutual"):
+            assert sum(s["labels"].values()) == n_dialogues
+        else:
+            assert sum(s["labels"].values()) == n_utterances
+        assert isinstance(s["report"], dict)
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_dataset_stats_match_sources(name, data_dir):
+    _check_stats(name, dataset_stats(name, data_dir))
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_cli_stats_json_match_sources(name, data_dir):
+    result = CliRunner().invoke(data_app, ["stats", name, "--json", "--data-dir", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    _check_stats(name, json.loads(result.stdout))
+
+
+def test_cli_stats_table(data_dir):
+    result = CliRunner().invoke(data_app, ["stats", "emorynlp", "--data-dir", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    assert "713" in result.stdout and "9934" in result.stdout and "Joyful" in result.stdout
+
+
+def test_stats_label_distributions(data_dir):
+    dd = dataset_stats("dailydialog", data_dir)["splits"]["train"]
+    assert list(dd["labels"]) == ["neutral", "anger", "disgust", "fear", "happiness", "sadness", "surprise"]
+    assert sum(dd["other_labels"]["act"].values()) == 87170
+    assert dd["report"] == {"merged_split_utterance": 1}
+    meld = dataset_stats("meld", data_dir)["splits"]["test"]
+    assert sum(meld["other_labels"]["sentiment"].values()) == 2610
+    mutual = dataset_stats("mutual", data_dir)["splits"]
+    assert mutual["test"]["labels"] == {"hidden": 886}
+    assert set(mutual["validation"]["labels"]) == {"A", "B", "C", "D"}
+
+
+def test_dailydialog_7851_merged_and_reported(data_dir):
+    ds = load_split("dailydialog", "train", data_dir)
+    assert ds.report.counts == {"merged_split_utterance": 1}
+    (message,) = ds.report.messages
+    assert "dialogues_train.txt:7852" in message and "#7851" in message
+    d = ds[7851]
+    assert d.meta["line"] == 7852 and len(d) == 11
+    merged = d[4]
+    assert merged.text.startswith("I left it at my parent's house") and "Jim's old bike" in merged.text
+    # With the merge, speakers still alternate and the act labels line up with the text.
+    assert [t.speaker for t in d] == ["A", "B"] * 5 + ["A"]
+    assert d[4].label("act") == "inform" and d[5].text == "Let's go then ." and d[5].label("act") == "commissive"
+    # Every other dialogue: one label per utterance, no empty text, alternating A/B.
+    assert all(t.text and t.speaker == "AB"[i % 2] for dlg in ds for i, t in enumerate(dlg))
+
+
+def test_dailydialog_split_aliases(data_dir):
+    assert load_split("dailydialog", "dev", data_dir).split == "validation"
+    assert len(load_split("dailydialog", "val", data_dir)) == 1000
+
+
+def test_meld_groups_and_reports_gaps(data_dir):
+    ds = load_split("meld", "validation", data_dir)
+    assert ds.report.counts == {"utterance_id_gap": 2}
+    assert all("dev_sent_emo.csv" in m and "Dialogue_ID" in m for m in ds.report.messages)
+    d = ds[0]
+    assert d.id == "dia0" and d[0].id == "dia0_utt0" and {"season", "episode"} <= set(d.meta)
+    assert set(d[0].labels) == {"emotion", "sentiment"}
+    train = load_split("meld", "train", data_dir)
+    assert any("’" in t.text for dlg in train for t in dlg)  # curly quotes kept
+    assert "mojibake_repaired" not in train.report.counts
+
+
+def test_emorynlp_scenes(data_dir):
+    ds = load_split("emorynlp", "test", data_dir)
+    assert ds.label_set("emotion") == ["Neutral", "Joyful", "Peaceful", "Powerful", "Scared", "Mad", "Sad"]
+    assert not ds.report
+    assert all(isinstance(t.speaker, str) and t.speaker for d in ds for t in d)
+
+
+def test_swda_loads_fast_with_41_tags(data_dir):
+    start = time.perf_counter()
+    ds = load_split("swda", "train", data_dir)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 10, f"SwDA train took {elapsed:.1f}s"
+    assert len(ds.label_set("act")) == 41
+    assert ds.num_utterances == 192390 and not ds.report
+    assert {s for d in ds for s in d.speakers} == {"A", "B"}
+    assert ds[0].id == "2005"
+
+
+@pytest.mark.parametrize("name", ["mutual", "mutual-plus"])
+def test_mutual_items(name, data_dir):
+    train = load_split(name, "train", data_dir)
+    first = train[0]
+    assert isinstance(first, ResponseSelectionItem) and first.id == "train_1"
+    assert [it.id for it in train[:11]] == [f"train_{i}" for i in range(1, 12)]  # natural order
+    assert first.answer in range(4) and len(first.candidates) == 4
+    assert first.context.speakers == ["m", "f"]
+    assert all(c.speaker in {"m", "f"} and not c.text.lower().startswith(("m :", "f :", "m:", "f:")) for c in first.candidates)
+    assert all(t.speaker in {"m", "f", "m;f"} for it in train for t in it.context)
+    assert train.report.counts["ambiguous_speaker_marker"] == 20
+    assert train.report.counts["glued_speaker_marker"] == 1
+    glued = next(it for it in train if it.id == "train_1328")
+    assert [t.speaker for t in glued.context][:3] == ["f", "m", "f"]
+    test = load_split(name, "test", data_dir)
+    assert all(it.answer is None for it in test)
+    assert isinstance(test[0].context, Dialogue)
+
+
+@pytest.mark.parametrize("folder", ["dailydialog", "meld", "emorynlp", "swda", "mutual"])
+def test_shared_copy_matches_download_manifest(folder, data_dir):
+    verify_folder(data_dir / folder, load_manifest(folder))
+
+
+def test_convert_split_to_jsonl(tmp_path, data_dir):
+    from turnformer.data import read_jsonl
+
+    out = tmp_path / "meld-dev.jsonl"
+    result = CliRunner().invoke(data_app, ["convert", "meld", "--split", "dev", "--out", str(out), "--data-dir", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    back = read_jsonl(out, label_sets=load_split("meld", "dev", data_dir).label_sets)
+    assert back == load_split("meld", "validation", data_dir).items
+
+    out = tmp_path / "mutual-test.jsonl"
+    result = CliRunner().invoke(data_app, ["convert", "mutual", "-s", "test", "-o", str(out), "--data-dir", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    back = read_jsonl(out)
+    assert len(back) == 886 and back[0].meta["answer"] is None and len(back[0].meta["candidates"]) == 4

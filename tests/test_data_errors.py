@@ -1,0 +1,336 @@
+"""Loaders on small broken files: every error names the file and the line or field at fault."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from turnformer.data import DataNotFoundError, dataset_dir, load_split, normalize_split, resolve_data_dir
+from turnformer.data.cli import data_app
+from turnformer.dialogue import DialogueError
+
+MELD_HEADER = "Sr No.,Utterance,Speaker,Emotion,Sentiment,Dialogue_ID,Utterance_ID,Season,Episode,StartTime,EndTime\n"
+
+
+def _meld_row(sr, text, speaker="Ross", emotion="joy", sentiment="positive", did=0, uid=0):
+    return f'{sr},{text},{speaker},{emotion},{sentiment},{did},{uid},1,1,"00:00:01,000","00:00:02,000"\n'
+
+
+def write_meld(root: Path, body: str | bytes, split: str = "train") -> Path:
+    folder = root / "meld"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{split}_sent_emo.csv"
+    data = body if isinstance(body, bytes) else body.encode("utf-8")
+    path.write_bytes(data)
+    return path
+
+
+def write_dailydialog(root: Path, text: str | bytes, emotion: str, act: str, split: str = "train") -> Path:
+    folder = root / "dailydialog" / split
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"dialogues_{split}.txt").write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+    (folder / f"dialogues_emotion_{split}.txt").write_text(emotion, encoding="utf-8")
+    (folder / f"dialogues_act_{split}.txt").write_text(act, encoding="utf-8")
+    return folder / f"dialogues_{split}.txt"
+
+
+# ------------------------------------------------------------------------------------ locating data
+def test_resolve_data_dir_precedence(monkeypatch, tmp_path):
+    monkeypatch.setenv("TURNFORMER_DATA", str(tmp_path / "env"))
+    assert resolve_data_dir(tmp_path / "arg") == tmp_path / "arg"
+    assert resolve_data_dir(None) == tmp_path / "env"
+    monkeypatch.delenv("TURNFORMER_DATA")
+    assert resolve_data_dir(None) == Path("~/.cache/turnformer/data").expanduser()
+
+
+def test_missing_dataset_says_how_to_get_it(tmp_path):
+    with pytest.raises(DataNotFoundError) as info:
+        dataset_dir("meld", tmp_path)
+    msg = str(info.value)
+    assert str(tmp_path / "meld") in msg and "--data-dir" in msg and "TURNFORMER_DATA" in msg
+    assert "turnformer data download meld" in msg
+    assert isinstance(info.value, FileNotFoundError) and isinstance(info.value, DialogueError)
+
+
+def test_unknown_dataset_and_split(tmp_path):
+    with pytest.raises(DialogueError, match="unknown dataset 'nope'.*dailydialog"):
+        load_split("nope", "train", tmp_path)
+    with pytest.raises(DialogueError, match="unknown split 'dvv'"):
+        load_split("meld", "dvv", tmp_path)
+    assert [normalize_split(s) for s in ("dev", "val", "VALID", "validation", "train", "test")] == [
+        "validation", "validation", "validation", "validation", "train", "test"]
+
+
+def test_cli_errors_exit_2_without_traceback(tmp_path):
+    runner = CliRunner()
+    for args in (["stats", "meld", "--data-dir", str(tmp_path)], ["stats", "nope"],
+                 ["convert", "meld", "--split", "bogus", "--out", str(tmp_path / "x.jsonl"), "--data-dir", str(tmp_path)]):
+        result = runner.invoke(data_app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.output.startswith("error: ") and "Traceback" not in result.output
+        assert len(result.output.strip().splitlines()) == 1
+    write_meld(tmp_path, MELD_HEADER + _meld_row(1, "Hi", emotion="happy"))
+    result = runner.invoke(data_app, ["stats", "meld", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "happy" in result.output and "train_sent_emo.csv:2" in result.output
+
+
+# ---------------------------------------------------------------------------------------------- MELD
+def test_meld_small_file_groups_and_orders(tmp_path):
+    body = (MELD_HEADER + _meld_row(1, "b", did=0, uid=1) + _meld_row(2, "a", did=0, uid=0)
+            + _meld_row(3, '"x, “quoted”"', speaker="Joey", did=2, uid=0) + _meld_row(4, "y", did=2, uid=2))
+    write_meld(tmp_path, body)
+    ds = load_split("meld", "train", tmp_path)
+    assert [[t.text for t in d] for d in ds] == [["a", "b"], ["x, “quoted”", "y"]]
+    assert ds.report.counts == {"utterances_reordered": 1, "utterance_id_gap": 1}
+    assert any("train_sent_emo.csv" in m and "Dialogue_ID 2" in m and "[1]" in m for m in ds.report.messages)
+
+
+def test_meld_wrong_field_count(tmp_path):
+    bad = '2,Hello,Ross,joy,positive,0,1,1,1,"00:00:01,000"\n'  # 10 fields
+    path = write_meld(tmp_path, MELD_HEADER + _meld_row(1, "Hi") + bad)
+    with pytest.raises(DialogueError, match=r"train_sent_emo\.csv:3: expected 11 fields.*got 10") as info:
+        load_split("meld", "train", tmp_path)
+    assert str(path) in str(info.value)
+
+
+def test_meld_missing_column(tmp_path):
+    header = MELD_HEADER.replace("Speaker,", "")
+    write_meld(tmp_path, header + "1,Hi,joy,positive,0,0,1,1,a,b\n")
+    with pytest.raises(DialogueError, match=r"train_sent_emo\.csv:1: header lacks column\(s\) Speaker"):
+        load_split("meld", "train", tmp_path)
+
+
+def test_meld_unterminated_quote(tmp_path):
+    write_meld(tmp_path, MELD_HEADER + _meld_row(1, "Hi") + '2,"never closed,Ross,joy,positive,0,1,1,1,a,b\n')
+    with pytest.raises(DialogueError, match=r"train_sent_emo\.csv:\d+: (malformed CSV|expected 11 fields)"):
+        load_split("meld", "train", tmp_path)
+
+
+def test_meld_unknown_label_empty_text_missing_speaker_bad_id(tmp_path):
+    cases = [
+        (_meld_row(2, "Hi", emotion="happy"), r"train_sent_emo\.csv:3: Emotion: unknown label 'happy'; allowed: neutral, surprise"),
+        (_meld_row(2, " ", uid=1), r"train_sent_emo\.csv:3: Utterance: empty text"),
+        (_meld_row(2, "Hi", speaker="", uid=1), r"train_sent_emo\.csv:3: Speaker: missing speaker"),
+        (_meld_row(2, "Hi", uid="x"), r"train_sent_emo\.csv:3: Utterance_ID: expected an integer, got 'x'"),
+        (_meld_row(2, "Hi", sentiment="meh", uid=1), r"train_sent_emo\.csv:3: Sentiment: unknown label 'meh'"),
+    ]
+    for row, pattern in cases:
+        write_meld(tmp_path, MELD_HEADER + _meld_row(1, "Hello") + row)
+        with pytest.raises(DialogueError, match=pattern):
+            load_split("meld", "train", tmp_path)
+
+
+def test_meld_undecodable_bytes(tmp_path):
+    body = (MELD_HEADER + _meld_row(1, "Hello") + _meld_row(2, "Hi", uid=1)).encode("utf-8")
+    body = body.replace(b",Hi,", b",H\xff\xfei,")
+    write_meld(tmp_path, body)
+    with pytest.raises(DialogueError, match=r"train_sent_emo\.csv:3: undecodable bytes b'\\xff' at column 4"):
+        load_split("meld", "train", tmp_path)
+
+
+def test_meld_mojibake_is_repaired_and_reported(tmp_path):
+    write_meld(tmp_path, MELD_HEADER + _meld_row(1, "You\u00e2\u20ac\u2122re here"))
+    ds = load_split("meld", "train", tmp_path)
+    assert ds[0][0].text == "You’re here"
+    assert ds.report.counts == {"mojibake_repaired": 1}
+    assert "train_sent_emo.csv:2" in ds.report.messages[0]
+
+
+# --------------------------------------------------------------------------------------- DailyDialog
+def test_dailydialog_small_folder(tmp_path):
+    write_dailydialog(tmp_path, "Hi . __eou__ Hello ! __eou__\nBye . __eou__\n", "0 4\n0\n", "2 1\n1\n")
+    ds = load_split("dailydialog", "train", tmp_path)
+    assert [[(t.speaker, t.text, t.labels) for t in d] for d in ds] == [
+        [("A", "Hi .", {"emotion": "neutral", "act": "question"}), ("B", "Hello !", {"emotion": "happiness", "act": "inform"})],
+        [("A", "Bye .", {"emotion": "neutral", "act": "inform"})],
+    ]
+    assert not ds.report
+
+
+def test_dailydialog_label_count_mismatch_is_an_error(tmp_path):
+    path = write_dailydialog(tmp_path, "Hi . __eou__ Hello ! __eou__\nA . __eou__ B . __eou__ C . __eou__\n", "0 0\n0 0\n", "1 1\n1 1\n")
+    with pytest.raises(DialogueError, match=r"dialogues_train\.txt:2: 3 utterances but 2 labels in dialogues_emotion_train\.txt:2") as info:
+        load_split("dailydialog", "train", tmp_path)
+    assert str(path) in str(info.value)
+
+
+def test_dailydialog_line_count_mismatch(tmp_path):
+    write_dailydialog(tmp_path, "Hi . __eou__\nYo . __eou__\n", "0\n", "1\n1\n")
+    with pytest.raises(DialogueError, match=r"dialogues_train\.txt: 2 lines, but dialogues_emotion_train\.txt has 1"):
+        load_split("dailydialog", "train", tmp_path)
+
+
+def test_dailydialog_unknown_label_and_empty_utterance(tmp_path):
+    write_dailydialog(tmp_path, "Hi . __eou__\n", "9\n", "1\n")
+    with pytest.raises(DialogueError, match=r"dialogues_emotion_train\.txt:1: emotion label #1: unknown label '9'; allowed: 0 \(neutral\)"):
+        load_split("dailydialog", "train", tmp_path)
+    write_dailydialog(tmp_path, "Hi . __eou__  __eou__ Yo __eou__\n", "0 0 0\n", "1 1 1\n")
+    with pytest.raises(DialogueError, match=r"dialogues_train\.txt:1: utterance 2: empty text"):
+        load_split("dailydialog", "train", tmp_path)
+
+
+def test_dailydialog_undecodable_bytes(tmp_path):
+    write_dailydialog(tmp_path, b"Hi . __eou__\nH\xff\xfei . __eou__\n", "0\n0\n", "1\n1\n")
+    with pytest.raises(DialogueError, match=r"dialogues_train\.txt:2: undecodable bytes b'\\xff' at column 2"):
+        load_split("dailydialog", "train", tmp_path)
+
+
+# ------------------------------------------------------------------------------------------ EmoryNLP
+def write_emory(root: Path, data, split="train") -> Path:
+    folder = root / "emorynlp"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{split}_data.json"
+    path.write_bytes(data if isinstance(data, bytes) else json.dumps(data, indent=1).encode("utf-8"))
+    return path
+
+
+def test_emorynlp_errors(tmp_path):
+    good = {"text": "Hi", "speaker": "Ross Geller", "label": "Joyful"}
+    write_emory(tmp_path, [[good, {"text": "Yo", "label": "Mad"}]])
+    with pytest.raises(DialogueError, match=r"train_data\.json: scenes\[0\]\[1\]\.speaker: missing speaker"):
+        load_split("emorynlp", "train", tmp_path)
+    write_emory(tmp_path, [[good], [{"text": "Yo", "speaker": "Joey", "label": "Angry"}]])
+    with pytest.raises(DialogueError, match=r"train_data\.json: scenes\[1\]\[0\]\.label: unknown label 'Angry'; allowed: Neutral, Joyful"):
+        load_split("emorynlp", "train", tmp_path)
+    write_emory(tmp_path, [[{"text": "  ", "speaker": "Joey", "label": "Mad"}]])
+    with pytest.raises(DialogueError, match=r"train_data\.json: scenes\[0\]\[0\]\.text: empty text"):
+        load_split("emorynlp", "train", tmp_path)
+    write_emory(tmp_path, b'[[{"text": "Hi",\n  "speaker": "Ross" "label": "Mad"}]]')
+    with pytest.raises(DialogueError, match=r"train_data\.json:2: malformed JSON \(column \d+\): Expecting ','"):
+        load_split("emorynlp", "train", tmp_path)
+    write_emory(tmp_path, b'[[{"text": "Hi",\n"speaker": "R\xff\xfe", "label": "Mad"}]]')
+    with pytest.raises(DialogueError, match=r"train_data\.json:2: undecodable bytes"):
+        load_split("emorynlp", "train", tmp_path)
+
+
+def test_emorynlp_speaker_list_joined_and_reported(tmp_path):
+    scene = [{"transcript": "Hey", "speakers": ["Chandler Bing", "Joey Tribbiani"], "emotion": "Joyful"},
+             {"transcript": "Hi", "speakers": ["Ross Geller"], "emotion": "Neutral"}]
+    write_emory(tmp_path, [scene], split="dev")
+    ds = load_split("emorynlp", "dev", tmp_path)
+    assert [t.speaker for t in ds[0]] == ["Chandler Bing Joey Tribbiani", "Ross Geller"]
+    assert ds.report.counts == {"speaker_list_joined": 1}
+    assert "dev_data.json: scenes[0][0].speakers" in ds.report.messages[0]
+
+
+# ---------------------------------------------------------------------------------------------- SwDA
+def write_swda(root: Path, lines: bytes, convs=("2001",), labels: str | None = None) -> Path:
+    folder = root / "swda"
+    (folder / "train").mkdir(parents=True, exist_ok=True)
+    (folder / "metadata").mkdir(parents=True, exist_ok=True)
+    (folder / "metadata" / "train_split.txt").write_text("\n".join(convs), encoding="utf-8")
+    if labels is not None:
+        (folder / "metadata" / "labels.txt").write_text(labels, encoding="utf-8")
+    path = folder / "train" / f"{convs[0]}.txt"
+    path.write_bytes(lines)
+    return path
+
+
+def test_swda_pipes_in_text_and_blank_lines(tmp_path):
+    write_swda(tmp_path, b"A|Okay.|fo_o_fw_\"_by_bc\n\nB|a | b|sd\n")
+    ds = load_split("swda", "train", tmp_path)
+    assert [(t.speaker, t.text, t.label("act")) for t in ds[0]] == [("A", "Okay.", 'fo_o_fw_"_by_bc'), ("B", "a | b", "sd")]
+    assert ds.report.counts == {"blank_line": 1}
+    assert "swda/train/2001.txt:2" in ds.report.messages[0]
+
+
+@pytest.mark.parametrize(
+    "line, pattern",
+    [
+        (b"A|no tag", r"2001\.txt:2: expected Speaker\|Text\|tag"),
+        (b"A||sd", r"2001\.txt:2: empty text"),
+        (b"|Hello|sd", r"2001\.txt:2: missing speaker"),
+        (b"A|Hello|zz", r"2001\.txt:2: unknown label 'zz'; allowed: sd, b, sv"),
+        (b"A|H\xff\xfeello|sd", r"2001\.txt:2: undecodable bytes b'\\xff' at column 4"),
+    ],
+)
+def test_swda_errors(tmp_path, line, pattern):
+    write_swda(tmp_path, b"B|Hi.|sd\n" + line + b"\n")
+    with pytest.raises(DialogueError, match=pattern):
+        load_split("swda", "train", tmp_path)
+
+
+def test_swda_listed_file_missing_and_unlisted_file(tmp_path):
+    write_swda(tmp_path, b"A|Hi.|sd\n", convs=("2001", "2002"))
+    with pytest.raises(DialogueError, match=r"2002\.txt: conversation 2002 is listed"):
+        load_split("swda", "train", tmp_path)
+    write_swda(tmp_path, b"A|Hi.|sd\n", convs=("2001",))
+    (tmp_path / "swda" / "train" / "2003.txt").write_text("A|Yo.|sd\n", encoding="utf-8")
+    (tmp_path / "swda" / "train" / "2002.txt").unlink(missing_ok=True)
+    ds = load_split("swda", "train", tmp_path)
+    assert len(ds) == 1 and ds.report.counts == {"unlisted_conversation_file": 1}
+
+
+def test_swda_label_file_must_match(tmp_path):
+    write_swda(tmp_path, b"A|Hi.|sd\n", labels="sd\nb\n")
+    with pytest.raises(DialogueError, match=r"labels\.txt: tag list differs"):
+        load_split("swda", "train", tmp_path)
+
+
+# -------------------------------------------------------------------------------------------- MuTual
+def write_mutual(root: Path, files: dict[str, dict | bytes], sub="mutual", split="dev") -> Path:
+    folder = root / "mutual" / sub / split
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        data = content if isinstance(content, bytes) else json.dumps(content).encode("utf-8")
+        (folder / name).write_bytes(data)
+    return folder
+
+
+def _item(i, answers="B", article="m : hello . f : hi , how are you ?", split="dev"):
+    return {"answers": answers, "options": ["m : fine .", "m : good , thanks .", "m : bad .", "m : ok ."],
+            "article": article, "id": f"{split}_{i}"}
+
+
+def test_mutual_small_folder_order_speakers_hidden(tmp_path):
+    write_mutual(tmp_path, {f"dev_{i}.txt": _item(i) for i in (1, 2, 10)})
+    write_mutual(tmp_path, {"test_1.txt": _item(1, answers=" ", split="test")}, split="test")
+    ds = load_split("mutual", "dev", tmp_path)
+    assert [it.id for it in ds] == ["dev_1", "dev_2", "dev_10"]
+    item = ds[0]
+    assert [(t.speaker, t.text) for t in item.context] == [("m", "hello ."), ("f", "hi , how are you ?")]
+    assert [(c.speaker, c.text) for c in item.candidates][1] == ("m", "good , thanks .")
+    assert item.answer == 1
+    assert load_split("mutual", "test", tmp_path)[0].answer is None
+
+
+def test_mutual_plus_markers(tmp_path):
+    item = {"answers": "D", "article": "M: Hi, Della. F: Only 4 days.M: Great! M;F: Who knows? M : Me.",
+            "options": ["F: A.", "F: B.", "F: C.", "F: D."], "id": "train_1"}
+    write_mutual(tmp_path, {"train_1.txt": item}, sub="mutual_plus", split="train")
+    ds = load_split("mutual-plus", "train", tmp_path)
+    ctx = ds[0].context
+    assert [(t.speaker, t.text) for t in ctx] == [("m", "Hi, Della."), ("f", "Only 4 days."), ("m", "Great!"), ("m;f", "Who knows?"), ("m", "Me.")]
+    assert ds.report.counts == {"glued_speaker_marker": 1, "ambiguous_speaker_marker": 1, "spaced_speaker_marker": 1}
+    assert all("mutual/mutual_plus/train/train_1.txt: article: turn" in m for m in ds.report.messages)
+    assert ds[0].answer == 3 and [c.speaker for c in ds[0].candidates] == ["f"] * 4
+
+
+@pytest.mark.parametrize(
+    "content, pattern",
+    [
+        (b'{"answers": "A", "options": [\n"m : a"', r"dev_1\.txt:2: malformed JSON"),
+        (_item(1, answers="E"), r"dev_1\.txt: answers: unknown label 'E'; allowed: A, B, C, D"),
+        (_item(1, article="hello there"), r"dev_1\.txt: article: no speaker marker"),
+        (_item(1, article="well m : hello"), r"dev_1\.txt: article: text before the first speaker marker"),
+        (_item(1, article="m : hello f :  "), r"dev_1\.txt: article: turn 2 \('f :'\): empty text"),
+        ({k: v for k, v in _item(1).items() if k != "options"}, r"dev_1\.txt: options: missing field"),
+        (b'{"answers": "A", "article": "m : h\xff"}', r"dev_1\.txt:1: undecodable bytes"),
+    ],
+)
+def test_mutual_errors(tmp_path, content, pattern):
+    write_mutual(tmp_path, {"dev_1.txt": content})
+    with pytest.raises(DialogueError, match=pattern):
+        load_split("mutual", "dev", tmp_path)
+
+
+def test_incomplete_dataset_folder(tmp_path):
+    (tmp_path / "meld").mkdir()
+    with pytest.raises(DataNotFoundError, match=r"train_sent_emo\.csv: file not found.*looks incomplete.*turnformer data download meld --force"):
+        load_split("meld", "train", tmp_path)
+    (tmp_path / "mutual").mkdir()
+    with pytest.raises(DataNotFoundError, match=r"mutual_plus/dev: split folder not found"):
+        load_split("mutual-plus", "dev", tmp_path)

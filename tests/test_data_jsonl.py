@@ -1,0 +1,183 @@
+"""The generic JSONL conversation format: reader errors, convenience keys, exact round trips."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turnformer.data import LoadReport, read_jsonl, write_jsonl
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
+
+
+def write_lines(path: Path, *lines: str | bytes) -> Path:
+    path.write_bytes(b"".join((l if isinstance(l, bytes) else l.encode("utf-8")) + b"\n" for l in lines))
+    return path
+
+
+def conv(*turns, **extra) -> str:
+    return json.dumps({"turns": list(turns), **extra}, ensure_ascii=False)
+
+
+HI = {"speaker": "A", "text": "Hi"}
+
+
+def test_read_basic_with_labels_ids_meta(tmp_path):
+    path = write_lines(
+        tmp_path / "conv.jsonl",
+        conv({"speaker": "A", "text": "Hi!", "labels": {"emotion": "joy"}, "id": "t1"}, {"speaker": "B", "text": "Hey"},
+             id="c1", meta={"source": "test", "n": [1, 2]}),
+    )
+    (d,) = read_jsonl(path)
+    assert d == Dialogue(turns=(Turn("A", "Hi!", {"emotion": "joy"}, id="t1"), Turn("B", "Hey")), id="c1",
+                         meta={"source": "test", "n": [1, 2]})
+
+
+def test_convenience_label_keys(tmp_path):
+    path = write_lines(
+        tmp_path / "conv.jsonl",
+        conv({"speaker": "A", "text": "Hi", "emotion": "joy", "act": "inform", "sentiment": "positive"},
+             {"speaker": "B", "text": "Yo", "labels": {"topic": "x"}, "emotion": "neutral"}),
+    )
+    (d,) = read_jsonl(path)
+    assert d[0].labels == {"emotion": "joy", "act": "inform", "sentiment": "positive"}
+    assert d[1].labels == {"topic": "x", "emotion": "neutral"}
+    write_jsonl([d], tmp_path / "out.jsonl")
+    written = json.loads((tmp_path / "out.jsonl").read_text(encoding="utf-8"))
+    assert written["turns"][0] == {"speaker": "A", "text": "Hi", "labels": {"emotion": "joy", "act": "inform", "sentiment": "positive"}}
+
+
+def test_convenience_key_conflict(tmp_path):
+    path = write_lines(tmp_path / "conv.jsonl", conv({"speaker": "A", "text": "Hi", "emotion": "joy", "labels": {"emotion": "sad"}}))
+    with pytest.raises(DialogueError, match=r"conv\.jsonl:1: turns\[0\]\.emotion: 'joy' disagrees with labels\.emotion = 'sad'"):
+        read_jsonl(path)
+
+
+def test_blank_lines_and_unknown_fields_are_counted(tmp_path):
+    path = write_lines(tmp_path / "conv.jsonl", "", conv(HI), "   ", conv({**HI, "extra": 1}, foo=2))
+    result = read_jsonl(path)
+    assert len(result) == 2
+    assert result.report.counts == {"blank_line": 2, "unknown_field": 2}
+    assert any("conv.jsonl:1: blank line" in m for m in result.report.messages)
+    assert any("conv.jsonl:4: turns[0].extra" in m for m in result.report.messages)
+    report = LoadReport(source="mine")
+    read_jsonl(path, report=report)
+    assert report.counts["blank_line"] == 2
+
+
+@pytest.mark.parametrize(
+    "line, pattern",
+    [
+        (conv(HI, HI, {"text": "no speaker"}), r"conv\.jsonl:2: turns\[2\]\.speaker: missing speaker"),
+        (conv(HI, {"speaker": "  ", "text": "x"}), r"conv\.jsonl:2: turns\[1\]\.speaker: missing speaker"),
+        (conv(HI, {"speaker": "B", "text": " \n "}), r"conv\.jsonl:2: turns\[1\]\.text: empty text"),
+        (conv(HI, {"speaker": "B"}), r"conv\.jsonl:2: turns\[1\]\.text: missing text"),
+        (conv(HI, {"speaker": "B", "text": 3}), r"conv\.jsonl:2: turns\[1\]\.text: expected a string"),
+        (json.dumps({"turns": []}), r"conv\.jsonl:2: turns: a conversation needs at least one turn"),
+        (json.dumps({"id": "x"}), r"conv\.jsonl:2: turns: missing field"),
+        (json.dumps([1, 2]), r"conv\.jsonl:2: expected a JSON object"),
+        (conv(HI, id=7), r"conv\.jsonl:2: id: expected a string"),
+        (conv(HI, meta=[1]), r"conv\.jsonl:2: meta: expected an object"),
+        (conv({**HI, "labels": {"emotion": 1}}), r"conv\.jsonl:2: turns\[0\]\.labels\.emotion: expected a non-empty string"),
+        (conv({**HI, "labels": ["joy"]}), r"conv\.jsonl:2: turns\[0\]\.labels: expected an object"),
+        ('{"turns": [{"speaker": "A", "text": "Hi"}', r"conv\.jsonl:2: malformed JSON \(column \d+\): Expecting"),
+        ("{bad json}", r"conv\.jsonl:2: malformed JSON \(column 2\): Expecting property name"),
+    ],
+)
+def test_reader_errors_name_file_line_field(tmp_path, line, pattern):
+    path = write_lines(tmp_path / "conv.jsonl", conv(HI), line, conv(HI))
+    with pytest.raises(DialogueError, match=pattern) as info:
+        read_jsonl(path)
+    assert str(info.value).startswith(str(path))
+
+
+def test_unknown_label_names_allowed_set(tmp_path):
+    sets = {"emotion": ["joy", "sad", "neutral"]}
+    path = write_lines(tmp_path / "conv.jsonl", conv({**HI, "labels": {"emotion": "joy", "act": "anything"}}),
+                       conv(HI, {"speaker": "B", "text": "x", "emotion": "angry"}))
+    with pytest.raises(DialogueError, match=r"conv\.jsonl:2: turns\[1\]\.emotion: unknown label 'angry'; allowed: joy, sad, neutral"):
+        read_jsonl(path, label_sets=sets)
+    path = write_lines(tmp_path / "conv.jsonl", conv({**HI, "labels": {"emotion": "happy"}}))
+    with pytest.raises(DialogueError, match=r"conv\.jsonl:1: turns\[0\]\.labels\.emotion: unknown label 'happy'"):
+        read_jsonl(path, label_sets=sets)
+    assert len(read_jsonl(path)) == 1  # without label sets any label is accepted
+
+
+def test_undecodable_bytes_name_line(tmp_path):
+    path = write_lines(tmp_path / "conv.jsonl", conv(HI), conv(HI), b'{"turns": [{"speaker": "A", "text": "H\xff\xfei"}]}')
+    with pytest.raises(DialogueError, match=r"conv\.jsonl:3: undecodable bytes b'\\xff' at column \d+"):
+        read_jsonl(path)
+
+
+def test_crlf_bom_and_unicode_line_separators(tmp_path):
+    path = tmp_path / "conv.jsonl"
+    text = "a\u2028b\u0085c\x0cd"
+    path.write_bytes(b"\xef\xbb\xbf" + conv({"speaker": "A", "text": text}).encode("utf-8") + b"\r\n" + conv(HI).encode() + b"\r\n")
+    result = read_jsonl(path)
+    assert [d[0].text for d in result] == [text, "Hi"]
+    assert result.report.counts == {"bom_removed": 1}
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothere.jsonl"):
+        read_jsonl(tmp_path / "nothere.jsonl")
+
+
+def test_writer_is_atomic(tmp_path):
+    path = tmp_path / "out.jsonl"
+    write_jsonl([Dialogue.from_turns([("A", "one")])], path)
+    before = path.read_bytes()
+    bad = Dialogue(turns=(Turn("A", "x"),), meta={"f": float("nan")})
+    with pytest.raises(DialogueError, match="cannot be written as JSON"):
+        write_jsonl([Dialogue.from_turns([("A", "two")]), bad], path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no temporary file left behind
+
+
+def test_writer_response_selection_items(tmp_path):
+    ctx = Dialogue.from_turns([("m", "hello ."), ("f", "hi .")], id="dev_1")
+    item = ResponseSelectionItem(context=ctx, candidates=(Turn("m", "a"), Turn("m", "b")), answer=1, id="dev_1")
+    write_jsonl([item], tmp_path / "rs.jsonl")
+    (d,) = read_jsonl(tmp_path / "rs.jsonl")
+    assert d.turns == ctx.turns and d.meta == {"candidates": [{"speaker": "m", "text": "a"}, {"speaker": "m", "text": "b"}], "answer": 1}
+
+
+# ----------------------------------------------------------------------------------- round trip
+_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30).filter(lambda s: s.strip())
+_json_scalar = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False) | _text
+_json = st.recursive(_json_scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
+_turn = st.builds(
+    Turn,
+    speaker=_text,
+    text=_text,
+    labels=st.dictionaries(st.sampled_from(["emotion", "act", "sentiment", "topic"]), _text, max_size=3),
+    id=st.none() | _text,
+)
+_dialogue = st.builds(
+    Dialogue,
+    turns=st.lists(_turn, min_size=1, max_size=5).map(tuple),
+    id=st.none() | _text,
+    meta=st.dictionaries(st.text(max_size=8), _json, max_size=3),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_dialogue, max_size=6))
+def test_write_read_round_trip(dialogues):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "round.jsonl"
+        assert write_jsonl(dialogues, path) == len(dialogues)
+        raw = path.read_bytes()
+        raw.decode("utf-8")  # valid UTF-8
+        assert raw.count(b"\n") == len(dialogues)
+        back = read_jsonl(path)
+        assert list(back) == dialogues
+        assert not back.report
+        write_jsonl(back, path)  # and writing what was read gives the same bytes
+        assert path.read_bytes() == raw
+        assert os.listdir(tmp) == ["round.jsonl"]
