@@ -1,0 +1,244 @@
+"""DialogXL (Shen et al., AAAI 2021): emotion recognition with utterance recurrence and
+dialog-aware self-attention, on the project's structured encoder.
+
+Per conversation and per layer, a memory holds the token states of earlier utterances (the
+hidden states that entered that layer), without special tokens or padding, truncated to the
+newest ``mem_len`` tokens and detached. Each step feeds utterance t of every conversation in the
+batch; conversations that have ended are padding for the rest of the batch. Heads are split
+[local | global | speaker | listener]; the structure restricts memory keys only, the current
+utterance is visible to every head (official code). The classifier reads the final [CLS] state:
+300-d ReLU, then linear.
+
+Differences from the paper, by necessity or choice: the backbone is a BERT-type encoder
+(all-MiniLM-L6-v2 offline) with absolute positions, so each utterance is encoded from position 0
+and memory states keep the positions they were computed with (XLNet's relative attention is not
+implemented yet); special tokens are [CLS] ... [SEP] and both stay out of memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from turnformer.backbones import StructuredEncoder
+from turnformer.structure import TokenMeta, dialogxl_layout
+
+
+@dataclass
+class DialogXLConfig:
+    num_labels: int
+    backbone: str = "all-MiniLM-L6-v2"
+    heads: tuple[int, int, int, int] = (5, 5, 1, 1)  # local, global, speaker, listener
+    window: int = 5
+    mem_len: int = 400
+    max_utterance_tokens: int = 128
+    classifier_hidden: int = 300
+    dropout: float = 0.1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DialogXLConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown DialogXL config keys: {sorted(unknown)}")
+        data = dict(data)
+        if "heads" in data:
+            data["heads"] = tuple(data["heads"])
+        return cls(**data)
+
+
+@dataclass
+class Memory:
+    """Per-conversation memory: per-layer states [B, M, hidden] and their token metadata [B, M]."""
+
+    states: list[torch.Tensor]
+    meta: TokenMeta
+
+    @property
+    def length(self) -> int:
+        return self.meta.shape[1]
+
+    @staticmethod
+    def empty(batch: int, num_layers: int, hidden: int, device=None) -> "Memory":
+        meta = TokenMeta.from_lists([[] for _ in range(batch)], [[] for _ in range(batch)]).to(device or "cpu")
+        return Memory([torch.zeros(batch, 0, hidden, device=device) for _ in range(num_layers)], meta)
+
+    def waste_rate(self) -> float:
+        """Share of memory slots that hold padding (utterance recurrence keeps this near zero)."""
+        return float(self.meta.is_padding.float().mean()) if self.length else 0.0
+
+
+def update_memory(memory: Memory, layer_inputs: Sequence[torch.Tensor], current: TokenMeta, mem_len: int) -> Memory:
+    """Append the current utterance's real, non-special token states; keep the newest ``mem_len``
+    per conversation. Vectorised: one stable sort moves the kept tokens to the front of each row."""
+    keep_current = current.is_real & ~current.is_special
+    meta = TokenMeta.concat([memory.meta, current])
+    valid = torch.cat([memory.meta.is_real, keep_current], dim=1)
+    valid_from_end = valid.flip(1).cumsum(1).flip(1)  # valid tokens at or after each position
+    keep = valid & (valid_from_end <= mem_len)
+    new_length = int(keep.sum(1).max()) if keep.numel() else 0
+    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :new_length]
+    kept = keep.gather(1, order)
+
+    def take(x: torch.Tensor) -> torch.Tensor:
+        return x.gather(1, order)
+
+    new_meta = TokenMeta(
+        utterance=take(meta.utterance), speaker=take(meta.speaker), position=take(meta.position),
+        order=take(meta.order), is_special=take(meta.is_special), is_padding=~kept, head=take(meta.head),
+    )
+    states = []
+    for old, new in zip(memory.states, layer_inputs):
+        joined = torch.cat([old, new.detach()], dim=1)
+        states.append(joined.gather(1, order.unsqueeze(-1).expand(-1, -1, joined.shape[-1])))
+    return Memory(states, new_meta)
+
+
+@dataclass
+class ConversationBatch:
+    """A batch of conversations, fed one utterance index at a time.
+
+    ``steps[t]`` holds utterance t of every conversation: token ids [B, T_t] (rows of ended
+    conversations are all padding). ``speakers`` and ``labels`` are [B, N] (-1 / -100 where absent).
+    """
+
+    steps: list[torch.Tensor]
+    speakers: torch.Tensor
+    labels: torch.Tensor
+    lengths: list[int]
+    ids: list[str | None] = field(default_factory=list)
+
+    def to(self, device) -> "ConversationBatch":
+        return ConversationBatch([s.to(device) for s in self.steps], self.speakers.to(device), self.labels.to(device), self.lengths, self.ids)
+
+
+class DialogXL(nn.Module):
+    def __init__(self, config: DialogXLConfig, encoder: StructuredEncoder, cls_id: int, sep_id: int, pad_id: int):
+        super().__init__()
+        heads = encoder.config.num_attention_heads
+        if sum(config.heads) != heads:
+            raise ValueError(f"head counts {config.heads} sum to {sum(config.heads)}, but the backbone has {heads} heads")
+        self.config = config
+        self.encoder = encoder
+        self.layout = dialogxl_layout(*config.heads, window=config.window)
+        self.special_ids = (cls_id, sep_id)
+        self.pad_id = pad_id
+        hidden = encoder.config.hidden_size
+        self.classifier = nn.Sequential(
+            nn.Linear(hidden, config.classifier_hidden), nn.ReLU(), nn.Dropout(config.dropout),
+            nn.Linear(config.classifier_hidden, config.num_labels),
+        )
+
+    def config_dict(self) -> dict:
+        return self.config.to_dict()
+
+    def empty_memory(self, batch: int) -> Memory:
+        device = next(self.parameters()).device
+        return Memory.empty(batch, self.encoder.num_layers, self.encoder.config.hidden_size, device)
+
+    def current_meta(self, input_ids: torch.Tensor, turn: int, speakers: torch.Tensor, memory: Memory) -> TokenMeta:
+        batch, length = input_ids.shape
+        padding = input_ids == self.pad_id
+        special = (input_ids == self.special_ids[0]) | (input_ids == self.special_ids[1])
+        position = torch.arange(length, device=input_ids.device).expand(batch, length)
+        start = memory.meta.order.amax(1, keepdim=True) + 1 if memory.length else torch.zeros(batch, 1, dtype=torch.long, device=input_ids.device)
+        return TokenMeta(
+            utterance=torch.full_like(input_ids, turn).masked_fill(padding, -1),
+            speaker=speakers.unsqueeze(1).expand(batch, length).masked_fill(padding, -1),
+            position=position,
+            order=start + position,
+            is_special=special & ~padding,
+            is_padding=padding,
+            head=torch.full_like(input_ids, -1),
+        )
+
+    def step(
+        self, input_ids: torch.Tensor, turn: int, speakers: torch.Tensor, memory: Memory, output_attentions: bool = False
+    ) -> tuple[torch.Tensor, Memory, object]:
+        """Encode utterance ``turn`` of each conversation against its memory.
+
+        Returns the [CLS] states [B, hidden], the updated memory and the encoder output.
+        """
+        current = self.current_meta(input_ids, turn, speakers, memory)
+        keys = TokenMeta.concat([memory.meta, current])
+        head_masks = self.layout.build(current, keys)  # built once, shared by every layer
+        out = self.encoder(
+            input_ids,
+            attention_mask=head_masks,
+            memory=memory.states if memory.length else None,
+            output_hidden_states=True,
+            output_attentions=output_attentions,
+        )
+        memory = update_memory(memory, out.hidden_states[:-1], current, self.config.mem_len)
+        return out.last_hidden_state[:, 0], memory, out
+
+    def logits_per_step(self, batch: ConversationBatch) -> list[torch.Tensor]:
+        memory = self.empty_memory(len(batch.lengths))
+        logits = []
+        for t, input_ids in enumerate(batch.steps):
+            cls_state, memory, _ = self.step(input_ids, t, batch.speakers[:, t], memory)
+            logits.append(self.classifier(cls_state))
+        return logits
+
+    def loss(self, batch: ConversationBatch) -> torch.Tensor:
+        logits = torch.stack(self.logits_per_step(batch), dim=1)  # [B, N, labels]
+        return nn.functional.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=-100)
+
+    @torch.no_grad()
+    def predict(self, batch: ConversationBatch) -> tuple[list[int], list[int]]:
+        logits = torch.stack(self.logits_per_step(batch), dim=1)
+        labelled = batch.labels != -100
+        return batch.labels[labelled].tolist(), logits.argmax(-1)[labelled].tolist()
+
+    @torch.no_grad()
+    def probabilities(self, batch: ConversationBatch) -> torch.Tensor:
+        """[B, N, labels] class probabilities of every utterance."""
+        return torch.stack(self.logits_per_step(batch), dim=1).softmax(-1)
+
+
+class DialogXLSession:
+    """Streaming prediction: feed a conversation one utterance at a time.
+
+    The memory is capped at ``mem_len`` tokens, so once it is full the cost of a new utterance no
+    longer grows with the conversation. Speakers are numbered in order of first appearance.
+    """
+
+    def __init__(self, model: DialogXL, tokenizer, labels: Sequence[str]):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.labels = list(labels)
+        self.reset()
+
+    def reset(self) -> None:
+        self.memory = self.model.empty_memory(1)
+        self.speakers: dict[str, int] = {}
+        self.turn = 0
+
+    @torch.no_grad()
+    def add(self, speaker: str, text: str) -> dict:
+        if not speaker or not speaker.strip():
+            raise ValueError("missing speaker")
+        if not text or not text.strip():
+            raise ValueError("empty utterance")
+        ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
+        limit = self.model.config.max_utterance_tokens
+        truncated = len(ids) > limit
+        if truncated:
+            ids = ids[: limit - 1] + ids[-1:]
+        device = next(self.model.parameters()).device
+        speaker_id = self.speakers.setdefault(speaker, len(self.speakers))
+        input_ids = torch.tensor([ids], device=device)
+        cls_state, self.memory, _ = self.model.step(input_ids, self.turn, torch.tensor([speaker_id], device=device), self.memory)
+        self.turn += 1
+        probs = self.model.classifier(cls_state).softmax(-1)[0].tolist()
+        best = max(range(len(probs)), key=probs.__getitem__)
+        return {
+            "speaker": speaker, "text": text, "label": self.labels[best],
+            "probabilities": dict(zip(self.labels, probs)), "truncated": truncated,
+        }
