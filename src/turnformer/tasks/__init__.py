@@ -1,0 +1,1 @@
+"""Downstream tasks on dialogues (emotion recognition in conversation, ...) and their metrics."""
