@@ -7,6 +7,7 @@ and exit code 2; no traceback.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -130,6 +131,133 @@ def demo(
     for name, view in views.items():
         path = plot_masks(view, out / name, title=f"{dataset} {dialogue.id}: DialogXL head masks (window 2)")
         console.print(f"wrote {path}")
+
+
+def _checkpoint_paths(checkpoint: Path) -> tuple[Path, dict]:
+    """A run folder or one of its checkpoints (best/, last/) -> (weights folder, run.json)."""
+    weights = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
+    for folder in (checkpoint, checkpoint.parent):
+        if (folder / "run.json").exists():
+            try:
+                return weights, json.loads((folder / "run.json").read_text())
+            except json.JSONDecodeError as e:
+                raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {e}") from None
+    raise DialogueError(f"{checkpoint}: not a turnformer run (no run.json here or one level up)")
+
+
+def _load_trained(checkpoint: Path):
+    from turnformer.tasks.erc import build_dialogxl
+    from turnformer.training import load_checkpoint
+
+    weights, run = _checkpoint_paths(checkpoint)
+    recipe = run["recipe"]
+    model, tokenizer = build_dialogxl(recipe["model_config"], run["labels"], recipe["backbone"])
+    load_checkpoint(weights, model)
+    return model.eval(), tokenizer, run
+
+
+@app.command()
+def train(
+    task: str = typer.Option("erc", help="Task: erc."),
+    model: str = typer.Option("dialogxl", help="Model: dialogxl."),
+    dataset: str = typer.Option("meld", help="Benchmark name, or 'file' with --train-file/--validation-file/--test-file."),
+    recipe: Optional[Path] = typer.Option(None, help="Recipe TOML (default: recipes/TASK-DATASET-MODEL.toml)."),
+    out: Path = typer.Option(..., help="Run folder: checkpoints (last/, best/), run.json, result.json."),
+    seed: int = typer.Option(1),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out from its last checkpoint."),
+    time_budget: Optional[float] = typer.Option(None, help="Stop (checkpointed, resumable) after this many seconds."),
+    limit_dialogues: Optional[int] = typer.Option(None, help="Use only the first N dialogues of each split (quick runs)."),
+    train_file: Optional[Path] = typer.Option(None), validation_file: Optional[Path] = typer.Option(None),
+    test_file: Optional[Path] = typer.Option(None),
+    set_: list[str] = typer.Option([], "--set", help="Override a recipe value: --set train.epochs=2."),
+    data_dir: Optional[Path] = DataDir,
+) -> None:
+    """Fine-tune a model; the test score is taken at the best validation epoch."""
+    from turnformer.recipes import find_recipe, load_recipe
+    from turnformer.tasks.erc import train_erc
+
+    files = {"train_file": train_file, "validation_file": validation_file, "test_file": test_file}
+    try:
+        if task != "erc" or model != "dialogxl":
+            raise DialogueError(f"task {task!r} with model {model!r} is not available yet; available: erc with dialogxl")
+        path = recipe or find_recipe(task, model, "file" if dataset == "file" else dataset)
+        overrides = list(set_) + [f'{k}="{v}"' for k, v in files.items() if v is not None]
+        result = train_erc(load_recipe(path, overrides), out, seed, data_dir, resume, time_budget, limit_dialogues)
+    except (DialogueError, ValueError, OSError) as e:
+        fail(str(e))
+    summary = {
+        "best_epoch": result.best_epoch, "validation_at_best": result.best_validation and result.best_validation.get("primary"),
+        "test_at_best": result.test_at_best and result.test_at_best.get("primary"), "train_seconds": result.train_seconds,
+        "stopped_early": result.stopped_early, "stop_reason": result.stop_reason,
+    }
+    (out / "result.json").write_text(json.dumps({**summary, "history": result.history}, indent=2, default=str) + "\n")
+    console.print_json(data=summary)
+
+
+@app.command()
+def evaluate(
+    checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
+    split: str = typer.Option("test", help="train, validation or test."),
+    confusion: Optional[Path] = typer.Option(None, help="Write a confusion-matrix PNG here."),
+    data_dir: Optional[Path] = DataDir,
+) -> None:
+    """Score a trained model on a split of its recipe's dataset."""
+    from turnformer.tasks.erc import encode_conversations, evaluate as evaluate_erc, load_erc_data, make_batches
+    from turnformer.tasks.metrics import confusion_matrix_plot
+    from turnformer.training import predict_all
+
+    try:
+        model, tokenizer, run = _load_trained(checkpoint)
+        recipe, labels = run["recipe"], run["labels"]
+        splits, _ = load_erc_data(recipe, data_dir)
+        encoded, _ = encode_conversations(splits[split], tokenizer, recipe.get("label_kind", "emotion"), labels, model.config.max_utterance_tokens)
+        batches = make_batches(encoded, 8, tokenizer.pad_token_id)
+    except (DialogueError, ValueError, OSError, KeyError) as e:
+        fail(str(e))
+    metrics = evaluate_erc(model, batches, labels, recipe["dataset"])
+    if confusion is not None:
+        gold, pred = predict_all(model, batches)
+        confusion_matrix_plot([labels[i] for i in gold], [labels[i] for i in pred], labels, confusion)
+    console.print_json(data={k: v for k, v in metrics.items() if k != "per_class"})
+
+
+@app.command()
+def predict(
+    checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
+    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT."),
+    out: Optional[Path] = typer.Option(None, help="Write JSONL here (one line per utterance); default a table."),
+    data_dir: Optional[Path] = DataDir,
+) -> None:
+    """Label every utterance of every conversation in a file, with probabilities."""
+    from rich.table import Table
+
+    from turnformer.tasks.erc import encode_conversations, make_batch
+
+    try:
+        model, tokenizer, run = _load_trained(checkpoint)
+        dialogues = load_input(input, data_dir)
+    except (DialogueError, ValueError, OSError, KeyError) as e:
+        fail(str(e))
+    labels = run["labels"]
+    rows = []
+    for dialogue in dialogues:
+        (encoded,), _ = encode_conversations([dialogue], tokenizer, "", labels, model.config.max_utterance_tokens)
+        probs = model.probabilities(make_batch([encoded], tokenizer.pad_token_id))[0]
+        for i, (turn, p) in enumerate(zip(dialogue.turns, probs)):
+            rows.append({
+                "dialogue": dialogue.id, "turn": i, "speaker": turn.speaker, "text": turn.text,
+                "label": labels[int(p.argmax())], "probabilities": {lab: round(float(x), 4) for lab, x in zip(labels, p)},
+            })
+    if out is not None:
+        tmp = out.with_name(out.name + ".tmp")  # atomic: a crash never leaves half a file
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        os.replace(tmp, out)
+        err.print(f"wrote {len(rows)} predictions to {out}")
+        return
+    table = Table("dialogue", "turn", "speaker", "text", run["recipe"].get("label_kind", "label"), "p")
+    for r in rows:
+        table.add_row(str(r["dialogue"]), str(r["turn"]), r["speaker"], r["text"], r["label"], f"{r['probabilities'][r['label']]:.2f}")
+    console.print(table)
 
 
 def main() -> None:

