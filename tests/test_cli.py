@@ -111,8 +111,13 @@ def test_plot_masks_malformed_file(tmp_path):
 
 
 def test_demo_on_real_data(data_dir, tmp_path):
-    result = runner.invoke(app, ["demo", "--out", str(tmp_path), "--data-dir", str(data_dir)])
+    """The demo's whole path on real MELD files, with the fine-tune shrunk to a few dialogues."""
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path), "--data-dir", str(data_dir),
+                                 "--train-dialogues", "3", "--eval-dialogues", "3"])
     assert result.exit_code == 0, result.output
-    assert "11118" in result.output  # DailyDialog train dialogues, as SOURCES.md counts them
+    assert "1038" in result.output  # MELD train dialogues, as SOURCES.md counts them
+    assert "on the first 3 test dialogues" in result.output
     assert (tmp_path / "masks-utterances.png").stat().st_size > 1000
     assert (tmp_path / "masks-last-utterance.png").stat().st_size > 1000
+    assert (tmp_path / "run" / "best" / "model.safetensors").exists()
+    assert "annotated one utterance at a time" in result.output

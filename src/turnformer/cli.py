@@ -18,6 +18,7 @@ from rich.console import Console
 from turnformer.backbones.cli import backbone_app
 from turnformer.data.cli import data_app
 from turnformer.dialogue import Dialogue, DialogueError
+from turnformer.tasks.erc import load_trained
 
 app = typer.Typer(help="Multi-turn, multi-party dialogue modelling with structure-aware Transformers.", no_args_is_help=True)
 plot_app = typer.Typer(help="Figures: attention masks of a conversation.", no_args_is_help=True)
@@ -103,58 +104,62 @@ def plot_masks_command(
 
 @app.command()
 def demo(
-    dataset: str = typer.Option("dailydialog", help="Benchmark to summarise."),
-    out: Path = typer.Option(Path("out/demo"), help="Folder for the figures."),
+    dataset: str = typer.Option("meld", help="Benchmark for the emotion-recognition demo."),
+    out: Path = typer.Option(Path("out/demo"), help="Folder for the figures and the run."),
+    train_dialogues: int = typer.Option(300, help="Fine-tune on the first N training dialogues (bounds the time)."),
+    eval_dialogues: Optional[int] = typer.Option(None, help="Score on the first N validation/test dialogues (default all)."),
+    epochs: int = typer.Option(1, help="Fine-tuning epochs."),
+    seed: int = typer.Option(1),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
-    """Statistics of a real dataset, and the DialogXL masks of one of its conversations."""
-    from turnformer.data import load_split
+    """Emotion recognition end to end: dataset statistics, DialogXL's masks on one conversation,
+    a fine-tune bounded to a few minutes, its test score, and a conversation annotated."""
     from turnformer.data.stats import dataset_stats, print_stats
     from turnformer.plots import mask_view, plot_masks
+    from turnformer.recipes import find_recipe, load_recipe
+    from turnformer.tasks.erc import load_erc_data, train_erc
 
     try:
-        stats = dataset_stats(dataset, data_dir)
-        print_stats(stats, console)
-        dialogue = next(d for d in load_split(dataset, "test", data_dir).items if 5 <= len(d) <= 8)
+        print_stats(dataset_stats(dataset, data_dir), console)
+        recipe = load_recipe(find_recipe("erc", "dialogxl", dataset), [f"train.epochs={epochs}"])
+        splits, labels = load_erc_data(recipe, data_dir)
     except (DialogueError, FileNotFoundError, OSError) as e:
         fail(str(e))
-    console.print(f"\nConversation {dialogue.id} ({len(dialogue)} turns):")
-    for i, turn in enumerate(dialogue.turns):
-        labels = " ".join(f"{k}={v}" for k, v in turn.labels.items())
-        console.print(f"  u{i} [bold]{turn.speaker}[/bold]: {turn.text}  [dim]{labels}[/dim]", highlight=False)
+    sample = next((d for d in splits["test"] if 5 <= len(d) <= 8 and len(set(d.speakers)) >= 2), splits["test"][0])
+
     # DialogXL's four head types, structure on memory keys only (the current utterance always visible).
-    kinds = ["local(2)|same_utterance", "global", "speaker|same_utterance", "listener|same_utterance"]
+    window = recipe["model_config"]["window"]
+    kinds = [f"local({window})|same_utterance", "global", "speaker|same_utterance", "listener|same_utterance"]
     views = {
-        "masks-utterances.png": mask_view(dialogue, kinds, level="utterances"),
-        "masks-last-utterance.png": mask_view(dialogue, kinds, level="tokens", query_utterance=len(dialogue) - 1),
+        "masks-utterances.png": mask_view(sample, kinds, level="utterances"),
+        "masks-last-utterance.png": mask_view(sample, kinds, level="tokens", query_utterance=len(sample) - 1),
     }
     for name, view in views.items():
-        path = plot_masks(view, out / name, title=f"{dataset} {dialogue.id}: DialogXL head masks (window 2)")
+        path = plot_masks(view, out / name, title=f"{dataset} {sample.id}: DialogXL head masks")
         console.print(f"wrote {path}")
 
+    limits = {"train": train_dialogues}
+    if eval_dialogues is not None:
+        limits.update(validation=eval_dialogues, test=eval_dialogues)
+    console.print(f"\nFine-tuning DialogXL ({recipe['backbone']}) on {train_dialogues} {dataset} training dialogues, {epochs} epoch(s)...")
+    result = train_erc(recipe, out / "run", seed, data_dir, resume=False, limits=limits)
+    test = result.test_at_best or {}
+    scope = "the full test set" if eval_dialogues is None else f"the first {eval_dialogues} test dialogues"
+    console.print(
+        f"test {test.get('primary', float('nan')):.2f} ({'weighted F1' if dataset != 'dailydialog' else 'micro F1 without neutral'}) "
+        f"on {scope}, at best validation epoch {result.best_epoch}; accuracy {test.get('accuracy', float('nan')):.2f}. "
+        f"The paper's DialogXL (XLNet-base, full training): {recipe.get('paper')}."
+    )
 
-def _checkpoint_paths(checkpoint: Path) -> tuple[Path, dict]:
-    """A run folder or one of its checkpoints (best/, last/) -> (weights folder, run.json)."""
-    weights = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
-    for folder in (checkpoint, checkpoint.parent):
-        if (folder / "run.json").exists():
-            try:
-                return weights, json.loads((folder / "run.json").read_text())
-            except json.JSONDecodeError as e:
-                raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {e}") from None
-    raise DialogueError(f"{checkpoint}: not a turnformer run (no run.json here or one level up)")
+    from turnformer.models.dialogxl import DialogXLSession
 
-
-def _load_trained(checkpoint: Path):
-    from turnformer.tasks.erc import build_dialogxl
-    from turnformer.training import load_checkpoint
-
-    weights, run = _checkpoint_paths(checkpoint)
-    recipe = run["recipe"]
-    model, tokenizer = build_dialogxl(recipe["model_config"], run["labels"], recipe["backbone"])
-    load_checkpoint(weights, model)
-    return model.eval(), tokenizer, run
-
+    model, tokenizer, run = load_trained(out / "run")
+    session = DialogXLSession(model, tokenizer, run["labels"])
+    console.print(f"\nConversation {sample.id}, annotated one utterance at a time (predicted / gold):")
+    for turn in sample.turns:
+        p = session.add(turn.speaker, turn.text)
+        console.print(f"  [bold]{turn.speaker}[/bold]: {turn.text}  -> [cyan]{p['label']}[/cyan] "
+                      f"({p['probabilities'][p['label']]:.2f}) / {turn.labels.get(recipe.get('label_kind', 'emotion'))}", highlight=False)
 
 @app.command()
 def train(
@@ -182,7 +187,8 @@ def train(
             raise DialogueError(f"task {task!r} with model {model!r} is not available yet; available: erc with dialogxl")
         path = recipe or find_recipe(task, model, "file" if dataset == "file" else dataset)
         overrides = list(set_) + [f'{k}="{v}"' for k, v in files.items() if v is not None]
-        result = train_erc(load_recipe(path, overrides), out, seed, data_dir, resume, time_budget, limit_dialogues)
+        limits = {split: limit_dialogues for split in ('train', 'validation', 'test')} if limit_dialogues else None
+        result = train_erc(load_recipe(path, overrides), out, seed, data_dir, resume, time_budget, limits)
     except (DialogueError, ValueError, OSError) as e:
         fail(str(e))
     summary = {
@@ -207,7 +213,7 @@ def evaluate(
     from turnformer.training import predict_all
 
     try:
-        model, tokenizer, run = _load_trained(checkpoint)
+        model, tokenizer, run = load_trained(checkpoint)
         recipe, labels = run["recipe"], run["labels"]
         splits, _ = load_erc_data(recipe, data_dir)
         encoded, _ = encode_conversations(splits[split], tokenizer, recipe.get("label_kind", "emotion"), labels, model.config.max_utterance_tokens)
@@ -234,7 +240,7 @@ def predict(
     from turnformer.tasks.erc import encode_conversations, make_batch
 
     try:
-        model, tokenizer, run = _load_trained(checkpoint)
+        model, tokenizer, run = load_trained(checkpoint)
         dialogues = load_input(input, data_dir)
     except (DialogueError, ValueError, OSError, KeyError) as e:
         fail(str(e))

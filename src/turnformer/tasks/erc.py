@@ -8,8 +8,10 @@ steps are spent on rows that have already ended, at no cost to what the model se
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -149,15 +151,15 @@ def build_dialogxl(model_config: dict, labels: list[str], backbone: str):
     return model, tokenizer
 
 
-def prepare_erc(recipe: dict, data_dir=None, limit_dialogues: int | None = None):
+def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = None):
     """Model, tokenizer, labels and batches of every split for an ERC recipe.
 
-    ``limit_dialogues`` keeps the first N dialogues of each split (quick runs and tests); it is
-    recorded in the run's config so no result is mistaken for a full one.
+    ``limits`` keeps the first N dialogues of the named splits (quick runs, the demo, tests); it is
+    recorded in the run's description so no result is mistaken for a full one.
     """
     splits, labels = load_erc_data(recipe, data_dir)
-    if limit_dialogues is not None:
-        splits = {s: d[:limit_dialogues] for s, d in splits.items()}
+    for split, n in (limits or {}).items():
+        splits[split] = splits[split][:n]
     model, tokenizer = build_dialogxl(recipe["model_config"], labels, recipe["backbone"])
     kind = recipe.get("label_kind", "emotion")
     batch_size = int(recipe["train"].get("batch_size", 4))
@@ -169,15 +171,12 @@ def prepare_erc(recipe: dict, data_dir=None, limit_dialogues: int | None = None)
 
 
 def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = False,
-              time_budget_s: float | None = None, limit_dialogues: int | None = None):
+              time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Fine-tune an ERC recipe; returns the `TrainResult` (test score at the best validation epoch)."""
-    import json
-    from pathlib import Path
-
     from turnformer.training import TrainConfig, set_seed, train
 
     set_seed(seed)  # before the classifier is initialised
-    model, _, labels, batches, reports = prepare_erc(recipe, data_dir, limit_dialogues)
+    model, _, labels, batches, reports = prepare_erc(recipe, data_dir, limits)
     settings = recipe["train"]
     config = TrainConfig(
         epochs=int(settings.get("epochs", 4)), lr=float(settings.get("lr", 2e-5)), seed=seed, out_dir=Path(out_dir),
@@ -185,7 +184,7 @@ def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = Fa
         resume=resume, time_budget_s=time_budget_s, save_every_steps=settings.get("save_every_steps", 50),
     )
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    run_info = {"recipe": recipe, "seed": seed, "limit_dialogues": limit_dialogues, "labels": labels,
+    run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": labels,
                 "encode_reports": {s: vars(r) for s, r in reports.items()}}
     (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
     dataset = recipe["dataset"]
@@ -193,3 +192,28 @@ def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = Fa
         model, batches["train"], lambda m, split: evaluate(m, batches[split], labels, dataset), config,
         label_map={"label_kind": recipe.get("label_kind", "emotion"), "labels": labels},
     )
+
+
+def checkpoint_paths(checkpoint) -> tuple[Path, dict]:
+    """A run folder or one of its checkpoints (best/, last/) -> (weights folder, run.json)."""
+    checkpoint = Path(checkpoint)
+    weights = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
+    for folder in (checkpoint, checkpoint.parent):
+        if (folder / "run.json").exists():
+            try:
+                return weights, json.loads((folder / "run.json").read_text())
+            except json.JSONDecodeError as e:
+                raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {e}") from None
+    raise DialogueError(f"{checkpoint}: not a turnformer run (no run.json here or one level up)")
+
+
+def load_trained(checkpoint):
+    """A trained ERC model from a run folder (its best/ checkpoint) or a checkpoint folder:
+    (model in eval mode, tokenizer, run description with the recipe and labels)."""
+    from turnformer.training import load_checkpoint
+
+    weights, run = checkpoint_paths(Path(checkpoint))
+    recipe = run["recipe"]
+    model, tokenizer = build_dialogxl(recipe["model_config"], run["labels"], recipe["backbone"])
+    load_checkpoint(weights, model)
+    return model.eval(), tokenizer, run
