@@ -1,0 +1,470 @@
+"""Two ERC baselines on the same backbone as DialogXL (the DialogXL paper's Table 2 baselines),
+with DialogXL's interface (`loss`, `predict`, `probabilities`, `config_dict`) so that the same
+training loop, `turnformer.tasks.erc.evaluate` and CLI can drive them, and the same classifier head
+(Linear(hidden, 300) -> ReLU -> Dropout -> Linear(300, labels)).
+
+`ConcatContext` (model id ``concat-context``, the paper's BERT baseline)
+    To classify utterance t, the history and the query go in one sequence, in conversation order:
+    ``[CLS] u_0 [SEP] u_1 [SEP] ... u_t [SEP]``, truncated oldest-first (tokens right after [CLS]
+    are dropped) to ``max_length``; the classifier reads the final [CLS] state. Token type ids
+    are 0 for [CLS] and the history, 1 for the query utterance and its [SEP] (BERT's two-segment
+    convention), or all 0 on a backbone with a single token type. Every (conversation, t) pair
+    whose utterance exists is one row; rows are sorted by length and encoded in chunks of at most
+    ``max_rows_per_forward`` rows (this bounds the size of one attention call and the padding per
+    chunk; in training every chunk's graph is still kept until ``backward``). Dropped tokens are
+    counted in ``truncation``.
+
+`SegmentRecurrence` (model id ``segment-recurrence``, XLNet / Transformer-XL style)
+    A conversation becomes one token stream ``u_0 [SEP] u_1 [SEP] ...`` (no [CLS]), cut into
+    segments of ``segment_len`` tokens. The conversations of a batch are processed in parallel,
+    segment by segment; every segment of a batch has the same length, so a conversation's last
+    segment is padded, and a conversation that has run out of segments is all padding while the
+    others go on. Each layer attends to [memory ; current segment], the memory being the newest
+    ``mem_len`` token states that entered that layer in earlier segments (detached), padding
+    included: padding is stored in memory (masked out of attention, so it costs space and compute,
+    not accuracy). Positions restart at 0 in every segment (the backbone has absolute positions;
+    memory states keep the positions they were computed with, as in DialogXL here).
+    Utterance t is classified from the final state of the [SEP] that ends it: there is no
+    per-utterance [CLS] in the stream, and the closing [SEP] is the first token that has seen the
+    whole utterance whichever segment it falls in. Attention inside a segment is bidirectional, as
+    in XLNet's segment recurrence, so that state may also draw on later utterances of the same
+    segment (never on later segments).
+
+Memory waste (`WasteStats`): at every step whose memory is non-empty, the share of the memory
+tensor's slots ([batch, memory length]) that hold padding. ``rate`` averages that share over the
+steps (what averaging DialogXL's ``Memory.waste_rate()`` over steps gives); ``slot_rate`` pools the
+slots of all steps. The memory counted is the one a step reads (before it is updated).
+`utterance_recurrence_waste` measures DialogXL's utterance recurrence the same way, and
+`segment_recurrence_waste_counts` / `utterance_recurrence_waste_counts` compute both from token
+counts alone, mirroring exactly what the models store (for the benchmark on whole datasets).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from turnformer.backbones import StructuredEncoder
+from turnformer.models.dialogxl import ConversationBatch, DialogXL
+from turnformer.structure import SpecialTokens, pack_token_ids
+
+__all__ = [
+    "BASELINES", "ConcatContext", "ConcatContextConfig", "ConcatInputs", "SegmentRecurrence",
+    "SegmentRecurrenceConfig", "WasteStats", "batch_words", "build_baseline", "segment_recurrence_waste_counts",
+    "strip_special", "utterance_recurrence_waste", "utterance_recurrence_waste_counts",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Shared pieces
+
+
+def classifier_head(hidden: int, classifier_hidden: int, dropout: float, num_labels: int) -> nn.Sequential:
+    """DialogXL's head: Linear(hidden, 300) -> ReLU -> Dropout -> Linear(300, labels)."""
+    return nn.Sequential(
+        nn.Linear(hidden, classifier_hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(classifier_hidden, num_labels),
+    )
+
+
+def strip_special(ids: Sequence[int], cls_id: int, sep_id: int, pad_id: int) -> list[int]:
+    """The word ids of one turn given as ``[CLS] tokens [SEP] pad...`` (trailing padding, then a
+    leading [CLS] and a trailing [SEP], are removed)."""
+    ids = list(ids)
+    while ids and ids[-1] == pad_id:
+        ids.pop()
+    if ids and ids[0] == cls_id:
+        ids = ids[1:]
+    if ids and ids[-1] == sep_id:
+        ids = ids[:-1]
+    return ids
+
+
+def batch_words(batch: ConversationBatch, cls_id: int, sep_id: int, pad_id: int) -> list[list[list[int]]]:
+    """Word ids of every existing turn: ``words[b][t]`` for t < ``batch.lengths[b]``."""
+    steps = [s.tolist() for s in batch.steps]
+    return [[strip_special(steps[t][b], cls_id, sep_id, pad_id) for t in range(n)] for b, n in enumerate(batch.lengths)]
+
+
+class _Config:
+    """to_dict / from_dict shared by the baseline configurations."""
+
+    runtime_keys: tuple[str, ...] = ()  # settings that change cost, not results: left out of config_dict
+
+    def to_dict(self) -> dict:
+        return asdict(self)  # type: ignore[call-overload]
+
+    def architecture_dict(self) -> dict:
+        return {k: v for k, v in self.to_dict().items() if k not in self.runtime_keys}
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} keys: {sorted(unknown)}")
+        return cls(**data)
+
+
+class _ERCModel(nn.Module):
+    """Loss / predict / probabilities from a ``logits(batch) -> [B, N, labels]`` method."""
+
+    def logits(self, batch: ConversationBatch) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def config_dict(self) -> dict:
+        return self.config.architecture_dict()
+
+    def loss(self, batch: ConversationBatch) -> torch.Tensor:
+        logits = self.logits(batch)
+        return nn.functional.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=-100)
+
+    @torch.no_grad()
+    def predict(self, batch: ConversationBatch) -> tuple[list[int], list[int]]:
+        logits = self.logits(batch)
+        labelled = batch.labels != -100
+        return batch.labels[labelled].tolist(), logits.argmax(-1)[labelled].tolist()
+
+    @torch.no_grad()
+    def probabilities(self, batch: ConversationBatch) -> torch.Tensor:
+        """[B, N, labels] class probabilities of every utterance (rows past a conversation's end
+        are the classifier applied to a zero state)."""
+        return self.logits(batch).softmax(-1)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+
+# --------------------------------------------------------------------------------------------
+# ConcatContext
+
+
+@dataclass
+class ConcatContextConfig(_Config):
+    num_labels: int
+    backbone: str = "all-MiniLM-L6-v2"
+    max_length: int = 512
+    max_utterance_tokens: int = 128
+    max_rows_per_forward: int = 32
+    classifier_hidden: int = 300
+    dropout: float = 0.1
+
+    runtime_keys = ("max_rows_per_forward",)
+
+
+@dataclass
+class ConcatInputs:
+    """Packed rows of one chunk: ``rows[i] = (b, t)`` is the utterance that row i classifies."""
+
+    input_ids: torch.Tensor  # [R, L]
+    token_type_ids: torch.Tensor  # [R, L]
+    attention_mask: torch.Tensor  # [R, L] bool
+    rows: list[tuple[int, int]]
+    truncated: list[int]  # tokens dropped per row (oldest-first)
+
+
+class ConcatContext(_ERCModel):
+    model_id = "concat-context"
+
+    def __init__(self, config: ConcatContextConfig, encoder: StructuredEncoder, cls_id: int, sep_id: int, pad_id: int):
+        super().__init__()
+        if config.max_length < 3:
+            raise ValueError(f"max_length must be at least 3 ([CLS] token [SEP]), got {config.max_length}")
+        limit = encoder.config.max_position_embeddings
+        if config.max_length > limit:
+            raise ValueError(f"max_length {config.max_length} exceeds the backbone's max_position_embeddings={limit}")
+        if config.max_rows_per_forward < 1:
+            raise ValueError("max_rows_per_forward must be at least 1")
+        self.config = config
+        self.encoder = encoder
+        self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id
+        self.special = SpecialTokens(pad=pad_id, bos=cls_id, suffix=sep_id)
+        self.use_token_types = getattr(encoder.config, "type_vocab_size", 1) >= 2
+        self.classifier = classifier_head(encoder.config.hidden_size, config.classifier_hidden, config.dropout, config.num_labels)
+        self.reset_truncation()
+
+    def reset_truncation(self) -> None:
+        """Counters over every row encoded since the last reset (rows, rows cut, tokens dropped)."""
+        self.truncation = {"rows": 0, "truncated_rows": 0, "truncated_tokens": 0}
+
+    def build_inputs(self, batch: ConversationBatch) -> list[ConcatInputs]:
+        """Pack every (conversation, t) row of a batch, shortest first, in chunks of at most
+        ``max_rows_per_forward`` rows (CPU tensors)."""
+        words = batch_words(batch, self.cls_id, self.sep_id, self.pad_id)
+        speakers = batch.speakers.tolist()
+        rows = [(b, t) for b, n in enumerate(batch.lengths) for t in range(n)]
+        # Untruncated length 1 + sum(len + 1): sort so that a chunk holds rows of similar length.
+        prefix = [[0] for _ in words]
+        for b, turns in enumerate(words):
+            for w in turns:
+                prefix[b].append(prefix[b][-1] + len(w) + 1)
+        rows.sort(key=lambda r: min(1 + prefix[r[0]][r[1] + 1], self.config.max_length))
+        chunks = []
+        step = self.config.max_rows_per_forward
+        for start in range(0, len(rows), step):
+            chunk = rows[start : start + step]
+            packed = pack_token_ids(
+                [words[b][: t + 1] for b, t in chunk], [speakers[b][: t + 1] for b, t in chunk], self.special,
+                max_length=self.config.max_length,
+            )
+            real = packed.meta.is_real
+            if self.use_token_types:
+                query = packed.meta.utterance == torch.tensor([t for _, t in chunk]).unsqueeze(1)
+                query[:, 0] = False  # [CLS] is segment A even when truncation reached the query
+                types = (query & real).long()
+            else:
+                types = torch.zeros_like(packed.input_ids)
+            chunks.append(ConcatInputs(packed.input_ids, types, real, chunk, packed.truncated))
+        return chunks
+
+    def cls_states(self, batch: ConversationBatch) -> torch.Tensor:
+        """[B, N, hidden] final [CLS] states (zeros where a conversation has no utterance t)."""
+        n_turns = len(batch.steps)
+        hidden = self.encoder.config.hidden_size
+        states, index = [], []
+        for chunk in self.build_inputs(batch):
+            out = self.encoder(
+                chunk.input_ids.to(self.device), token_type_ids=chunk.token_type_ids.to(self.device),
+                attention_mask=chunk.attention_mask.to(self.device),
+            )
+            states.append(out.last_hidden_state[:, 0])
+            index += [b * n_turns + t for b, t in chunk.rows]
+            self.truncation["rows"] += len(chunk.rows)
+            self.truncation["truncated_rows"] += sum(1 for n in chunk.truncated if n)
+            self.truncation["truncated_tokens"] += sum(chunk.truncated)
+        full = torch.zeros(len(batch.lengths) * n_turns, hidden, device=self.device)
+        if states:
+            full = full.index_copy(0, torch.tensor(index, device=self.device), torch.cat(states).to(full.dtype))
+        return full.view(len(batch.lengths), n_turns, hidden)
+
+    def logits(self, batch: ConversationBatch) -> torch.Tensor:
+        return self.classifier(self.cls_states(batch))
+
+
+# --------------------------------------------------------------------------------------------
+# SegmentRecurrence
+
+
+@dataclass
+class SegmentRecurrenceConfig(_Config):
+    num_labels: int
+    backbone: str = "all-MiniLM-L6-v2"
+    segment_len: int = 64
+    mem_len: int = 400
+    max_utterance_tokens: int = 128
+    classifier_hidden: int = 300
+    dropout: float = 0.1
+
+
+@dataclass
+class WasteStats:
+    """Padding in memory, counted at every step whose memory is non-empty."""
+
+    steps: int = 0
+    padding_slots: int = 0
+    total_slots: int = 0
+    rate_sum: float = 0.0  # sum over steps of that step's padding share
+
+    def add(self, padding: int, total: int) -> None:
+        if total:
+            self.steps += 1
+            self.padding_slots += int(padding)
+            self.total_slots += int(total)
+            self.rate_sum += padding / total
+
+    def merge(self, other: "WasteStats") -> "WasteStats":
+        return WasteStats(self.steps + other.steps, self.padding_slots + other.padding_slots,
+                          self.total_slots + other.total_slots, self.rate_sum + other.rate_sum)
+
+    @property
+    def rate(self) -> float:
+        """Mean over steps of the share of memory slots holding padding (0 with no step)."""
+        return self.rate_sum / self.steps if self.steps else 0.0
+
+    @property
+    def slot_rate(self) -> float:
+        """Padding slots / all slots, pooled over steps."""
+        return self.padding_slots / self.total_slots if self.total_slots else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "rate": self.rate, "slot_rate": self.slot_rate}
+
+
+class SegmentRecurrence(_ERCModel):
+    model_id = "segment-recurrence"
+
+    def __init__(self, config: SegmentRecurrenceConfig, encoder: StructuredEncoder, cls_id: int, sep_id: int, pad_id: int):
+        super().__init__()
+        if config.segment_len < 1 or config.mem_len < 0:
+            raise ValueError("segment_len must be positive and mem_len non-negative")
+        limit = encoder.config.max_position_embeddings
+        if config.segment_len > limit:
+            raise ValueError(f"segment_len {config.segment_len} exceeds the backbone's max_position_embeddings={limit}")
+        self.config = config
+        self.encoder = encoder
+        self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id
+        self.classifier = classifier_head(encoder.config.hidden_size, config.classifier_hidden, config.dropout, config.num_labels)
+        self.waste = WasteStats()
+
+    def reset_waste(self) -> None:
+        self.waste = WasteStats()
+
+    def memory_waste_rate(self) -> float:
+        """Mean share of memory slots holding padding over the steps run since `reset_waste`."""
+        return self.waste.rate
+
+    def streams(self, batch: ConversationBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Token streams ``u_0 [SEP] u_1 [SEP] ...`` padded to whole segments: ids [B, S * segment_len],
+        real-token flags [B, S * segment_len] and the stream position of each utterance's [SEP]
+        [B, N] (-1 where the utterance does not exist)."""
+        words = batch_words(batch, self.cls_id, self.sep_id, self.pad_id)
+        rows, ends = [], []
+        for turns in words:
+            row, end = [], []
+            for w in turns:
+                row += w + [self.sep_id]
+                end.append(len(row) - 1)
+            rows.append(row)
+            ends.append(end + [-1] * (len(batch.steps) - len(end)))
+        sl = self.config.segment_len
+        n_segments = max(1, max(-(-len(r) // sl) for r in rows))
+        ids = torch.full((len(rows), n_segments * sl), self.pad_id, dtype=torch.long)
+        real = torch.zeros_like(ids, dtype=torch.bool)
+        for b, r in enumerate(rows):
+            ids[b, : len(r)] = torch.tensor(r, dtype=torch.long)
+            real[b, : len(r)] = True
+        return ids, real, torch.tensor(ends, dtype=torch.long).view(len(rows), len(batch.steps))
+
+    def encode_stream(self, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """Final states [B, S * segment_len] of padded streams, segment by segment with memory."""
+        batch = ids.shape[0]
+        sl, mem_len = self.config.segment_len, self.config.mem_len
+        positions = torch.arange(sl, device=ids.device).expand(batch, sl)
+        memory: list[torch.Tensor] | None = None
+        memory_real = real.new_zeros(batch, 0)
+        outputs = []
+        for start in range(0, ids.shape[1], sl):
+            seg_ids, seg_real = ids[:, start : start + sl], real[:, start : start + sl]
+            if memory_real.shape[1]:
+                self.waste.add(int((~memory_real).sum()), memory_real.numel())
+            out = self.encoder(
+                seg_ids, position_ids=positions, attention_mask=seg_real,
+                memory=memory, memory_mask=memory_real if memory is not None else None,
+                output_hidden_states=mem_len > 0,
+            )
+            outputs.append(out.last_hidden_state)
+            if mem_len > 0:
+                layer_inputs = out.hidden_states[:-1]
+                if memory is None:
+                    memory = [h.detach()[:, -mem_len:] for h in layer_inputs]
+                else:
+                    memory = [torch.cat([m, h.detach()], dim=1)[:, -mem_len:] for m, h in zip(memory, layer_inputs)]
+                memory_real = torch.cat([memory_real, seg_real], dim=1)[:, -mem_len:]
+        return torch.cat(outputs, dim=1)
+
+    def sep_states(self, batch: ConversationBatch) -> torch.Tensor:
+        """[B, N, hidden] final states of the [SEP] ending each utterance (zeros where none)."""
+        ids, real, ends = self.streams(batch)
+        device = self.device
+        hidden = self.encode_stream(ids.to(device), real.to(device))
+        ends = ends.to(device)
+        states = hidden.gather(1, ends.clamp(min=0).unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        return states.masked_fill((ends < 0).unsqueeze(-1), 0.0)
+
+    def logits(self, batch: ConversationBatch) -> torch.Tensor:
+        return self.classifier(self.sep_states(batch))
+
+
+# --------------------------------------------------------------------------------------------
+# Building from a recipe
+
+
+BASELINES = {
+    ConcatContext.model_id: (ConcatContext, ConcatContextConfig),
+    SegmentRecurrence.model_id: (SegmentRecurrence, SegmentRecurrenceConfig),
+}
+
+
+def build_baseline(model_id: str, model_config: dict, labels: Sequence[str], backbone: str):
+    """A baseline on a pretrained backbone (as `turnformer.tasks.erc.build_dialogxl` builds DialogXL)
+    and its tokenizer."""
+    from turnformer.backbones import load_backbone
+
+    if model_id not in BASELINES:
+        raise ValueError(f"unknown baseline {model_id!r}; known: {', '.join(BASELINES)}")
+    model_class, config_class = BASELINES[model_id]
+    encoder, tokenizer = load_backbone(backbone)
+    config = config_class.from_dict({**model_config, "num_labels": len(labels), "backbone": backbone})
+    return model_class(config, encoder, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id), tokenizer
+
+
+# --------------------------------------------------------------------------------------------
+# Memory waste: measured on the models, and counted from token counts alone
+
+
+@torch.no_grad()
+def utterance_recurrence_waste(model: DialogXL, batches: Iterable[ConversationBatch]) -> WasteStats:
+    """Run DialogXL's steps over ``batches`` and count padding in the memory each step reads
+    (``Memory.waste_rate()`` of that memory, averaged over steps with a non-empty memory)."""
+    stats = WasteStats()
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    for batch in batches:
+        batch = batch.to(device)
+        memory = model.empty_memory(len(batch.lengths))
+        for t, input_ids in enumerate(batch.steps):
+            if memory.length:
+                stats.add(int(memory.meta.is_padding.sum()), memory.meta.is_padding.numel())
+            _, memory, _ = model.step(input_ids, t, batch.speakers[:, t], memory)
+    model.train(was_training)
+    return stats
+
+
+def segment_recurrence_waste_counts(
+    batches: Iterable[Sequence[Sequence[Sequence[int]]]], segment_len: int, mem_len: int, cls_id: int, sep_id: int, pad_id: int
+) -> WasteStats:
+    """`SegmentRecurrence`'s memory waste from token counts: ``batches`` are lists of conversations,
+    each a list of turn ids (``[CLS] tokens [SEP]``, as `EncodedConversation.turn_ids`).
+
+    A conversation's stream has L = sum(words + 1) tokens; a batch runs S = max ceil(L / segment_len)
+    segments; the memory read by segment s covers stream slots [s*sl - M, s*sl) with
+    M = min(s*sl, mem_len), and a slot is padding where it lies at or beyond the row's L.
+    """
+    stats = WasteStats()
+    for conversations in batches:
+        lengths = [sum(len(strip_special(ids, cls_id, sep_id, pad_id)) + 1 for ids in turns) for turns in conversations]
+        n_segments = max(1, max(-(-n // segment_len) for n in lengths))
+        for s in range(1, n_segments):
+            end = s * segment_len
+            size = min(end, mem_len)
+            if size <= 0:
+                continue
+            padding = sum(end - max(n, end - size) for n in lengths if n < end)
+            stats.add(padding, size * len(lengths))
+    return stats
+
+
+def utterance_recurrence_waste_counts(
+    batches: Iterable[Sequence[Sequence[Sequence[int]]]], mem_len: int, cls_id: int, sep_id: int
+) -> WasteStats:
+    """DialogXL's memory waste from token counts (see `turnformer.models.dialogxl.update_memory`):
+    a row keeps its newest min(mem_len, tokens so far) non-special tokens, the memory is as wide as
+    the fullest row, and the other rows are padded to that width."""
+    stats = WasteStats()
+    for conversations in batches:
+        counts = [[sum(1 for x in ids if x != cls_id and x != sep_id) for ids in turns] for turns in conversations]
+        kept = [0] * len(counts)
+        totals = [0] * len(counts)
+        for t in range(max(len(c) for c in counts)):
+            width = max(kept)
+            if width:
+                stats.add(sum(width - k for k in kept), width * len(kept))
+            for b, c in enumerate(counts):
+                if t < len(c):
+                    totals[b] += c[t]
+                    kept[b] = min(mem_len, totals[b])
+    return stats

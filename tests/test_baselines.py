@@ -1,0 +1,300 @@
+"""ERC baselines: ConcatContext is one BERT pass per utterance over its history, SegmentRecurrence
+is Transformer-XL's cached computation, memory waste is measured and counted consistently."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from turnformer.backbones import random_backbone, tiny_config
+from turnformer.models.baselines import (
+    ConcatContext,
+    ConcatContextConfig,
+    SegmentRecurrence,
+    SegmentRecurrenceConfig,
+    segment_recurrence_waste_counts,
+    utterance_recurrence_waste,
+    utterance_recurrence_waste_counts,
+)
+from turnformer.models.dialogxl import DialogXL, DialogXLConfig
+from turnformer.tasks.erc import EncodedConversation, make_batch, make_batches
+
+CLS, SEP, PAD = 1, 2, 0
+
+
+def tiny_encoder(seed=0, type_vocab_size=2):
+    return random_backbone(tiny_config(vocab_size=60, hidden=32, layers=2, heads=4, type_vocab_size=type_vocab_size), seed=seed)
+
+
+def concat_model(max_length=128, rows=32, seed=0, type_vocab_size=2) -> ConcatContext:
+    torch.manual_seed(seed)
+    config = ConcatContextConfig(num_labels=3, max_length=max_length, max_rows_per_forward=rows, dropout=0.0)
+    return ConcatContext(config, tiny_encoder(seed, type_vocab_size), CLS, SEP, PAD).eval()
+
+
+def segment_model(segment_len=8, mem_len=8, seed=0) -> SegmentRecurrence:
+    torch.manual_seed(seed)
+    config = SegmentRecurrenceConfig(num_labels=3, segment_len=segment_len, mem_len=mem_len, dropout=0.0)
+    return SegmentRecurrence(config, tiny_encoder(seed), CLS, SEP, PAD).eval()
+
+
+def random_conversation(g: torch.Generator, n_turns: int, labels=None) -> EncodedConversation:
+    turns = []
+    for _ in range(n_turns):
+        length = int(torch.randint(1, 6, (1,), generator=g))
+        turns.append([CLS] + torch.randint(5, 60, (length,), generator=g).tolist() + [SEP])
+    speakers = torch.randint(0, 2, (n_turns,), generator=g).tolist()
+    labels = labels if labels is not None else torch.randint(0, 3, (n_turns,), generator=g).tolist()
+    return EncodedConversation(None, turns, speakers, labels)
+
+
+def conversations(seed=3, turns=(5, 2, 7)):
+    g = torch.Generator().manual_seed(seed)
+    return [random_conversation(g, n) for n in turns]
+
+
+# ---------------------------------------------------------------- ConcatContext
+
+
+def concat_sequence(conv: EncodedConversation, t: int, max_length: int):
+    """[CLS] u_0 [SEP] ... u_t [SEP], oldest tokens after [CLS] dropped; types 1 on u_t [SEP]."""
+    ids, types = [], []
+    for i, turn in enumerate(conv.turn_ids[: t + 1]):
+        piece = turn[1:]  # words and [SEP]
+        ids += piece
+        types += [int(i == t)] * len(piece)
+    cut = max(0, 1 + len(ids) - max_length)
+    return [CLS] + ids[cut:], [0] + types[cut:], cut
+
+
+@pytest.mark.parametrize("max_length, rows", [(128, 32), (9, 2)])
+def test_concat_context_equals_direct_encoder_call(max_length, rows):
+    model = concat_model(max_length, rows)
+    convs = conversations()
+    batch = make_batch(convs, PAD)
+    with torch.no_grad():
+        states = model.cls_states(batch)
+    expected_cut = 0
+    for b, conv in enumerate(convs):
+        for t in range(len(conv.turn_ids)):
+            ids, types, cut = concat_sequence(conv, t, max_length)
+            expected_cut += cut
+            with torch.no_grad():
+                direct = model.encoder(torch.tensor([ids]), token_type_ids=torch.tensor([types])).last_hidden_state[0, 0]
+            assert torch.allclose(states[b, t], direct, atol=1e-5), (b, t)
+        assert not states[b, len(conv.turn_ids):].any()
+    assert model.truncation["rows"] == sum(len(c.turn_ids) for c in convs)
+    assert model.truncation["truncated_tokens"] == expected_cut
+    assert (expected_cut > 0) == (max_length < 128)
+
+
+def test_concat_context_truncation_counts_per_row():
+    model = concat_model(max_length=6)
+    conv = EncodedConversation(None, [[CLS, 10, 11, SEP], [CLS, 12, SEP], [CLS, 13, 14, 15, SEP]], [0, 1, 0], [0, 1, 2])
+    chunks = model.build_inputs(make_batch([conv], PAD))
+    by_row = {
+        row: (ids, types, cut)
+        for chunk in chunks
+        for row, ids, types, cut in zip(chunk.rows, chunk.input_ids.tolist(), chunk.token_type_ids.tolist(), chunk.truncated)
+    }
+    # untruncated lengths 4, 6, 10 tokens: the last row loses its 4 oldest tokens after [CLS]
+    assert by_row[(0, 0)] == ([CLS, 10, 11, SEP, PAD, PAD][: len(by_row[(0, 0)][0])], [0, 1, 1, 1, 0, 0][: len(by_row[(0, 0)][0])], 0)
+    assert by_row[(0, 1)] == ([CLS, 10, 11, SEP, 12, SEP], [0, 0, 0, 0, 1, 1], 0)
+    assert by_row[(0, 2)] == ([CLS, SEP, 13, 14, 15, SEP], [0, 0, 1, 1, 1, 1], 4)
+
+
+def test_concat_context_single_token_type_backbone():
+    model = concat_model(type_vocab_size=1)
+    conv = conversations(turns=(3,))[0]
+    chunks = model.build_inputs(make_batch([conv], PAD))
+    assert all(not chunk.token_type_ids.any() for chunk in chunks)
+    with torch.no_grad():
+        states = model.cls_states(make_batch([conv], PAD))
+        ids, _, _ = concat_sequence(conv, 2, 128)
+        direct = model.encoder(torch.tensor([ids])).last_hidden_state[0, 0]
+    assert torch.allclose(states[0, 2], direct, atol=1e-5)
+
+
+# ---------------------------------------------------------------- SegmentRecurrence
+
+
+def stream(conv: EncodedConversation) -> tuple[list[int], list[int]]:
+    ids, ends = [], []
+    for turn in conv.turn_ids:
+        ids += turn[1:]
+        ends.append(len(ids) - 1)
+    return ids, ends
+
+
+def test_segment_recurrence_one_segment_equals_plain_pass():
+    convs = conversations()
+    longest = max(len(stream(c)[0]) for c in convs)
+    model = segment_model(segment_len=longest + 3, mem_len=16)
+    with torch.no_grad():
+        states = model.sep_states(make_batch(convs, PAD))
+        for b, conv in enumerate(convs):
+            ids, ends = stream(conv)
+            plain = model.encoder(torch.tensor([ids])).last_hidden_state[0]
+            assert torch.allclose(states[b, : len(ends)], plain[ends], atol=1e-5), b
+    assert model.waste.steps == 0  # a single segment: memory never read
+
+
+@pytest.mark.parametrize("segment_len, mem_len", [(4, 4), (5, 12), (6, 3), (4, 0)])
+def test_segment_recurrence_equals_block_masked_full_pass(segment_len, mem_len):
+    convs = conversations(turns=(6, 3, 8))
+    model = segment_model(segment_len, mem_len)
+    with torch.no_grad():
+        states = model.sep_states(make_batch(convs, PAD))
+        for b, conv in enumerate(convs):
+            ids, ends = stream(conv)
+            idx = torch.arange(len(ids))
+            segment = idx // segment_len
+            # query i sees key j in its own segment or within mem_len slots before its segment starts
+            visible = (segment.unsqueeze(1) >= segment.unsqueeze(0)) & (idx.unsqueeze(0) >= (segment * segment_len - mem_len).unsqueeze(1))
+            full = model.encoder(
+                torch.tensor([ids]), position_ids=(idx % segment_len).unsqueeze(0), attention_mask=visible.unsqueeze(0)
+            ).last_hidden_state[0]
+            assert torch.allclose(states[b, : len(ends)], full[ends], atol=1e-5), b
+    assert not states[1, 3:].any()
+
+
+def test_segment_memory_waste_is_positive_and_matches_counts():
+    convs = conversations(turns=(6, 3, 8))
+    lengths = [len(stream(c)[0]) for c in convs]
+    assert all(n % 4 for n in lengths), lengths
+    model = segment_model(segment_len=4, mem_len=6)
+    with torch.no_grad():
+        model.predict(make_batch(convs, PAD))
+    assert model.memory_waste_rate() > 0
+    counted = segment_recurrence_waste_counts([[c.turn_ids for c in convs]], 4, 6, CLS, SEP, PAD)
+    assert (counted.steps, counted.padding_slots, counted.total_slots) == (model.waste.steps, model.waste.padding_slots, model.waste.total_slots)
+    assert counted.rate == pytest.approx(model.memory_waste_rate())
+    # one conversation alone: only its last segment is padded, and no later step reads it
+    model.reset_waste()
+    with torch.no_grad():
+        model.predict(make_batch(convs[:1], PAD))
+    assert model.waste.steps > 0 and model.memory_waste_rate() == 0.0
+
+
+# ---------------------------------------------------------------- utterance recurrence waste
+
+
+def tiny_dialogxl(mem_len=1000) -> DialogXL:
+    encoder = random_backbone(tiny_config(vocab_size=60, hidden=32, layers=2, heads=4), seed=0)
+    return DialogXL(DialogXLConfig(num_labels=3, heads=(1, 1, 1, 1), window=1, mem_len=mem_len, dropout=0.0), encoder, CLS, SEP, PAD).eval()
+
+
+@pytest.mark.parametrize("mem_len", [1000, 7])
+def test_utterance_recurrence_waste_matches_counts(mem_len):
+    convs = conversations(seed=5, turns=(5, 2, 7, 4, 4))
+    model = tiny_dialogxl(mem_len)
+    one = utterance_recurrence_waste(model, make_batches(convs, 1, PAD))
+    assert one.steps > 0 and one.rate == 0.0
+    grouped = [convs[:3], convs[3:]]
+    measured = utterance_recurrence_waste(model, [make_batch(g, PAD) for g in grouped])
+    counted = utterance_recurrence_waste_counts([[c.turn_ids for c in g] for g in grouped], mem_len, CLS, SEP)
+    assert (counted.steps, counted.padding_slots, counted.total_slots) == (measured.steps, measured.padding_slots, measured.total_slots)
+    assert counted.rate == pytest.approx(measured.rate)
+    assert measured.rate > 0
+
+
+# ---------------------------------------------------------------- training and interface
+
+
+@pytest.mark.parametrize("make", [lambda: concat_model(max_length=20, rows=5), lambda: segment_model(6, 6)])
+def test_training_reduces_loss_and_predicts_labelled_utterances(make):
+    torch.manual_seed(0)
+    model = make().train()
+    g = torch.Generator().manual_seed(1)
+    convs = [random_conversation(g, 4) for _ in range(3)]
+    convs[1] = EncodedConversation(None, convs[1].turn_ids[:3], convs[1].speakers[:3], [0, -100, 2])
+    batch = make_batch(convs, PAD)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    first = model.loss(batch).item()
+    for _ in range(30):
+        optimizer.zero_grad()
+        loss = model.loss(batch)
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < first * 0.5
+    model.eval()
+    gold, pred = model.predict(batch)
+    assert len(gold) == len(pred) == 10
+    probs = model.probabilities(batch)
+    assert probs.shape == (3, 4, 3) and torch.allclose(probs.sum(-1), torch.ones(3, 4))
+    assert "max_rows_per_forward" not in model.config_dict() and model.config_dict()["num_labels"] == 3
+
+
+# ---------------------------------------------------------------- benchmarks/memory_waste.py
+
+
+def load_benchmark():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_waste.py"
+    spec = importlib.util.spec_from_file_location("memory_waste_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_bookkeeping_matches_models():
+    bench = load_benchmark()
+    convs = conversations(seed=7, turns=(5, 2, 7, 4, 4, 9, 1))
+    batches = make_batches(convs, 3, PAD)
+    grouped = bench.batches_like_training([c.turn_ids for c in convs], 3)
+    assert grouped == [
+        [[ids[ids != PAD].tolist() for ids in (s[b] for s in batch.steps[: batch.lengths[b]])] for b in range(len(batch.lengths))]
+        for batch in batches
+    ]
+    model = segment_model(segment_len=5, mem_len=7)
+    with torch.no_grad():
+        for batch in batches:
+            model.predict(batch)
+    counted = segment_recurrence_waste_counts(grouped, 5, 7, CLS, SEP, PAD)
+    assert (counted.padding_slots, counted.total_slots, counted.steps) == (model.waste.padding_slots, model.waste.total_slots, model.waste.steps)
+    measured = utterance_recurrence_waste(tiny_dialogxl(mem_len=9), batches)
+    counted = utterance_recurrence_waste_counts(grouped, 9, CLS, SEP)
+    assert (counted.padding_slots, counted.total_slots, counted.steps) == (measured.padding_slots, measured.total_slots, measured.steps)
+    # XLNet memory over utterance steps: the newest mem_len columns of the concatenated step tensors
+    padding = total = steps = 0
+    for batch in batches:
+        for t in range(1, len(batch.steps)):
+            past = torch.cat(batch.steps[:t], dim=1)[:, -9:]
+            padding, total, steps = padding + int((past == PAD).sum()), total + past.numel(), steps + 1
+    counted = bench.utterance_segment_waste_counts(grouped, 9)
+    assert (counted.padding_slots, counted.total_slots, counted.steps) == (padding, total, steps)
+
+
+class _WordTokenizer:
+    """Words as token ids, [CLS] ... [SEP]: enough for the benchmark's bookkeeping."""
+
+    cls_token_id, sep_token_id, pad_token_id = CLS, SEP, PAD
+
+    def __call__(self, texts, add_special_tokens=True):
+        return {"input_ids": [[CLS] + [5 + len(w) for w in text.split()] + [SEP] for text in texts]}
+
+
+def test_benchmark_script_runs_on_a_tiny_split(tmp_path, monkeypatch):
+    import json
+    import sys
+    from types import SimpleNamespace
+
+    from turnformer.dialogue import Dialogue, Turn
+
+    bench = load_benchmark()
+    dialogues = [
+        Dialogue([Turn("a", "one two three " * k), Turn("b", "four five"), Turn("a", "six")][: 1 + k % 3], id=str(k))
+        for k in range(1, 8)
+    ]
+    monkeypatch.setattr(bench, "load_split", lambda name, split, data_dir=None: SimpleNamespace(dialogues=dialogues))
+    monkeypatch.setattr(bench, "load_tokenizer", lambda name: _WordTokenizer())
+    monkeypatch.setattr(sys, "argv", ["memory_waste.py", "--segment-len", "4", "--mem-len", "6", "--results-dir", str(tmp_path)])
+    bench.main()
+    record = json.loads((tmp_path / "memory-waste-meld.json").read_text())
+    assert record["metric"] == "memory_waste_rate_percent" and record["paper"] == 60.0 and record["split"] == "train"
+    extra = record["extra"]
+    assert extra["utterance_recurrence_percent_batch1"] == 0.0 and extra["segment_len"] == 4
+    assert record["scores"][0] > 0 and extra["utterance_recurrence_percent_batch4"] > 0
+    assert set(extra["batches_in_data_order"]) == {"segment_recurrence_percent", "utterance_recurrence_percent", "xlnet_utterance_segments_percent"}
