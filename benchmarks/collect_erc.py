@@ -17,22 +17,18 @@ from turnformer.results import make_result, write_result
 from turnformer.tasks.metrics import primary_metric
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("runs", nargs="+", type=Path)
-    parser.add_argument("--experiment", required=True)
-    parser.add_argument("--model", default="dialogxl")
-    parser.add_argument("--allow-partial", action="store_true")
-    args = parser.parse_args()
-
-    seeds, scores, accuracy, best_epochs, seconds, commands = [], [], [], [], [], []
+def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extra: dict | None = None) -> dict:
+    """The results record of `runs` (one per seed); raises SystemExit naming a run that cannot count."""
+    seeds, scores, accuracy, validation, best_epochs, seconds, commands = [], [], [], [], [], [], []
     recipe = None
-    for run in args.runs:
+    partial_runs = []
+    for run in runs:
         info = json.loads((run / "run.json").read_text())
         result = json.loads((run / "result.json").read_text())
-        partial = result["stopped_early"] or info.get("limits")
-        if partial and not args.allow_partial:
-            raise SystemExit(f"{run}: cut short or trained on a subset; pass --allow-partial to record it as such")
+        if result["stopped_early"] or info.get("limits"):
+            if not allow_partial:
+                raise SystemExit(f"{run}: cut short or trained on a subset; pass --allow-partial to record it as such")
+            partial_runs.append({"run": str(run), "stop_reason": result["stop_reason"], "limits": info.get("limits")})
         if result["best_epoch"] is None:
             raise SystemExit(f"{run}: no finished epoch")
         best = next(h for h in result["history"] if h.get("epoch") == result["best_epoch"])
@@ -40,18 +36,32 @@ def main() -> None:
         seeds.append(info["seed"])
         scores.append(best["test"]["primary"])
         accuracy.append(best["test"]["accuracy"])
+        validation.append(best["validation"]["primary"])
         best_epochs.append(result["best_epoch"])
         seconds.append(result["train_seconds"])
-        commands.append(f"turnformer train --dataset {recipe['dataset']} --out {run} --seed {info['seed']}")
-    record = make_result(
-        args.experiment, task=recipe["task"], dataset=recipe["dataset"], split="test", model=args.model,
+        limit = (info.get("limits") or {}).get("train")
+        commands.append(
+            f"turnformer train --model {recipe['model']} --dataset {recipe['dataset']} --seed {info['seed']} --out {run}"
+            + (f" --limit-train {limit}" if limit else "")
+        )
+    return make_result(
+        experiment, task=recipe["task"], dataset=recipe["dataset"], split="test", model=recipe["model"],
         backbone=recipe["backbone"], config={"model_config": recipe["model_config"], "train": recipe["train"]},
         metric=primary_metric(recipe["dataset"]), scores=scores, seeds=seeds, paper=recipe.get("paper"),
-        extra={"accuracy": accuracy, "best_epoch": best_epochs, "train_seconds": seconds,
-               "runs": [str(r) for r in args.runs], "partial": bool(args.allow_partial)},
-        command="; ".join(commands),
+        extra={"accuracy": accuracy, "validation": validation, "best_epoch": best_epochs, "train_seconds": seconds,
+               "partial": partial_runs or False, **(extra or {})},
+        command="; ".join(commands) + " (recipe values as in config)",
     )
-    print(f"{args.experiment}: {record['mean']:.2f} ± {record['std']:.2f} over seeds {seeds} -> {write_result(record)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--experiment", required=True)
+    parser.add_argument("--allow-partial", action="store_true")
+    args = parser.parse_args()
+    record = collect(args.experiment, args.runs, args.allow_partial)
+    print(f"{args.experiment}: {record['mean']:.2f} ± {record['std']:.2f} over seeds {record['seeds']} -> {write_result(record)}")
 
 
 if __name__ == "__main__":

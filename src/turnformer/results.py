@@ -19,6 +19,9 @@ RESULTS_DIR = Path("benchmarks/results")
 
 
 def git_commit() -> str:
+    """The checkout's short commit; ``TURNFORMER_COMMIT`` names it where the code runs from a copy without git."""
+    if os.environ.get("TURNFORMER_COMMIT"):
+        return os.environ["TURNFORMER_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):

@@ -1,5 +1,6 @@
-"""Encoder backbones: a BERT-compatible encoder whose attention takes conversation structure
-(per-head masks, per-layer memory), plus loading and parity checks against `transformers`."""
+"""Encoder backbones: BERT- and XLNet-compatible encoders whose attention takes conversation
+structure (per-head masks, per-layer memory; per-pair relative positions for XLNet), plus loading
+and parity checks against `transformers`."""
 
 from turnformer.backbones.bert import BertConfig, EncoderOutput, StructuredEncoder, build_attention_mask
 from turnformer.backbones.check import DEFAULT_SENTENCES, check_backbone
@@ -7,6 +8,7 @@ from turnformer.backbones.loading import (
     MINILM,
     BackboneLoadError,
     UnsupportedBackboneError,
+    build_encoder,
     load_backbone,
     load_config,
     load_state_dict_file,
@@ -16,6 +18,7 @@ from turnformer.backbones.loading import (
     resolve_backbone,
     tiny_config,
 )
+from turnformer.backbones.xlnet import XLNetConfig, XLNetStructuredEncoder
 
 __all__ = [
     "MINILM",
@@ -25,7 +28,10 @@ __all__ = [
     "EncoderOutput",
     "StructuredEncoder",
     "UnsupportedBackboneError",
+    "XLNetConfig",
+    "XLNetStructuredEncoder",
     "build_attention_mask",
+    "build_encoder",
     "check_backbone",
     "load_backbone",
     "load_config",

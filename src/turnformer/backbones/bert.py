@@ -25,7 +25,7 @@ from transformers.activations import ACT2FN
 
 from turnformer.structure.attention import masked_attention
 
-__all__ = ["BertConfig", "EncoderOutput", "StructuredEncoder", "build_attention_mask"]
+__all__ = ["BertConfig", "EncoderOutput", "StructuredEncoder", "build_attention_mask", "check_memory"]
 
 
 @dataclass
@@ -73,11 +73,14 @@ class Embeddings(nn.Module):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        extra_embeddings: torch.Tensor | None = None,
     ) -> torch.Tensor:
         length = input_ids.shape[1]
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        if extra_embeddings is not None:  # e.g. speaker-role embeddings, summed before the LayerNorm like the others
+            x = x + extra_embeddings
         if self.use_position_embeddings:
             if position_ids is None:
                 limit = self.position_embeddings.num_embeddings
@@ -263,6 +266,19 @@ def build_attention_mask(
     return None if mask is None else mask.to(device)
 
 
+def check_memory(memory, num_layers: int, batch: int, hidden: int) -> int:
+    """The memory length M of a per-layer memory list (0 for None); a wrong count or shape raises."""
+    if memory is None:
+        return 0
+    if len(memory) != num_layers:
+        raise ValueError(f"memory has {len(memory)} tensors, expected one per layer ({num_layers})")
+    memory_length = memory[0].shape[1]
+    for i, m in enumerate(memory):
+        if m.shape != (batch, memory_length, hidden):
+            raise ValueError(f"memory[{i}] has shape {tuple(m.shape)}, expected ({batch}, {memory_length}, {hidden})")
+    return memory_length
+
+
 def _as_bool(mask: torch.Tensor, name: str) -> torch.Tensor:
     if mask.dtype == torch.bool:
         return mask
@@ -316,6 +332,7 @@ class StructuredEncoder(nn.Module):
         memory_mask: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        extra_embeddings: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """Encode `input_ids` [B, T].
 
@@ -324,24 +341,15 @@ class StructuredEncoder(nn.Module):
         neither re-encoded nor detached (detach it yourself for truncated back-propagation).
         `attention_mask` covers the keys [memory ; current]; see `build_attention_mask`.
         `position_ids` default to 0..T-1; pass them explicitly to continue a memory's positions.
+        `extra_embeddings` [B, T, hidden] are added to the input embeddings (speaker-role embeddings).
         """
         batch, length = input_ids.shape
-        memory_length = 0
-        if memory is not None:
-            if len(memory) != self.num_layers:
-                raise ValueError(f"memory has {len(memory)} tensors, expected one per layer ({self.num_layers})")
-            memory_length = memory[0].shape[1]
-            for i, m in enumerate(memory):
-                if m.shape != (batch, memory_length, self.config.hidden_size):
-                    raise ValueError(
-                        f"memory[{i}] has shape {tuple(m.shape)}, expected "
-                        f"({batch}, {memory_length}, {self.config.hidden_size})"
-                    )
+        memory_length = check_memory(memory, self.num_layers, batch, self.config.hidden_size)
         mask = build_attention_mask(
             attention_mask, memory_mask, batch, self.config.num_attention_heads, length, memory_length, input_ids.device
         )
 
-        hidden = self.embeddings(input_ids, token_type_ids, position_ids)
+        hidden = self.embeddings(input_ids, token_type_ids, position_ids, extra_embeddings)
         all_hidden = [hidden] if output_hidden_states else None
         all_probs = [] if output_attentions else None
         for i, layer in enumerate(self.encoder.layer):

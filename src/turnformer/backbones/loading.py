@@ -1,4 +1,5 @@
-"""Find a backbone by name, load its weights into `StructuredEncoder`, and load its tokenizer.
+"""Find a backbone by name, load its weights into the project's encoder for its architecture
+(`StructuredEncoder` for model_type 'bert', `XLNetStructuredEncoder` for 'xlnet'), and load its tokenizer.
 
 Names resolve, in order:
 
@@ -20,14 +21,16 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from transformers import BertConfig
+from transformers import BertConfig, XLNetConfig
 
 from turnformer.backbones.bert import StructuredEncoder
+from turnformer.backbones.xlnet import XLNetStructuredEncoder
 
 __all__ = [
     "MINILM",
     "BackboneLoadError",
     "UnsupportedBackboneError",
+    "build_encoder",
     "load_backbone",
     "load_config",
     "load_state_dict_file",
@@ -42,6 +45,9 @@ MINILM = "all-MiniLM-L6-v2"
 _MINILM_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "minilm"}
 # Non-persistent buffers that older checkpoints saved; they carry no weights.
 _IGNORED_KEYS = {"embeddings.position_ids", "embeddings.token_type_ids"}
+# Task checkpoints (BertForMaskedLM, XLNetLMHeadModel...) hold the encoder under this prefix.
+_PREFIXES = {"bert": "bert.", "xlnet": "transformer."}
+_ARCHITECTURES = {"bert": "BERT", "xlnet": "XLNet"}
 _HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer*", "vocab*",
               "special_tokens_map.json", "merges.txt", "spiece.model", "sentencepiece*"]
 
@@ -91,8 +97,8 @@ def _download(repo_id: str) -> Path:
         ) from err
 
 
-def load_config(folder: str | Path) -> BertConfig:
-    """Read ``config.json``; only BERT-architecture models (model_type 'bert') are supported."""
+def load_config(folder: str | Path) -> BertConfig | XLNetConfig:
+    """Read ``config.json``; model_type 'bert' gives a `BertConfig`, 'xlnet' an `XLNetConfig`."""
     path = Path(folder) / "config.json"
     if not path.is_file():
         raise BackboneLoadError(f"{path}: missing config.json")
@@ -103,9 +109,11 @@ def load_config(folder: str | Path) -> BertConfig:
     if not isinstance(raw, dict):
         raise BackboneLoadError(f"{path}: config must be a JSON object")
     model_type = raw.get("model_type")
+    if model_type == "xlnet":
+        return _xlnet_config(raw, path)
     if model_type != "bert":
         raise UnsupportedBackboneError(
-            f"{path}: model type {model_type!r} is not supported by the turnformer encoder yet (only 'bert')"
+            f"{path}: model type {model_type!r} is not supported by the turnformer encoders yet (only 'bert', 'xlnet')"
         )
     kind = raw.get("position_embedding_type", "absolute")
     if kind != "absolute":
@@ -114,6 +122,28 @@ def load_config(folder: str | Path) -> BertConfig:
         return BertConfig.from_dict(raw)
     except Exception as err:
         raise BackboneLoadError(f"{path}: invalid BERT config ({err})") from err
+
+
+def _xlnet_config(raw: dict, path: Path) -> XLNetConfig:
+    if raw.get("attn_type", "bi") != "bi":
+        raise UnsupportedBackboneError(f"{path}: XLNet attn_type {raw['attn_type']!r} is not supported (only 'bi')")
+    if raw.get("bi_data"):
+        raise UnsupportedBackboneError(f"{path}: XLNet bi_data=true is not supported (a pretraining input pipeline)")
+    try:
+        return XLNetConfig.from_dict(raw)
+    except Exception as err:
+        raise BackboneLoadError(f"{path}: invalid XLNet config ({err})") from err
+
+
+def build_encoder(
+    config: BertConfig | XLNetConfig, *, use_position_embeddings: bool = True
+) -> StructuredEncoder | XLNetStructuredEncoder:
+    """The project's encoder for a configuration's architecture, with uninitialised weights."""
+    if isinstance(config, XLNetConfig):
+        if not use_position_embeddings:
+            raise ValueError("XLNet's positions are relative and part of its attention; they cannot be switched off")
+        return XLNetStructuredEncoder(config)
+    return StructuredEncoder(config, use_position_embeddings=use_position_embeddings)
 
 
 def _weight_files(folder: Path) -> list[Path]:
@@ -154,11 +184,13 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
     return dict(state)
 
 
-def _normalise_keys(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Strip a ``bert.`` prefix (task checkpoints such as BertForMaskedLM); their heads
-    (``cls.*``, ``classifier.*``) are not part of the encoder and are left out."""
-    if any(k.startswith("bert.") for k in state):
-        state = {k[len("bert."):]: v for k, v in state.items() if k.startswith("bert.")}
+def _normalise_keys(state: Mapping[str, torch.Tensor], model_type: str) -> dict[str, torch.Tensor]:
+    """Strip the encoder prefix of task checkpoints (``bert.`` in BertForMaskedLM, ``transformer.``
+    in XLNetLMHeadModel); their heads (``cls.*``, ``lm_loss.*``...) are not part of the encoder and
+    are left out."""
+    prefix = _PREFIXES[model_type]
+    if any(k.startswith(prefix) for k in state):
+        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     return {k: v for k, v in state.items() if k not in _IGNORED_KEYS}
 
 
@@ -168,11 +200,14 @@ def _listing(keys: set[str], limit: int = 8) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def load_weights(model: StructuredEncoder, state: Mapping[str, torch.Tensor], source: str = "state dict") -> None:
-    """Copy a BERT state dict into `model`, strictly: every encoder key must be present with the
-    right shape. A checkpoint without pooler weights drops the model's pooler (``pooler = None``)."""
-    state = _normalise_keys(state)
-    if model.pooler is not None and not any(k.startswith("pooler.") for k in state):
+def load_weights(
+    model: StructuredEncoder | XLNetStructuredEncoder, state: Mapping[str, torch.Tensor], source: str = "state dict"
+) -> None:
+    """Copy a BERT or XLNet state dict into `model`, strictly: every encoder key must be present with
+    the right shape. A BERT checkpoint without pooler weights drops the pooler (``pooler = None``)."""
+    model_type = "xlnet" if isinstance(model, XLNetStructuredEncoder) else "bert"
+    state = _normalise_keys(state, model_type)
+    if getattr(model, "pooler", None) is not None and not any(k.startswith("pooler.") for k in state):
         model.pooler = None
     expected = model.state_dict()
     missing = set(expected) - set(state)
@@ -183,7 +218,9 @@ def load_weights(model: StructuredEncoder, state: Mapping[str, torch.Tensor], so
             parts.append(f"missing {len(missing)} keys: {_listing(missing)}")
         if unexpected:
             parts.append(f"unexpected {len(unexpected)} keys: {_listing(unexpected)}")
-        raise BackboneLoadError(f"{source}: weights do not match the BERT encoder; " + "; ".join(parts))
+        raise BackboneLoadError(
+            f"{source}: weights do not match the {_ARCHITECTURES[model_type]} encoder; " + "; ".join(parts)
+        )
     wrong = {k for k in expected if tuple(state[k].shape) != tuple(expected[k].shape)}
     if wrong:
         detail = ", ".join(f"{k} {tuple(state[k].shape)} vs {tuple(expected[k].shape)}" for k in sorted(wrong)[:5])
@@ -197,16 +234,17 @@ def load_backbone(
     use_position_embeddings: bool = True,
     with_tokenizer: bool = True,
     device: str | torch.device = "cpu",
-) -> tuple[StructuredEncoder, Any]:
+) -> tuple[StructuredEncoder | XLNetStructuredEncoder, Any]:
     """Load ``(model, tokenizer)``; the model is fp32 in eval mode (call ``.train()`` to fine-tune).
 
-    The tokenizer is the folder's fast tokenizer (`transformers.AutoTokenizer`), or None when
-    ``with_tokenizer=False``.
+    The encoder class follows the config's model_type ('bert' or 'xlnet'). The tokenizer is the
+    folder's fast tokenizer (`transformers.AutoTokenizer`; XLNet's puts ``<sep> <cls>`` at the END
+    of a sequence), or None when ``with_tokenizer=False``.
     """
     folder = resolve_backbone(name_or_path)
     config = load_config(folder)
     try:
-        model = StructuredEncoder(config, use_position_embeddings=use_position_embeddings)
+        model = build_encoder(config, use_position_embeddings=use_position_embeddings)
     except NotImplementedError as err:
         raise UnsupportedBackboneError(f"{folder / 'config.json'}: {err}") from err
     state: dict[str, torch.Tensor] = {}
@@ -242,8 +280,17 @@ def tiny_config(
     max_positions: int = 128,
     type_vocab_size: int = 2,
     dropout: float = 0.1,
-) -> BertConfig:
-    """A small BERT configuration for tests and toy runs."""
+    model_type: str = "bert",
+) -> BertConfig | XLNetConfig:
+    """A small configuration for tests and toy runs: BERT, or XLNet with ``model_type="xlnet"``
+    (relative positions: ``max_positions`` and ``type_vocab_size`` do not apply; pad id 0 as BERT's)."""
+    if model_type == "xlnet":
+        return XLNetConfig(
+            vocab_size=vocab_size, d_model=hidden, n_layer=layers, n_head=heads, d_inner=intermediate or 4 * hidden,
+            dropout=dropout, mem_len=None, pad_token_id=0,
+        )
+    if model_type != "bert":
+        raise ValueError(f"tiny_config: model_type must be 'bert' or 'xlnet', got {model_type!r}")
     return BertConfig(
         vocab_size=vocab_size,
         hidden_size=hidden,
@@ -258,11 +305,11 @@ def tiny_config(
 
 
 def random_backbone(
-    config: BertConfig | None = None, *, seed: int | None = None, use_position_embeddings: bool = True
-) -> StructuredEncoder:
-    """A randomly initialised encoder (BERT's initialisation), in eval mode like `load_backbone`."""
+    config: BertConfig | XLNetConfig | None = None, *, seed: int | None = None, use_position_embeddings: bool = True
+) -> StructuredEncoder | XLNetStructuredEncoder:
+    """A randomly initialised encoder (its architecture's initialisation), in eval mode like `load_backbone`."""
     config = config or tiny_config()
-    model = StructuredEncoder(config, use_position_embeddings=use_position_embeddings)
+    model = build_encoder(config, use_position_embeddings=use_position_embeddings)
     if seed is None:
         model.init_weights()
     else:

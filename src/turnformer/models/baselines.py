@@ -389,7 +389,7 @@ BASELINES = {
 
 
 def build_baseline(model_id: str, model_config: dict, labels: Sequence[str], backbone: str):
-    """A baseline on a pretrained backbone (as `turnformer.tasks.erc.build_dialogxl` builds DialogXL)
+    """A baseline on a pretrained backbone (`turnformer.tasks.erc.build_erc_model` calls it)
     and its tokenizer."""
     from turnformer.backbones import load_backbone
 

@@ -9,21 +9,25 @@ batch; conversations that have ended are padding for the rest of the batch. Head
 utterance is visible to every head (official code). The classifier reads the final [CLS] state:
 300-d ReLU, then linear.
 
-Differences from the paper, by necessity or choice: the backbone is a BERT-type encoder
-(all-MiniLM-L6-v2 offline) with absolute positions, so each utterance is encoded from position 0
-and memory states keep the positions they were computed with (XLNet's relative attention is not
-implemented yet); special tokens are [CLS] ... [SEP] and both stay out of memory.
+The backbone is either of the project's encoders. On XLNet (the paper's, `XLNetStructuredEncoder`)
+relative distances come from each token's running position in its conversation (``TokenMeta.order``),
+per (query, key) pair, so they are right although memory rows differ per conversation. On a BERT-type
+encoder (all-MiniLM-L6-v2 offline; a difference from the paper, by necessity) positions are absolute:
+each utterance is encoded from position 0 and memory states keep the positions they were computed
+with. Special tokens ([CLS] u [SEP] for BERT, u <sep> <cls> for XLNet) stay out of memory, and the
+classifier reads the [CLS] state wherever the tokenizer put it.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict, dataclass, field, fields
 from typing import Sequence
 
 import torch
 from torch import nn
 
-from turnformer.backbones import StructuredEncoder
+from turnformer.backbones import StructuredEncoder, XLNetStructuredEncoder
 from turnformer.structure import TokenMeta, dialogxl_layout
 
 
@@ -37,6 +41,9 @@ class DialogXLConfig:
     max_utterance_tokens: int = 128
     classifier_hidden: int = 300
     dropout: float = 0.1
+    # DialogXL-emb (the paper's Table 4): > 0 adds a trainable embedding per speaker role (speakers in
+    # order of first appearance; later ones share the last role) to every token's input embedding.
+    speaker_roles: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -119,7 +126,9 @@ class ConversationBatch:
 
 
 class DialogXL(nn.Module):
-    def __init__(self, config: DialogXLConfig, encoder: StructuredEncoder, cls_id: int, sep_id: int, pad_id: int):
+    def __init__(
+        self, config: DialogXLConfig, encoder: StructuredEncoder | XLNetStructuredEncoder, cls_id: int, sep_id: int, pad_id: int
+    ):
         super().__init__()
         heads = encoder.config.num_attention_heads
         if sum(config.heads) != heads:
@@ -129,7 +138,14 @@ class DialogXL(nn.Module):
         self.layout = dialogxl_layout(*config.heads, window=config.window)
         self.special_ids = (cls_id, sep_id)
         self.pad_id = pad_id
+        # Encoders with relative attention (XLNet) take running positions; BERT's absolute ones do not.
+        self.takes_positions = "query_positions" in inspect.signature(encoder.forward).parameters
         hidden = encoder.config.hidden_size
+        self.speaker_embedding = None
+        if config.speaker_roles > 0:
+            # Zero at start: the pretrained encoder's behaviour is unchanged until the roles are learnt.
+            self.speaker_embedding = nn.Embedding(config.speaker_roles, hidden)
+            nn.init.zeros_(self.speaker_embedding.weight)
         self.classifier = nn.Sequential(
             nn.Linear(hidden, config.classifier_hidden), nn.ReLU(), nn.Dropout(config.dropout),
             nn.Linear(config.classifier_hidden, config.num_labels),
@@ -147,7 +163,10 @@ class DialogXL(nn.Module):
         padding = input_ids == self.pad_id
         special = (input_ids == self.special_ids[0]) | (input_ids == self.special_ids[1])
         position = torch.arange(length, device=input_ids.device).expand(batch, length)
-        start = memory.meta.order.amax(1, keepdim=True) + 1 if memory.length else torch.zeros(batch, 1, dtype=torch.long, device=input_ids.device)
+        # Continue after the newest REAL memory token: padding slots carry stale orders, and counting
+        # them would make a conversation's positions (XLNet's relative distances) depend on its batch.
+        newest = memory.meta.order.masked_fill(memory.meta.is_padding, -1)
+        start = newest.amax(1, keepdim=True) + 1 if memory.length else torch.zeros(batch, 1, dtype=torch.long, device=input_ids.device)
         return TokenMeta(
             utterance=torch.full_like(input_ids, turn).masked_fill(padding, -1),
             speaker=speakers.unsqueeze(1).expand(batch, length).masked_fill(padding, -1),
@@ -168,15 +187,28 @@ class DialogXL(nn.Module):
         current = self.current_meta(input_ids, turn, speakers, memory)
         keys = TokenMeta.concat([memory.meta, current])
         head_masks = self.layout.build(current, keys)  # built once, shared by every layer
+        roles = None
+        if self.speaker_embedding is not None:
+            role_ids = current.speaker.clamp(0, self.config.speaker_roles - 1)
+            roles = self.speaker_embedding(role_ids) * current.is_real.unsqueeze(-1)
+        positions = {"query_positions": current.order, "key_positions": keys.order} if self.takes_positions else {}
         out = self.encoder(
             input_ids,
             attention_mask=head_masks,
+            extra_embeddings=roles,
             memory=memory.states if memory.length else None,
             output_hidden_states=True,
             output_attentions=output_attentions,
+            **positions,
         )
         memory = update_memory(memory, out.hidden_states[:-1], current, self.config.mem_len)
-        return out.last_hidden_state[:, 0], memory, out
+        return self.cls_states(out.last_hidden_state, input_ids), memory, out
+
+    def cls_states(self, hidden: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+        """[B, hidden]: each row's first [CLS] state, wherever it is (first token for BERT, last real
+        one for XLNet); a row without [CLS] (an ended conversation's padding) gives its first token."""
+        index = (input_ids == self.special_ids[0]).int().argmax(1)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
 
     def logits_per_step(self, batch: ConversationBatch) -> list[torch.Tensor]:
         memory = self.empty_memory(len(batch.lengths))

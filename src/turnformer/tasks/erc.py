@@ -140,11 +140,28 @@ def load_erc_data(recipe: dict, data_dir=None) -> tuple[dict[str, list[Dialogue]
     return {s: list(ds.dialogues) for s, ds in loaded.items()}, loaded["train"].label_set(kind)
 
 
-def build_dialogxl(model_config: dict, labels: list[str], backbone: str):
-    """A DialogXL on a pretrained backbone (weights from its package or folder) and its tokenizer."""
+ERC_MODELS = ("dialogxl", "concat-context", "segment-recurrence")
+
+
+def model_family(model_id: str) -> str:
+    """The class behind a model id: DialogXL's variants (``dialogxl-no-speaker``, ``dialogxl-speaker-emb``,
+    ...) are DialogXL with other head counts or settings in their recipe."""
+    if model_id == "dialogxl" or model_id.startswith("dialogxl-"):
+        return "dialogxl"
+    if model_id in ERC_MODELS:
+        return model_id
+    raise DialogueError(f"unknown emotion-recognition model {model_id!r}; known: {', '.join(ERC_MODELS)} (and dialogxl-* variants)")
+
+
+def build_erc_model(model_id: str, model_config: dict, labels: list[str], backbone: str):
+    """An ERC model (DialogXL, one of its variants, or a baseline) on a pretrained backbone (weights
+    from its package or folder), and its tokenizer."""
     from turnformer.backbones import load_backbone
+    from turnformer.models.baselines import build_baseline
     from turnformer.models.dialogxl import DialogXL, DialogXLConfig
 
+    if model_family(model_id) != "dialogxl":
+        return build_baseline(model_id, model_config, labels, backbone)
     encoder, tokenizer = load_backbone(backbone)
     config = DialogXLConfig.from_dict({**model_config, "num_labels": len(labels), "backbone": backbone})
     model = DialogXL(config, encoder, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
@@ -160,7 +177,7 @@ def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = Non
     splits, labels = load_erc_data(recipe, data_dir)
     for split, n in (limits or {}).items():
         splits[split] = splits[split][:n]
-    model, tokenizer = build_dialogxl(recipe["model_config"], labels, recipe["backbone"])
+    model, tokenizer = build_erc_model(recipe["model"], recipe["model_config"], labels, recipe["backbone"])
     kind = recipe.get("label_kind", "emotion")
     batch_size = int(recipe["train"].get("batch_size", 4))
     batches, reports = {}, {}
@@ -214,6 +231,6 @@ def load_trained(checkpoint):
 
     weights, run = checkpoint_paths(Path(checkpoint))
     recipe = run["recipe"]
-    model, tokenizer = build_dialogxl(recipe["model_config"], run["labels"], recipe["backbone"])
+    model, tokenizer = build_erc_model(recipe["model"], recipe["model_config"], run["labels"], recipe["backbone"])
     load_checkpoint(weights, model)
     return model.eval(), tokenizer, run

@@ -1,0 +1,165 @@
+"""The DialogXL paper's experiments as `turnformer train` runs, several at a time, each experiment
+collected into a results file (benchmarks/results/EXPERIMENT.json) by `collect_erc.collect`.
+
+    python benchmarks/erc_experiments.py --plan table2 [--plan table3 ...] [--workers 8] [--runs-dir runs/erc]
+                                         [--seeds 1,2,3] [--deadline SECONDS] [--prune]
+
+Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md section 7):
+
+- ``lr-sweep``: DialogXL and the concatenated-context baseline on MELD and EmoryNLP, one seed, at
+  learning rates 2e-5, 5e-5 and 1e-4; writes ``erc-lr-sweep.json`` with every validation score and the
+  rate chosen per model (best mean validation score over both datasets).
+- ``table2``: DialogXL, concat-context and segment-recurrence on MELD, EmoryNLP and DailyDialog.
+- ``table3``: the five ablations of DialogXL on MELD.
+- ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
+- ``figure4``: DialogXL on SwDA acts, memory length 100..1000, on a documented subset of the
+  training conversations (``--swda-train``, whole validation and test sets), one seed.
+
+A run whose folder already holds result.json is not run again, and an interrupted one continues
+(``--resume``), so the command can be repeated until everything is done. ``--deadline`` gives every
+run a time budget ending that many seconds after the start: runs cut by it are recorded as partial.
+With ``--workers`` above 1 every run gets one CPU thread (the runs share the machine, or one GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from collect_erc import collect  # noqa: E402
+
+from turnformer.results import make_result, write_result  # noqa: E402
+
+LEARNING_RATES = ("2e-5", "5e-5", "1e-4")
+ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no-global")
+MEMORY_LENGTHS = tuple(range(100, 1001, 100))
+
+
+@dataclass(frozen=True)
+class Experiment:
+    id: str
+    model: str
+    dataset: str
+    seeds: tuple[int, ...]
+    overrides: tuple[str, ...] = ()
+    limit_train: int | None = None
+    extra: dict = field(default_factory=dict, hash=False)
+
+
+def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swda_train: int) -> list[Experiment]:
+    if name == "lr-sweep":
+        return [
+            Experiment(f"lr-{dataset}-{model}-{lr}", model, dataset, seeds[:1], (f"train.lr={lr}",), extra={"lr": lr})
+            for model in ("dialogxl", "concat-context") for dataset in ("meld", "emorynlp") for lr in LEARNING_RATES
+        ]
+    if name == "table2":
+        return [
+            Experiment(f"erc-{dataset}-{model}", model, dataset, seeds if model == "dialogxl" else baseline_seeds)
+            for dataset in ("meld", "emorynlp", "dailydialog") for model in ("dialogxl", "concat-context", "segment-recurrence")
+        ]
+    if name == "table3":
+        return [Experiment(f"erc-meld-dialogxl-{a}", f"dialogxl-{a}", "meld", seeds) for a in ABLATIONS]
+    if name == "table4":
+        return [Experiment(f"erc-{d}-dialogxl-speaker-emb", "dialogxl-speaker-emb", d, seeds) for d in ("meld", "dailydialog")]
+    if name == "figure4":
+        return [
+            Experiment(f"erc-swda-dialogxl-mem{m}", "dialogxl", "swda", seeds[:1], (f"model_config.mem_len={m}",),
+                       limit_train=swda_train, extra={"mem_len": m})
+            for m in MEMORY_LENGTHS
+        ]
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, table3, table4, figure4")
+
+
+def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:
+    out = runs_dir / experiment.id / f"seed{seed}"
+    if (out / "result.json").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "turnformer.cli", "train", "--task", "erc", "--model", experiment.model,
+               "--dataset", experiment.dataset, "--seed", str(seed), "--out", str(out)]
+    command += [arg for o in experiment.overrides for arg in ("--set", o)]
+    if experiment.limit_train:
+        command += ["--limit-train", str(experiment.limit_train)]
+    if (out / "last").exists():
+        command.append("--resume")
+    if deadline is not None:
+        command += ["--time-budget", str(max(60.0, deadline - time.time()))]
+    env = dict(os.environ)
+    if single_thread:
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    with open(out / "train.log", "a") as log:
+        log.write(" ".join(command) + "\n")
+        log.flush()
+        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    print(f"{'done' if code == 0 else f'FAILED ({code})'}: {experiment.id} seed {seed} ({out / 'train.log'})", flush=True)
+    if prune and (out / "result.json").exists():
+        for name in ("last", "best"):
+            shutil.rmtree(out / name, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--plan", action="append", required=True)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs/erc"))
+    parser.add_argument("--seeds", default="1,2,3", help="Seeds of DialogXL and its variants.")
+    parser.add_argument("--baseline-seeds", default=None, help="Seeds of the baselines (default: --seeds).")
+    parser.add_argument("--swda-train", type=int, default=120, help="Training conversations of SwDA for figure4.")
+    parser.add_argument("--deadline", type=float, default=None, help="Seconds from now by which every run stops.")
+    parser.add_argument("--prune", action="store_true", help="Delete a finished run's checkpoints (keep its records).")
+    args = parser.parse_args()
+
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    baseline_seeds = tuple(int(s) for s in args.baseline_seeds.split(",")) if args.baseline_seeds else seeds
+    deadline = time.time() + args.deadline if args.deadline else None
+    experiments = [e for name in args.plan for e in plan(name, seeds, baseline_seeds, args.swda_train)]
+    jobs = [(e, s) for e in experiments for s in e.seeds]
+    # Longest first (DailyDialog, SwDA), so that the pool does not end waiting on one long run.
+    weight = {"dailydialog": 3, "swda": 2}
+    jobs.sort(key=lambda job: -weight.get(job[0].dataset, 1))
+    print(f"{len(jobs)} runs, {args.workers} at a time", flush=True)
+    with ThreadPoolExecutor(args.workers) as pool:
+        list(pool.map(lambda job: run_one(*job, args.runs_dir, deadline, args.workers > 1, args.prune), jobs))
+
+    sweep = {}
+    for e in experiments:
+        runs = [args.runs_dir / e.id / f"seed{s}" for s in e.seeds]
+        missing = [str(r) for r in runs if not (r / "result.json").exists()]
+        if missing:
+            print(f"{e.id}: not collected, unfinished runs: {', '.join(missing)}", flush=True)
+            continue
+        record = collect(e.id, runs, allow_partial=True, extra=e.extra)
+        if e.id.startswith("lr-"):
+            sweep.setdefault(e.model, {}).setdefault(e.extra["lr"], {})[e.dataset] = record["extra"]["validation"][0]
+            continue
+        print(f"{e.id}: {record['mean']:.2f} ± {record['std']:.2f} over seeds {record['seeds']} -> {write_result(record)}", flush=True)
+    if sweep:
+        write_sweep(sweep)
+
+
+def write_sweep(sweep: dict) -> None:
+    """erc-lr-sweep.json: validation score of every (model, rate, dataset); the rate with the best mean."""
+    chosen = {
+        model: max(rates, key=lambda lr: sum(rates[lr].values()) / len(rates[lr])) for model, rates in sweep.items()
+    }
+    best = [sum(sweep[m][chosen[m]].values()) / len(sweep[m][chosen[m]]) for m in sorted(sweep)]
+    record = make_result(
+        "erc-lr-sweep", task="erc", dataset="meld+emorynlp", split="validation", model="+".join(sorted(sweep)),
+        metric="weighted_f1_best_rate", scores=best, seeds=[1] * len(best), backbone="all-MiniLM-L6-v2",
+        extra={"validation": sweep, "chosen_lr": chosen, "selection": "best mean validation weighted F1 over MELD and EmoryNLP"},
+    )
+    print(f"learning rates chosen on validation: {json.dumps(chosen)} -> {write_result(record)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
