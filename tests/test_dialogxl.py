@@ -13,10 +13,11 @@ from turnformer.tasks.erc import EncodedConversation, make_batch
 CLS, SEP, PAD = 1, 2, 0
 
 
-def tiny_dialogxl(heads=(1, 1, 1, 1), window=1, mem_len=1000, seed=0) -> DialogXL:
+def tiny_dialogxl(heads=(1, 1, 1, 1), window=1, mem_len=1000, seed=0, positions="conversation") -> DialogXL:
     encoder = random_backbone(tiny_config(vocab_size=60, hidden=32, layers=2, heads=4), seed=seed)
     torch.manual_seed(seed)
-    model = DialogXL(DialogXLConfig(num_labels=3, heads=heads, window=window, mem_len=mem_len, dropout=0.0), encoder, CLS, SEP, PAD)
+    config = DialogXLConfig(num_labels=3, heads=heads, window=window, mem_len=mem_len, dropout=0.0, positions=positions)
+    model = DialogXL(config, encoder, CLS, SEP, PAD)
     return model.eval()
 
 
@@ -40,16 +41,21 @@ def full_pass_cls_states(model: DialogXL, conv: EncodedConversation) -> torch.Te
     meta = TokenMeta.from_lists(utt, spk, is_special=special)
     past_real = (meta.utterance.unsqueeze(-1) > meta.utterance.unsqueeze(-2)) & ~meta.is_special.unsqueeze(-2)
     visible = model.layout.build(meta, meta) & (past_real | SAME_UTTERANCE(meta, meta)).unsqueeze(1)
-    positions = meta.position  # every utterance encoded from position 0
+    if model.config.positions == "utterance":
+        positions = meta.position  # every utterance encoded from position 0
+    else:  # numbered through the conversation; a turn's closing [SEP] is not in memory, the next [CLS] takes its place
+        starts = torch.tensor([0] + [len(turn) - 1 for turn in conv.turn_ids[:-1]]).cumsum(0)
+        positions = torch.cat([start + torch.arange(len(turn)) for start, turn in zip(starts, conv.turn_ids)]).unsqueeze(0)
     hidden = model.encoder(ids, position_ids=positions, attention_mask=visible).last_hidden_state[0]
     starts = torch.tensor([0] + torch.tensor([len(t) for t in conv.turn_ids]).cumsum(0)[:-1].tolist())
     return hidden[starts]
 
 
+@pytest.mark.parametrize("positions", ["conversation", "utterance"])
 @pytest.mark.parametrize("heads, window", [((1, 1, 1, 1), 1), ((2, 0, 1, 1), 2), ((0, 4, 0, 0), 0)])
-def test_recurrence_equals_one_pass(heads, window):
+def test_recurrence_equals_one_pass(heads, window, positions):
     g = torch.Generator().manual_seed(3)
-    model = tiny_dialogxl(heads, window)
+    model = tiny_dialogxl(heads, window, positions=positions)
     conversations = [random_conversation(g, n, 3) for n in (5, 2, 7)]
     batch = make_batch(conversations, PAD)
     memory = model.empty_memory(len(conversations))

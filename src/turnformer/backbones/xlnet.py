@@ -60,6 +60,7 @@ def _sinusoid(distances: torch.Tensor, d_model: int) -> torch.Tensor:
 
 def relative_positions(
     d_model: int,
+    batch: int,
     length: int,
     memory_length: int,
     query_positions: torch.Tensor | None = None,
@@ -70,8 +71,8 @@ def relative_positions(
     """Distances query_position - key_position for every pair, and their embeddings.
 
     Without positions: XLNetModel's layout, queries at M..M+T-1 and keys at 0..M+T-1. With them:
-    `query_positions` [B, T] and `key_positions` [B, M+T], integers, one row per example (padding
-    should carry ordinary values: the embedding table spans the range of all distances).
+    `query_positions` [B, T] and `key_positions` [B, M+T], integers, one row per example or a single
+    row shared by all (padding should carry ordinary values: the table spans the range of all distances).
     """
     if (query_positions is None) != (key_positions is None):
         raise ValueError("give both query_positions and key_positions, or neither")
@@ -83,8 +84,11 @@ def relative_positions(
         for name, value, width in (("query_positions", query_positions, length), ("key_positions", key_positions, keys)):
             if value.dim() != 2 or value.shape[1] != width or value.is_floating_point():
                 raise ValueError(f"{name} must be integer [batch, {width}], got {value.dtype} {tuple(value.shape)}")
-        if query_positions.shape[0] != key_positions.shape[0]:
-            raise ValueError("query_positions and key_positions have different batch sizes")
+        if query_positions.shape[0] != key_positions.shape[0] or query_positions.shape[0] not in (1, batch):
+            raise ValueError(
+                f"query_positions and key_positions need {batch} rows (or 1, shared), got "
+                f"{query_positions.shape[0]} and {key_positions.shape[0]}"
+            )
     distance = query_positions[:, :, None] - key_positions.to(query_positions.device)[:, None, :]  # [B, Q, K]
     if clamp_len > 0:
         distance = distance.clamp(-clamp_len, clamp_len)
@@ -243,7 +247,7 @@ class XLNetStructuredEncoder(nn.Module):
             attention_mask, memory_mask, batch, self.config.n_head, length, memory_length, input_ids.device
         )
         positions = relative_positions(
-            self.config.d_model, length, memory_length, query_positions, key_positions, self.config.clamp_len,
+            self.config.d_model, batch, length, memory_length, query_positions, key_positions, self.config.clamp_len,
             device=input_ids.device,
         )
         positions = positions._replace(table=self.dropout(positions.table.to(self.word_embedding.weight.dtype)))

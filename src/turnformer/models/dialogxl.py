@@ -13,8 +13,9 @@ The backbone is either of the project's encoders. On XLNet (the paper's, `XLNetS
 relative distances come from each token's running position in its conversation (``TokenMeta.order``),
 per (query, key) pair, so they are right although memory rows differ per conversation. On a BERT-type
 encoder (all-MiniLM-L6-v2 offline; a difference from the paper, by necessity) positions are absolute:
-each utterance is encoded from position 0 and memory states keep the positions they were computed
-with. Special tokens ([CLS] u [SEP] for BERT, u <sep> <cls> for XLNet) stay out of memory, and the
+by default tokens are numbered through the conversation (``DialogXLConfig.positions``), so memory keys
+keep the positions they were computed with and come before the current utterance, as in one
+concatenated sequence. Special tokens ([CLS] u [SEP] for BERT, u <sep> <cls> for XLNet) stay out of memory, and the
 classifier reads the [CLS] state wherever the tokenizer put it.
 """
 
@@ -44,6 +45,11 @@ class DialogXLConfig:
     # DialogXL-emb (the paper's Table 4): > 0 adds a trainable embedding per speaker role (speakers in
     # order of first appearance; later ones share the last role) to every token's input embedding.
     speaker_roles: int = 0
+    # Absolute-position encoders (BERT type): "conversation" numbers tokens through the conversation,
+    # as in one concatenated sequence, so that memory keys sit before the current utterance (XLNet gets
+    # the same from relative distances); "utterance" restarts at 0 in every utterance, which puts every
+    # memory token at the same positions as the current ones and confuses positional heads.
+    positions: str = "conversation"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,6 +61,8 @@ class DialogXLConfig:
         if unknown:
             raise ValueError(f"unknown DialogXL config keys: {sorted(unknown)}")
         data = dict(data)
+        if data.get("positions", "conversation") not in ("conversation", "utterance"):
+            raise ValueError(f"positions must be 'conversation' or 'utterance', got {data['positions']!r}")
         if "heads" in data:
             data["heads"] = tuple(data["heads"])
         return cls(**data)
@@ -192,6 +200,8 @@ class DialogXL(nn.Module):
             role_ids = current.speaker.clamp(0, self.config.speaker_roles - 1)
             roles = self.speaker_embedding(role_ids) * current.is_real.unsqueeze(-1)
         positions = {"query_positions": current.order, "key_positions": keys.order} if self.takes_positions else {}
+        if not self.takes_positions and self.config.positions == "conversation":
+            positions = {"position_ids": self.conversation_positions(current.order)}
         out = self.encoder(
             input_ids,
             attention_mask=head_masks,
@@ -203,6 +213,14 @@ class DialogXL(nn.Module):
         )
         memory = update_memory(memory, out.hidden_states[:-1], current, self.config.mem_len)
         return self.cls_states(out.last_hidden_state, input_ids), memory, out
+
+    def conversation_positions(self, order: torch.Tensor) -> torch.Tensor:
+        """Running positions [B, T] for an absolute-position encoder. Past the encoder's range, a row
+        is shifted back so that its utterance takes the last positions (long conversations only: the
+        memory then overlaps it, as with "utterance" positions)."""
+        limit = self.encoder.config.max_position_embeddings
+        shift = (order[:, -1:] + 1 - limit).clamp(min=0)  # the row's last slot (real or padding) fits
+        return order - shift
 
     def cls_states(self, hidden: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
         """[B, hidden]: each row's first [CLS] state, wherever it is (first token for BERT, last real
