@@ -110,8 +110,9 @@ def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float |
         log.write(" ".join(command) + "\n")
         log.flush()
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-    print(f"{'done' if code == 0 else f'FAILED ({code})'}: {experiment.id} seed {seed} ({out / 'train.log'})", flush=True)
-    if prune and (out / "result.json").exists():
+    status = "done" if code == 0 else f"FAILED ({code}): " + " | ".join((out / "train.log").read_text().strip().splitlines()[-3:])
+    print(f"{experiment.id} seed {seed}: {status}", flush=True)
+    if prune:  # finished or failed: its records stay, its checkpoints go
         for name in ("last", "best"):
             shutil.rmtree(out / name, ignore_errors=True)
     return out
@@ -126,13 +127,16 @@ def main() -> None:
     parser.add_argument("--baseline-seeds", default=None, help="Seeds of the baselines (default: --seeds).")
     parser.add_argument("--swda-train", type=int, default=120, help="Training conversations of SwDA for figure4.")
     parser.add_argument("--deadline", type=float, default=None, help="Seconds from now by which every run stops.")
-    parser.add_argument("--prune", action="store_true", help="Delete a finished run's checkpoints (keep its records).")
+    parser.add_argument("--prune", action="store_true", help="Delete a run's checkpoints when it ends (keep its records).")
+    parser.add_argument("--datasets", default=None, help="Keep only the experiments on these datasets (comma-separated).")
     args = parser.parse_args()
 
     seeds = tuple(int(s) for s in args.seeds.split(","))
     baseline_seeds = tuple(int(s) for s in args.baseline_seeds.split(",")) if args.baseline_seeds else seeds
     deadline = time.time() + args.deadline if args.deadline else None
     experiments = [e for name in args.plan for e in plan(name, seeds, baseline_seeds, args.swda_train)]
+    if args.datasets:
+        experiments = [e for e in experiments if e.dataset in args.datasets.split(",")]
     jobs = [(e, s) for e in experiments for s in e.seeds]
     # Longest first (DailyDialog, SwDA), so that the pool does not end waiting on one long run.
     weight = {"dailydialog": 3, "swda": 2}
