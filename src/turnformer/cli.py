@@ -102,6 +102,53 @@ def plot_masks_command(
         sys.stdout.write(json.dumps(view.to_json()) + "\n")
 
 
+@plot_app.command("attention")
+def plot_attention_command(
+    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT."),
+    dialogue: Optional[str] = typer.Option(None, "--dialogue", help="Dialogue id (or index); default the first."),
+    utterance: Optional[int] = typer.Option(None, "--utterance", help="Index of the utterance whose [CLS] query is shown; default the last."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Run folder of a trained DialogXL (uses best/)."),
+    backbone: Optional[str] = typer.Option(None, "--backbone", help="Or an untrained DialogXL on this backbone (random classifier)."),
+    heads: str = typer.Option("5,5,1,1", "--heads", help="With --backbone: local,global,speaker,listener head counts."),
+    window: int = typer.Option(5, "--window", help="With --backbone: the local heads' window."),
+    out: Optional[Path] = typer.Option(None, "--out", help="PNG to write."),
+    as_json: bool = typer.Option(False, "--json", help="Print the attention weights as JSON."),
+    data_dir: Optional[Path] = DataDir,
+) -> None:
+    """Which earlier tokens each DialogXL head type attends to from one utterance's [CLS] (last
+    layer, mean over the heads of each type): the DialogXL paper's Figure 5."""
+    from turnformer.models.dialogxl import DialogXL
+    from turnformer.plots import attention_view, plot_attention
+    from turnformer.tasks.erc import build_erc_model
+
+    if out is None and not as_json:
+        fail("give --out FILE.png, --json, or both")
+    if (checkpoint is None) == (backbone is None):
+        fail("give either --checkpoint RUN_DIR or --backbone NAME")
+    try:
+        chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
+        if utterance is not None and not 0 <= utterance < len(chosen):
+            raise DialogueError(f"--utterance {utterance} out of range: dialogue {chosen.id!r} has {len(chosen)} utterances (0..{len(chosen) - 1})")
+        if checkpoint is not None:
+            model, tokenizer, _ = load_trained(checkpoint)
+            if not isinstance(model, DialogXL):
+                raise DialogueError(f"--checkpoint {checkpoint}: a {type(model).__name__} run; attention plots need a DialogXL run")
+        else:
+            counts = heads.split(",")
+            if len(counts) != 4 or not all(c.strip().isdigit() for c in counts):
+                raise DialogueError(f"--heads {heads!r}: give four counts, local,global,speaker,listener")
+            config = {"heads": [int(c) for c in counts], "window": window}
+            model, tokenizer = build_erc_model("dialogxl", config, ["untrained"], backbone)
+        view = attention_view(model, tokenizer, chosen, len(chosen) - 1 if utterance is None else utterance)
+    except (DialogueError, ValueError, OSError, KeyError) as e:
+        fail(str(e))
+    if out is not None:
+        plot_attention(view, out)
+        err.print(f"wrote {out}")
+    if as_json:
+        sys.stdout.write(json.dumps(view.to_json()) + "\n")
+
+
 @app.command()
 def demo(
     dataset: str = typer.Option("meld", help="Benchmark for the emotion-recognition demo."),

@@ -138,3 +138,115 @@ def plot_masks(view: MaskView, out: str | Path, title: str | None = None) -> Pat
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+# DialogXL's head types, in the order its heads are laid out (`dialogxl_layout`).
+HEAD_TYPES = ("local", "global", "speaker", "listener")
+
+
+@dataclass(frozen=True)
+class AttentionView:
+    """One utterance's [CLS] query in DialogXL's last layer: its attention over the keys (memory
+    tokens, oldest first, then the utterance's own tokens), averaged over the heads of each type."""
+
+    dialogue: str | None
+    query_utterance: int
+    tokens: list[str]
+    utterance: list[int]  # per key
+    speaker: list[str]  # per key
+    weights: dict[str, list[float]]  # head type -> per key
+    head_counts: dict[str, int]
+
+    def utterance_weights(self) -> dict[str, dict[int, float]]:
+        """Attention mass per utterance, per head type."""
+        out: dict[str, dict[int, float]] = {}
+        for kind, weights in self.weights.items():
+            totals = out.setdefault(kind, {})
+            for u, w in zip(self.utterance, weights):
+                totals[u] = totals.get(u, 0.0) + w
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "dialogue": self.dialogue, "utterance": self.query_utterance, "query": "[CLS], last layer",
+            "head_counts": self.head_counts, "tokens": self.tokens, "key_utterance": self.utterance,
+            "speaker": self.speaker, "weights": self.weights,
+            "utterance_weights": {k: {str(u): w for u, w in v.items()} for k, v in self.utterance_weights().items()},
+        }
+
+
+@torch.no_grad()
+def attention_view(model, tokenizer, dialogue: Dialogue, utterance: int) -> AttentionView:
+    """Run DialogXL (`turnformer.models.dialogxl.DialogXL`) over ``dialogue`` up to ``utterance``
+    and read the last layer's attention of that utterance's [CLS] token (the DialogXL paper's Figure 5)."""
+    from turnformer.tasks.erc import encode_conversations, make_batch
+
+    if not 0 <= utterance < len(dialogue):
+        raise ValueError(f"utterance {utterance} out of range: dialogue {dialogue.id!r} has {len(dialogue)} utterances (0..{len(dialogue) - 1})")
+    was_training = model.training
+    model.eval()
+    (encoded,), _ = encode_conversations([dialogue], tokenizer, "", [], model.config.max_utterance_tokens)
+    batch = make_batch([encoded], tokenizer.pad_token_id).to(next(model.parameters()).device)
+    memory = model.empty_memory(1)
+    for t in range(utterance):
+        _, memory, _ = model.step(batch.steps[t], t, batch.speakers[:, t], memory)
+    ids = batch.steps[utterance]
+    _, _, out = model.step(ids, utterance, batch.speakers[:, utterance], memory, output_attentions=True)
+    model.train(was_training)
+
+    query = int((ids[0] == model.special_ids[0]).int().argmax())
+    row = out.attentions[-1][0, :, query].cpu()  # [heads, memory + current keys]
+    length = ids.shape[1]
+    key_utterance = torch.cat([memory.meta.utterance[0].cpu(), torch.full((length,), utterance)])
+    key_position = torch.cat([memory.meta.position[0].cpu(), torch.arange(length)])
+    real = torch.cat([memory.meta.is_real[0].cpu(), (ids[0] != tokenizer.pad_token_id).cpu()])
+    pairs = list(zip(key_utterance[real].tolist(), key_position[real].tolist()))
+    tokens = tokenizer.convert_ids_to_tokens([encoded.turn_ids[u][p] for u, p in pairs])
+    weights, counts, start = {}, {}, 0
+    for kind, n in zip(HEAD_TYPES, model.config.heads):
+        counts[kind] = n
+        if n:
+            weights[kind] = row[start : start + n].mean(0)[real].tolist()
+        start += n
+    return AttentionView(
+        dialogue=dialogue.id, query_utterance=utterance, tokens=tokens, utterance=[u for u, _ in pairs],
+        speaker=[dialogue.turns[u].speaker for u, _ in pairs], weights=weights, head_counts=counts,
+    )
+
+
+def plot_attention(view: AttentionView, out: str | Path, title: str | None = None) -> Path:
+    """One row per head type, one column per key. Each row's colours are scaled to its largest weight
+    on a memory key (the [CLS] token's weight on itself would otherwise wash out the history)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = list(view.weights)
+    n = len(view.tokens)
+    matrix = torch.tensor([view.weights[k] for k in kinds])
+    history = torch.tensor([u != view.query_utterance for u in view.utterance])
+    scale = (matrix[:, history] if bool(history.any()) else matrix).amax(1, keepdim=True)
+    scale = torch.where(scale > 0, scale, matrix.amax(1, keepdim=True))  # a head type that sees no memory
+    matrix = (matrix / scale.clamp(min=1e-12)).clamp(max=1)
+    fig, ax = plt.subplots(figsize=(min(4 + n * 0.14, 18), 1.6 + 0.45 * len(kinds)))
+    ax.imshow(matrix.numpy(), cmap="Reds", vmin=0, vmax=1, interpolation="nearest", aspect="auto")
+    starts = [i for i in range(n) if i == 0 or view.utterance[i] != view.utterance[i - 1]]
+    for s in starts[1:]:
+        ax.axvline(s - 0.5, color="tab:blue", linewidth=0.8)
+    ax.set_yticks(range(len(kinds)), [f"{k} ({view.head_counts[k]})" for k in kinds], fontsize=8)
+    if n <= 100:
+        ax.set_xticks(range(n), view.tokens, rotation=90, fontsize=6)
+    else:
+        ax.set_xticks(starts, [f"u{view.utterance[s]}" for s in starts], rotation=90, fontsize=6)
+    top = ax.secondary_xaxis("top")
+    top.set_xticks([s - 0.5 for s in starts], [f"u{view.utterance[s]} {view.speaker[s]}" for s in starts], rotation=45, ha="left", fontsize=6)
+    ax.set_xlabel("key (memory, then the current utterance)")
+    fig.suptitle(title or f"dialogue {view.dialogue}, utterance {view.query_utterance}: [CLS] attention, last layer "
+                 "(mean over each type's heads; rows scaled to their largest memory weight)", fontsize=9)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
