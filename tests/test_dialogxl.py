@@ -156,3 +156,12 @@ def test_streaming_session_matches_batch_and_stays_bounded():
     assert torch.allclose(probs, streamed, atol=1e-5)
     with pytest.raises(ValueError, match="empty utterance"):
         session.add("Ross", "  ")
+
+
+def test_conversation_positions_continue_and_stay_in_the_backbone_range():
+    model = tiny_dialogxl(mem_len=12)  # max_position_embeddings 128
+    order = torch.tensor([[5, 6, 7, 8], [120, 121, 122, 123], [200, 201, 202, 203]])
+    positions = model.conversation_positions(order)
+    assert positions[0].tolist() == [5, 6, 7, 8]  # inside the range: the running position itself
+    assert positions[1].tolist() == [120, 121, 122, 123]
+    assert positions[2].tolist() == [124, 125, 126, 127]  # past it: the utterance takes the last positions

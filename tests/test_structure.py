@@ -278,3 +278,12 @@ def test_turn_relative_distance():
     r = turn_relative_distance(turns, turns, r_max=3)
     assert r[0, 3].tolist() == [3, 3, 3, 0]
     assert r[0, 0].tolist() == [0, -1, -2, -3]
+
+
+def test_truncation_keeps_the_closing_special_tokens():
+    from turnformer.structure.packing import truncate_keeping_end_specials
+
+    cls, sep, words = 101, 102, list(range(1, 11))
+    assert truncate_keeping_end_specials([cls, *words, sep], 5, {cls, sep}) == [cls, 1, 2, 3, sep]  # BERT
+    assert truncate_keeping_end_specials([*words, sep, cls], 5, {cls, sep}) == [1, 2, 3, sep, cls]  # XLNet
+    assert truncate_keeping_end_specials([*words], 4, set()) == [1, 2, 3, 10]  # no specials: the last token stays

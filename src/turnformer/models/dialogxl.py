@@ -30,6 +30,7 @@ from torch import nn
 
 from turnformer.backbones import StructuredEncoder, XLNetStructuredEncoder
 from turnformer.structure import TokenMeta, dialogxl_layout
+from turnformer.structure.packing import truncate_keeping_end_specials
 
 
 @dataclass
@@ -280,7 +281,7 @@ class DialogXLSession:
         limit = self.model.config.max_utterance_tokens
         truncated = len(ids) > limit
         if truncated:
-            ids = ids[: limit - 1] + ids[-1:]
+            ids = truncate_keeping_end_specials(ids, limit, set(self.tokenizer.all_special_ids))
         device = next(self.model.parameters()).device
         speaker_id = self.speakers.setdefault(speaker, len(self.speakers))
         input_ids = torch.tensor([ids], device=device)

@@ -266,3 +266,13 @@ def pack_dialogues(
         tokens = [tokenizer.convert_ids_to_tokens(row[packed.meta.is_real[i]].tolist()) for i, row in enumerate(packed.input_ids)]
         packed = replace(packed, tokens=tokens)
     return packed
+
+
+def truncate_keeping_end_specials(ids: list[int], limit: int, special: set[int]) -> list[int]:
+    """Cut ``ids`` to ``limit`` tokens, dropping words, not the closing special tokens ([SEP] for BERT,
+    <sep> <cls> for XLNet, whose classifier reads that final <cls>)."""
+    tail = 0
+    while tail < len(ids) - 1 and ids[len(ids) - 1 - tail] in special:
+        tail += 1
+    tail = max(tail, 1)
+    return ids[: limit - tail] + ids[len(ids) - tail :]

@@ -18,6 +18,7 @@ import torch
 
 from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.models.dialogxl import ConversationBatch
+from turnformer.structure.packing import truncate_keeping_end_specials
 from turnformer.tasks.metrics import PRIMARY_METRIC, erc_metrics
 
 NEUTRAL = {"meld": "neutral", "dailydialog": "neutral", "emorynlp": "Neutral"}
@@ -50,6 +51,7 @@ def encode_conversations(
 ) -> tuple[list[EncodedConversation], EncodeReport]:
     """Tokenise every turn once ([CLS] text [SEP], cut at ``max_utterance_tokens``, counted)."""
     label_to_id = {label: i for i, label in enumerate(labels)}
+    special = set(getattr(tokenizer, "all_special_ids", []))
     texts = [t.text for d in dialogues for t in d.turns]
     full = tokenizer(texts, add_special_tokens=True)["input_ids"] if texts else []
     report = EncodeReport()
@@ -61,7 +63,7 @@ def encode_conversations(
             k += 1
             if len(ids) > max_utterance_tokens:
                 report.truncated_utterances += 1
-                ids = ids[: max_utterance_tokens - 1] + ids[-1:]  # keep [SEP]
+                ids = truncate_keeping_end_specials(ids, max_utterance_tokens, special)
             turn_ids.append(ids)
             label = turn.labels.get(label_kind)
             if label is None:
