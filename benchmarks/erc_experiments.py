@@ -7,8 +7,8 @@ collected into a results file (benchmarks/results/EXPERIMENT.json) by `collect_e
 Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md section 7):
 
 - ``lr-sweep``: DialogXL and the concatenated-context baseline on MELD and EmoryNLP, one seed, at
-  learning rates 2e-5, 5e-5 and 1e-4; writes ``erc-lr-sweep.json`` with every validation score and the
-  rate chosen per model (best mean validation score over both datasets).
+  learning rates 2e-5, 5e-5 and 1e-4; writes ``erc-lr-sweep-MODEL.json`` with every validation score and the
+  rate chosen per model (best mean validation score over both datasets), one file per model.
 - ``table2``: DialogXL, concat-context and segment-recurrence on MELD, EmoryNLP and DailyDialog. With
   the first baseline seed only: segment recurrence (far below the others), and the baselines on
   DailyDialog (nine times MELD's size).
@@ -164,17 +164,18 @@ def main() -> None:
 
 
 def write_sweep(sweep: dict) -> None:
-    """erc-lr-sweep.json: validation score of every (model, rate, dataset); the rate with the best mean."""
-    chosen = {
-        model: max(rates, key=lambda lr: sum(rates[lr].values()) / len(rates[lr])) for model, rates in sweep.items()
-    }
-    best = [sum(sweep[m][chosen[m]].values()) / len(sweep[m][chosen[m]]) for m in sorted(sweep)]
-    record = make_result(
-        "erc-lr-sweep", task="erc", dataset="meld+emorynlp", split="validation", model="+".join(sorted(sweep)),
-        metric="weighted_f1_best_rate", scores=best, seeds=[1] * len(best), backbone="all-MiniLM-L6-v2",
-        extra={"validation": sweep, "chosen_lr": chosen, "selection": "best mean validation weighted F1 over MELD and EmoryNLP"},
-    )
-    print(f"learning rates chosen on validation: {json.dumps(chosen)} -> {write_result(record)}", flush=True)
+    """erc-lr-sweep-MODEL.json: validation score of every (rate, dataset); the rate with the best mean."""
+    for model, rates in sweep.items():
+        mean = {lr: sum(scores.values()) / len(scores) for lr, scores in rates.items()}
+        chosen = max(mean, key=mean.get)
+        record = make_result(
+            f"erc-lr-sweep-{model}", task="erc", dataset="meld+emorynlp", split="validation", model=model,
+            metric="weighted_f1_at_chosen_lr", scores=list(rates[chosen].values()), seeds=[1] * len(rates[chosen]),
+            backbone="all-MiniLM-L6-v2",
+            extra={"chosen_lr": chosen, "validation": rates, "mean_by_lr": mean,
+                   "selection": "best mean validation weighted F1 over MELD and EmoryNLP (one seed each)"},
+        )
+        print(f"{model}: learning rate {chosen} chosen on validation -> {write_result(record)}", flush=True)
 
 
 if __name__ == "__main__":
