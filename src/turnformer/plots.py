@@ -15,6 +15,18 @@ from turnformer.structure import TokenMeta, mask_from_name, pack_dialogues
 _WORD = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
 
 
+def save_figure(fig, out: str | Path) -> Path:
+    """Lay out, write as PNG (creating the folder) and close a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def word_tokens(text: str) -> list[str]:
     """A dependency-free word tokenizer (words, contractions, punctuation)."""
     return _WORD.findall(text)
@@ -132,12 +144,7 @@ def plot_masks(view: MaskView, out: str | Path, title: str | None = None) -> Pat
             ax.set_yticks(range(len(rows)), rows, fontsize=7)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 # DialogXL's head types, in the order its heads are laid out (`dialogxl_layout`).
@@ -244,9 +251,4 @@ def plot_attention(view: AttentionView, out: str | Path, title: str | None = Non
     ax.set_xlabel("key (memory, then the current utterance)")
     fig.suptitle(title or f"dialogue {view.dialogue}, utterance {view.query_utterance}: [CLS] attention, last layer "
                  "(mean over each type's heads; rows scaled to their largest memory weight)", fontsize=9)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)

@@ -122,10 +122,13 @@ class SelfAttention(nn.Module):
         """`hidden` [B, T, hidden]; `memory` [B, M, hidden] or None; `mask` bool, broadcastable to
         [B, H, T, M+T]. Returns the context [B, T, hidden] (before the output projection) and,
         when asked, the attention probabilities [B, H, T, M+T]."""
-        source = hidden if memory is None else torch.cat([memory, hidden], dim=1)
         q = self._heads(self.query(hidden))
-        k = self._heads(self.key(source))
-        v = self._heads(self.value(source))
+        k, v = self.key(hidden), self.value(hidden)
+        if memory is not None:
+            # Projected apart from the current tokens: memory is usually detached, and a joint
+            # projection would make backward compute its (discarded) input gradient.
+            k, v = torch.cat([self.key(memory), k], dim=1), torch.cat([self.value(memory), v], dim=1)
+        k, v = self._heads(k), self._heads(v)
         dropout_p = self.dropout_p if self.training else 0.0
 
         # Empty rows attend to nothing (zero output), the project-wide policy.

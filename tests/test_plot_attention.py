@@ -1,0 +1,97 @@
+"""`turnformer plot attention` (DialogXL's Figure 5) with a tiny random backbone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from turnformer.cli import app
+from turnformer.data import write_jsonl
+from turnformer.dialogue import Dialogue, Turn
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def conversations(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("conversations")
+    lines = [("Ross", "we were on a break", "anger"), ("Rachel", "oh my god", "surprise"), ("Ross", "fine", "neutral"),
+             ("Joey", "guys?", "neutral"), ("Rachel", "I can not believe you", "anger"), ("Ross", "me neither", "sadness")]
+    dialogues = [Dialogue(tuple(Turn(s, t, {"emotion": e}) for s, t, e in lines[: 3 + i]), id=f"d{i}") for i in range(4)]
+    paths = {}
+    for split, part in (("train", dialogues), ("validation", dialogues[:2]), ("test", dialogues[2:])):
+        paths[split] = folder / f"{split}.jsonl"
+        write_jsonl(part, paths[split])
+    return paths
+
+
+def test_untrained_backbone_json_follows_the_head_masks(tiny_backbone_dir, conversations, tmp_path):
+    out = tmp_path / "attention.png"
+    result = runner.invoke(app, [
+        "plot", "attention", "--input", str(conversations["train"]), "--dialogue", "d3", "--utterance", "5",
+        "--backbone", str(tiny_backbone_dir), "--heads", "1,1,1,1", "--window", "1", "--json", "--out", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    view = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert view["dialogue"] == "d3" and view["utterance"] == 5
+    assert view["head_counts"] == {"local": 1, "global": 1, "speaker": 1, "listener": 1}
+    tokens, utt, spk = view["tokens"], view["key_utterance"], view["speaker"]
+    assert len(tokens) == len(utt) == len(spk) and utt == sorted(utt) and set(utt) == set(range(6))
+    assert tokens[utt.index(5):] == ["[CLS]", "me", "neither", "[SEP]"]  # the current utterance, after the memory
+    assert "[CLS]" not in tokens[: utt.index(5)]  # memory holds no special tokens
+    for kind, weights in view["weights"].items():
+        assert len(weights) == len(tokens) and abs(sum(weights) - 1) < 1e-4, kind
+    # The structure restricts memory keys only: what each head type may not see gets exactly zero.
+    for i, u in enumerate(utt):
+        if u == 5:
+            continue
+        if spk[i] != "Ross":
+            assert view["weights"]["speaker"][i] == 0
+        else:
+            assert view["weights"]["listener"][i] == 0
+        if u < 4:
+            assert view["weights"]["local"][i] == 0
+    assert abs(sum(view["utterance_weights"]["global"].values()) - 1) < 1e-4
+
+
+def test_trained_checkpoint(tiny_backbone_dir, conversations, tmp_path):
+    run = tmp_path / "run"
+    trained = runner.invoke(app, [
+        "train", "--dataset", "file", "--train-file", str(conversations["train"]),
+        "--validation-file", str(conversations["validation"]), "--test-file", str(conversations["test"]),
+        "--out", str(run), "--set", f'backbone="{tiny_backbone_dir}"', "--set", "model_config.heads=[2,0,1,1]",
+        "--set", "train.epochs=1", "--set", "train.batch_size=2",
+    ])
+    assert trained.exit_code == 0, trained.output
+    result = runner.invoke(app, ["plot", "attention", "--input", str(conversations["test"]), "--checkpoint", str(run), "--json"])
+    assert result.exit_code == 0, result.output
+    view = json.loads(result.stdout)
+    assert view["dialogue"] == "d2" and view["utterance"] == 4  # defaults: the first dialogue, its last utterance
+    assert view["head_counts"] == {"local": 2, "global": 0, "speaker": 1, "listener": 1}
+    assert set(view["weights"]) == {"local", "speaker", "listener"}  # a type with no heads is left out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dialogue", "nope"], "no dialogue with id 'nope'"),
+        (["--dialogue", "d0", "--utterance", "3"], "--utterance 3 out of range: dialogue 'd0' has 3 utterances (0..2)"),
+        (["--utterance", "-1"], "--utterance -1 out of range"),
+        (["--heads", "1,1,2"], "--heads '1,1,2': give four counts"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tiny_backbone_dir, conversations, args, message):
+    result = runner.invoke(app, ["plot", "attention", "--input", str(conversations["train"]), "--backbone", str(tiny_backbone_dir),
+                                 "--heads", "1,1,1,1", "--json", *args])
+    assert result.exit_code == 2
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_needs_exactly_one_model_source(conversations, tmp_path):
+    result = runner.invoke(app, ["plot", "attention", "--input", str(conversations["train"]), "--json"])
+    assert result.exit_code == 2 and "--checkpoint RUN_DIR or --backbone NAME" in result.output
+    result = runner.invoke(app, ["plot", "attention", "--input", str(conversations["train"]), "--backbone", "x"])
+    assert result.exit_code == 2 and "--out FILE.png, --json" in result.output
