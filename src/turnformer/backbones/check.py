@@ -7,6 +7,7 @@ from typing import Sequence
 import torch
 
 from turnformer.backbones.loading import load_backbone, resolve_backbone
+from turnformer.backbones.mpnet import MPNetStructuredEncoder
 
 __all__ = ["DEFAULT_SENTENCES", "DEFAULT_TOLERANCE", "check_backbone"]
 
@@ -38,19 +39,20 @@ def _quiet_load(auto_class, folder) -> torch.nn.Module:
 def check_backbone(
     name: str, sentences: Sequence[str] | None = None, tolerance: float = DEFAULT_TOLERANCE
 ) -> dict:
-    """Run our encoder and `transformers.AutoModel` (eval, fp32) on one padded batch.
+    """Run our encoder and transformers' own model (eval, fp32) on one padded batch: `MPNetModel`
+    for our MPNet encoder, `transformers.AutoModel` otherwise (BertModel, XLNetModel).
 
     Returns ``{"backbone", "max_abs_diff", "tokens", "sentences", "tolerance", "ok"}``, where the
     difference is over the real (non-padding) tokens of ``last_hidden_state``.
     """
-    from transformers import AutoModel
+    from transformers import AutoModel, MPNetModel
 
     sentences = list(DEFAULT_SENTENCES if sentences is None else sentences)
     if not sentences:
         raise ValueError("check_backbone needs at least one sentence")
     folder = resolve_backbone(name)
     ours, tokenizer = load_backbone(str(folder))
-    reference = _quiet_load(AutoModel, folder)
+    reference = _quiet_load(MPNetModel if isinstance(ours, MPNetStructuredEncoder) else AutoModel, folder)
 
     batch = tokenizer(sentences, padding=True, return_tensors="pt")
     real = batch["attention_mask"].bool()

