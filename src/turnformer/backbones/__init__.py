@@ -1,6 +1,6 @@
-"""Encoder backbones: BERT- and XLNet-compatible encoders whose attention takes conversation
-structure (per-head masks, per-layer memory; per-pair relative positions for XLNet), plus loading
-and parity checks against `transformers`."""
+"""Encoder backbones: BERT-, XLNet- and MPNet-compatible encoders whose attention takes conversation
+structure (per-head masks, per-layer memory; per-pair relative positions for XLNet and MPNet), plus
+loading and parity checks against `transformers`."""
 
 from turnformer.backbones.bert import BertConfig, EncoderOutput, StructuredEncoder, build_attention_mask
 from turnformer.backbones.check import DEFAULT_SENTENCES, check_backbone
@@ -18,6 +18,7 @@ from turnformer.backbones.loading import (
     resolve_backbone,
     tiny_config,
 )
+from turnformer.backbones.mpnet import MPNetConfig, MPNetStructuredEncoder
 from turnformer.backbones.xlnet import XLNetConfig, XLNetStructuredEncoder
 
 __all__ = [
@@ -26,6 +27,8 @@ __all__ = [
     "BackboneLoadError",
     "BertConfig",
     "EncoderOutput",
+    "MPNetConfig",
+    "MPNetStructuredEncoder",
     "StructuredEncoder",
     "UnsupportedBackboneError",
     "XLNetConfig",

@@ -310,6 +310,11 @@ class StructuredEncoder(nn.Module):
     def num_layers(self) -> int:
         return len(self.encoder.layer)
 
+    @property
+    def max_positions(self) -> int:
+        """Usable absolute positions 0..max_positions-1 (every structured encoder says so; None: unbounded)."""
+        return self.config.max_position_embeddings
+
     def init_weights(self) -> None:
         """BERT's initialisation: normal(0, initializer_range) for matrices, zero biases, unit LayerNorm."""
         std = self.config.initializer_range

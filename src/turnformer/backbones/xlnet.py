@@ -198,6 +198,11 @@ class XLNetStructuredEncoder(nn.Module):
     def num_layers(self) -> int:
         return len(self.layer)
 
+    @property
+    def max_positions(self) -> None:
+        """Relative positions only: no absolute limit."""
+        return None
+
     def init_weights(self) -> None:
         """XLNet's initialisation: normal(0, initializer_range) for every matrix and relative-attention
         parameter, zero Linear biases, unit LayerNorm."""

@@ -173,9 +173,9 @@ class ConcatContext(_ERCModel):
         super().__init__()
         if config.max_length < 3:
             raise ValueError(f"max_length must be at least 3 ([CLS] token [SEP]), got {config.max_length}")
-        limit = encoder.config.max_position_embeddings
-        if config.max_length > limit:
-            raise ValueError(f"max_length {config.max_length} exceeds the backbone's max_position_embeddings={limit}")
+        limit = encoder.max_positions
+        if limit is not None and config.max_length > limit:
+            raise ValueError(f"max_length {config.max_length} exceeds the backbone's {limit} positions")
         if config.max_rows_per_forward < 1:
             raise ValueError("max_rows_per_forward must be at least 1")
         self.config = config
@@ -300,9 +300,9 @@ class SegmentRecurrence(_ERCModel):
         super().__init__()
         if config.segment_len < 1 or config.mem_len < 0:
             raise ValueError("segment_len must be positive and mem_len non-negative")
-        limit = encoder.config.max_position_embeddings
-        if config.segment_len > limit:
-            raise ValueError(f"segment_len {config.segment_len} exceeds the backbone's max_position_embeddings={limit}")
+        limit = encoder.max_positions
+        if limit is not None and config.segment_len > limit:
+            raise ValueError(f"segment_len {config.segment_len} exceeds the backbone's {limit} positions")
         self.config = config
         self.encoder = encoder
         self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id

@@ -229,7 +229,7 @@ class DialogXL(nn.Module):
         is shifted back so that its utterance takes the last positions (long conversations only: the
         memory then overlaps it, as with "utterance" positions)."""
         # An encoder whose table starts with offset rows (MPNet's padding offset) says how many it can use.
-        limit = getattr(self.encoder, "max_positions", self.encoder.config.max_position_embeddings)
+        limit = self.encoder.max_positions
         shift = (order[:, -1:] + 1 - limit).clamp(min=0)  # the row's last slot (real or padding) fits
         return order - shift
 

@@ -1,0 +1,205 @@
+"""Local Contextual Attention for dialogue act recognition (Dai et al., 2020) and its baselines.
+
+Hierarchical: an utterance encoder turns each utterance into a vector (word embeddings, an LSTM,
+max-pooling over the words), then a context encoder runs over the utterance vectors of a
+sub-dialogue and a two-layer ReLU classifier labels every utterance. ``LCConfig.context`` picks
+the context encoder (model ids of DESIGN.md section 7):
+
+- ``lc-attention``: self-attention with the learnable Gaussian bias of equations 4-7
+  (`turnformer.structure.lc_attention_bias`), plus the residual connection of equation 3;
+- ``lstm-attention``: the same self-attention without the bias;
+- ``lstm-blstm``: a bidirectional LSTM over the utterance vectors (d/2 per direction);
+- ``lstm``: no context (the single-utterance classifier; its recipes use P = 0).
+
+Word embeddings are initialised from all-MiniLM-L6-v2's (30,522 WordPiece tokens, 384-d; the
+paper uses a 30K WordPiece vocabulary with pretrained embeddings) and trained with the rest.
+Padded words are excluded from the max-pool; padded utterance slots are excluded from attention
+(as keys) and from the loss. The paper leaves C, D, the sizes and the number of heads unspecified:
+they are config fields, the bias is shared by all heads (one K_mean per sub-dialogue).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from turnformer.structure import lc_attention_bias, masked_attention
+
+CONTEXTS = ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")
+
+
+@dataclass
+class LCConfig:
+    num_labels: int
+    context: str = "lc-attention"
+    vocab_size: int = 30522
+    embedding_dim: int = 384
+    hidden: int = 256  # utterance-vector size d
+    heads: int = 4
+    max_shift: float = 2.0  # C: |c_i - i| <= C
+    max_width: float = 5.0  # D: w_i in (0, D)
+    max_positions: int = 64  # rows of W^c, W^d: the longest sub-dialogue (W + 2P)
+    classifier_hidden: int = 256
+    dropout: float = 0.2
+    max_utterance_tokens: int = 64
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        if self.context not in CONTEXTS:
+            raise ValueError(f"unknown context encoder {self.context!r}; known: {', '.join(CONTEXTS)}")
+        if self.hidden % self.heads or self.hidden % 2:
+            raise ValueError(f"hidden ({self.hidden}) must be even and divisible by heads ({self.heads})")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "LCConfig":
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown LC Attention config keys: {sorted(unknown)}")
+        return cls(**data)
+
+
+@dataclass
+class WindowBatch:
+    """Sub-dialogues, each utterance tokenised once per batch.
+
+    ``tokens`` [U, T]: the distinct utterances of the batch (pad_id after the words); ``slots`` [B, L]:
+    for each sub-dialogue position, its row in ``tokens`` (-1 for an empty slot after a short
+    sub-dialogue); ``target`` [B, L]: the positions to predict (not context padding, not empty);
+    ``labels`` [B, L]: label ids (-100 where unknown or not a target); ``where``: per target, in
+    row-major order, (dialogue index, turn index) in the list the batch was made from.
+    """
+
+    tokens: torch.Tensor
+    slots: torch.Tensor
+    target: torch.Tensor
+    labels: torch.Tensor
+    where: list[tuple[int, int]] = field(default_factory=list)
+
+    def to(self, device) -> "WindowBatch":
+        return WindowBatch(self.tokens.to(device), self.slots.to(device), self.target.to(device),
+                           self.labels.to(device), self.where)
+
+
+class LocalContextAttention(nn.Module):
+    """Multi-head self-attention over utterance vectors, with or without the Gaussian local bias."""
+
+    def __init__(self, config: LCConfig, gaussian: bool):
+        super().__init__()
+        d = config.hidden
+        self.heads, self.gaussian = config.heads, gaussian
+        self.max_shift, self.max_width = config.max_shift, config.max_width
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        if gaussian:
+            # W^c starts at 0 (centres at i, equation 6); W^d small random, so widths start near D/2.
+            self.center_weight = nn.Parameter(torch.zeros(config.max_positions, d))
+            self.width_weight = nn.Parameter(torch.empty(config.max_positions, d).uniform_(-d**-0.5, d**-0.5))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, return_probs: bool = False):
+        """x [B, L, d], mask [B, L] (True = real) -> (x + attention(x) [B, L, d], probs [B, H, L, L] or None)."""
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        bias = None
+        if self.gaussian:
+            bias, _, _ = lc_attention_bias(k, mask, self.center_weight, self.width_weight, self.max_shift, self.max_width)
+            bias = bias.unsqueeze(1)  # shared by the heads
+        split = lambda t: t.view(b, n, self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
+        out, probs = masked_attention(split(q), split(k), split(v), mask[:, None, None, :], bias, return_probs=return_probs)
+        return x + self.out(out.transpose(1, 2).reshape(b, n, d)), probs
+
+
+class LCAttentionModel(nn.Module):
+    def __init__(self, config: LCConfig, embeddings: torch.Tensor | None = None):
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_id)
+        if embeddings is not None:
+            self.embed.weight.data.copy_(embeddings)
+        self.word_lstm = nn.LSTM(config.embedding_dim, config.hidden, batch_first=True)
+        self.dropout = nn.Dropout(config.dropout)
+        d = config.hidden
+        if config.context in ("lc-attention", "lstm-attention"):
+            self.context = LocalContextAttention(config, gaussian=config.context == "lc-attention")
+        elif config.context == "lstm-blstm":
+            self.context = nn.LSTM(d, d // 2, batch_first=True, bidirectional=True)
+        else:
+            self.context = None
+        self.classifier = nn.Sequential(nn.Linear(d, config.classifier_hidden), nn.ReLU(), nn.Dropout(config.dropout),
+                                        nn.Linear(config.classifier_hidden, config.num_labels))
+
+    def config_dict(self) -> dict:
+        return self.config.to_dict()
+
+    def encode_utterances(self, tokens: torch.Tensor, chunk: int = 64) -> torch.Tensor:
+        """tokens [U, T] (words first, then pad_id; at least one word) -> utterance vectors [U, d]:
+        LSTM states max-pooled over the real words. The LSTM runs forward, so padding after the words
+        cannot change their states; utterances run in chunks of similar length, cut to the chunk's
+        longest, so little work is spent on padding (packed sequences are slower on CPU)."""
+        real = tokens != self.config.pad_id
+        lengths = real.sum(-1)
+        order = lengths.argsort(descending=True)
+        pooled = []
+        for rows in order.split(chunk):
+            width = int(lengths[rows[0]])
+            states, _ = self.word_lstm(self.dropout(self.embed(tokens[rows, :width])))
+            pooled.append(states.masked_fill(~real[rows, :width, None], float("-inf")).amax(dim=1))
+        return torch.cat(pooled)[order.argsort()]
+
+    def contextualise(self, vectors: torch.Tensor, mask: torch.Tensor, return_probs: bool = False):
+        """vectors [B, L, d], mask [B, L] -> (logits [B, L, labels], attention probs or None)."""
+        x, probs = self.dropout(vectors), None
+        if isinstance(self.context, LocalContextAttention):
+            x, probs = self.context(x, mask, return_probs)
+        elif self.context is not None:
+            lengths = mask.sum(-1).clamp_min(1).cpu()
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            x, _ = nn.utils.rnn.pad_packed_sequence(self.context(packed)[0], batch_first=True, total_length=x.shape[1])
+        return self.classifier(self.dropout(x)), probs
+
+    def forward(self, batch: WindowBatch, return_probs: bool = False):
+        vectors = self.encode_utterances(batch.tokens)
+        mask = batch.slots >= 0
+        vectors = vectors[batch.slots.clamp_min(0)] * mask.unsqueeze(-1)
+        return self.contextualise(vectors, mask, return_probs)
+
+    def loss(self, batch: WindowBatch) -> torch.Tensor:
+        """Cross entropy on the target utterances only (equation 8; mean instead of 1/W: the same up to
+        a constant when every window is full, and fair to short last windows)."""
+        logits, _ = self(batch)
+        return F.cross_entropy(logits[batch.target], batch.labels[batch.target], ignore_index=-100)
+
+    @torch.no_grad()
+    def predict(self, batch: WindowBatch) -> tuple[list[int], list[int]]:
+        """(gold, predicted) for the labelled targets."""
+        logits, _ = self(batch)
+        gold, pred = batch.labels[batch.target], logits[batch.target].argmax(-1)
+        keep = gold != -100
+        return gold[keep].tolist(), pred[keep].tolist()
+
+    @torch.no_grad()
+    def target_probabilities(self, batch: WindowBatch) -> torch.Tensor:
+        """[targets, labels] class probabilities, in the order of ``batch.where``."""
+        logits, _ = self(batch)
+        return logits[batch.target].softmax(-1)
+
+
+def build_lc_model(model_id: str, model_config: dict, labels: list[str], backbone: str = "all-MiniLM-L6-v2",
+                   pretrained: bool = True):
+    """A dialogue-act model (``lc-attention``, ``lstm``, ``lstm-blstm``, ``lstm-attention``) with the
+    backbone's WordPiece tokenizer and (``pretrained``) its word-embedding matrix; returns (model, tokenizer)."""
+    from turnformer.backbones import load_backbone
+
+    if model_id not in CONTEXTS:
+        raise ValueError(f"unknown dialogue-act model {model_id!r}; known: {', '.join(CONTEXTS)}")
+    encoder, tokenizer = load_backbone(backbone)
+    weight = encoder.embeddings.word_embeddings.weight.detach()
+    config = LCConfig.from_dict({**model_config, "context": model_id, "num_labels": len(labels),
+                                 "vocab_size": weight.shape[0], "embedding_dim": weight.shape[1],
+                                 "pad_id": tokenizer.pad_token_id})
+    return LCAttentionModel(config, weight.clone() if pretrained else None), tokenizer
