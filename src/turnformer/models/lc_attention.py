@@ -8,7 +8,8 @@ the context encoder (model ids of DESIGN.md section 7):
 - ``lc-attention``: self-attention with the learnable Gaussian bias of equations 4-7
   (`turnformer.structure.lc_attention_bias`), plus the residual connection of equation 3;
 - ``lstm-attention``: the same self-attention without the bias;
-- ``lstm-blstm``: a bidirectional LSTM over the utterance vectors (d/2 per direction);
+- ``lstm-blstm``: a bidirectional LSTM over the utterance vectors (d/2 per direction; no residual,
+  which the paper puts around the attention only);
 - ``lstm``: no context (the single-utterance classifier; its recipes use P = 0).
 
 Word embeddings are initialised from all-MiniLM-L6-v2's (30,522 WordPiece tokens, 384-d; the

@@ -4,7 +4,7 @@ Pure functions on tensors, no `nn.Module`: models say which heads use which stru
 """
 
 from turnformer.structure.attention import masked_attention
-from turnformer.structure.biases import gaussian_local_bias, lc_centers_and_widths, turn_relative_distance
+from turnformer.structure.biases import gaussian_local_bias, lc_attention_bias, lc_centers_and_widths, turn_relative_distance
 from turnformer.structure.layouts import DIALOGXL_HEADS, HeadLayout, dialogxl_layout, dialogxl_layout_for
 from turnformer.structure.masks import (
     CAUSAL,
@@ -26,7 +26,8 @@ from turnformer.structure.packing import PackedBatch, SpecialTokens, TokenMeta, 
 __all__ = [
     "CAUSAL", "DEPENDENCY", "GLOBAL", "LISTENER", "MASK_NAMES", "OTHER_UTTERANCE", "SAME_UTTERANCE", "SPEAKER",
     "DIALOGXL_HEADS", "HeadLayout", "Mask", "PackedBatch", "SpecialTokens", "TokenMeta",
-    "dialogxl_layout", "dialogxl_layout_for", "empty_rows", "gaussian_local_bias", "lc_centers_and_widths",
+    "dialogxl_layout", "dialogxl_layout_for", "empty_rows", "gaussian_local_bias", "lc_attention_bias",
+    "lc_centers_and_widths",
     "local", "mask_from_name", "masked_attention", "pack_dialogues", "pack_token_ids", "real_pairs",
     "turn_relative_distance",
 ]

@@ -3,6 +3,8 @@
 - `gaussian_local_bias`: LC Attention's bias POS[i, j] = -(j - c_i)^2 / (2 w_i^2) over utterances.
 - `lc_centers_and_widths`: its centres c_i = i + C tanh(a_i) (so |c_i - i| <= C) and widths
   w_i = D sigmoid(b_i), from whatever logits the model computes (W_c K_mean, W_d K_mean).
+- `lc_attention_bias`: equations 5-7 end to end from the keys: K_mean (over the real utterances),
+  then per-position logits W_c K_mean and W_d K_mean, centres, widths and the bias.
 - `turn_relative_distance`: PHAED's r = min(t - p, r_max) between turns, as embedding indices.
 """
 
@@ -36,6 +38,35 @@ def gaussian_local_bias(
     distance = key_positions.to(centers.dtype).unsqueeze(-2) - centers.unsqueeze(-1)
     width = widths.clamp_min(min_width).unsqueeze(-1)
     return -(distance**2) / (2 * width**2)
+
+
+def lc_attention_bias(
+    keys: torch.Tensor,
+    key_mask: torch.Tensor | None,
+    center_weight: torch.Tensor,
+    width_weight: torch.Tensor,
+    max_shift: float,
+    max_width: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """LC Attention's bias from the keys (equations 5-7): keys [B, N, d], key_mask [B, N] (True = a
+    real utterance; None = all real), center_weight / width_weight [N_max, d] (row i is W_i^c / W_i^d,
+    N <= N_max) -> (bias [B, N, N], centres [B, N], widths [B, N]).
+
+    K_mean is the mean key over the real utterances; c_i = i + C tanh(W_i^c K_mean) (so W^c = 0 puts
+    every centre at i, and |c_i - i| <= C always), w_i = D sigmoid(W_i^d K_mean).
+    """
+    n = keys.shape[1]
+    if n > center_weight.shape[0]:
+        raise ValueError(f"{n} utterances, but the bias has parameters for {center_weight.shape[0]} positions")
+    if key_mask is None:
+        k_mean = keys.mean(dim=1)
+    else:
+        weights = key_mask.to(keys.dtype).unsqueeze(-1)
+        k_mean = (keys * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+    centers, widths = lc_centers_and_widths(
+        k_mean @ center_weight[:n].T, k_mean @ width_weight[:n].T, max_shift, max_width
+    )
+    return gaussian_local_bias(centers, widths), centers, widths
 
 
 def turn_relative_distance(query_turn: torch.Tensor, key_turn: torch.Tensor, r_max: int) -> torch.Tensor:

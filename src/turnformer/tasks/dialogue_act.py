@@ -1,0 +1,230 @@
+"""Dialogue act recognition: sub-dialogues, batches, offline and online prediction, training, streaming.
+
+Sub-dialogues (the paper's section 3.3): a conversation of n utterances is cut into ceil(n / W)
+windows of W utterances; each window gets up to P utterances of context padding on each side (fewer
+at the ends of the conversation: nothing is invented there). Only the W window utterances are
+predicted and carry the loss (equation 8), so offline every utterance is predicted exactly once.
+Online (section 3.2), utterance t is predicted from the sub-dialogue u_{t-P} .. u_t: only the past.
+
+A recipe names ``window`` (W), ``context_padding`` (P) and ``setting`` ("offline" or "online": the
+windows trained on and the primary metric); evaluation reports both settings' accuracy.
+Batches hold ``batch_size`` consecutive sub-dialogues (so overlapping context utterances are encoded
+once per batch); the training loop shuffles the batch order each epoch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from turnformer.dialogue import Dialogue, DialogueError
+from turnformer.models.lc_attention import CONTEXTS, LCAttentionModel, WindowBatch, build_lc_model
+from turnformer.tasks.erc import SPLITS, checkpoint_paths, load_erc_data
+from turnformer.tasks.metrics import accuracy
+
+DIALOGUE_ACT_MODELS = CONTEXTS
+
+
+def make_windows(n: int, window: int, padding: int, online: bool = False) -> list[tuple[int, int, int, int]]:
+    """Sub-dialogues of a conversation of ``n`` utterances as (start, end, target_start, target_end),
+    half-open: utterances start..end-1 are in it, target_start..target_end-1 are predicted.
+    Offline: windows of ``window`` targets with ``padding`` utterances each side; online: one target
+    per utterance t with the ``padding`` utterances before it."""
+    if window < 1 or padding < 0:
+        raise ValueError(f"need window >= 1 and padding >= 0, got W={window}, P={padding}")
+    if online:
+        return [(max(0, t - padding), t + 1, t, t + 1) for t in range(n)]
+    return [(max(0, s - padding), min(n, s + window + padding), s, min(n, s + window)) for s in range(0, n, window)]
+
+
+def encode_dialogues(dialogues: Sequence[Dialogue], tokenizer, labels: Sequence[str], max_tokens: int,
+                     label_kind: str = "act") -> tuple[list[list[list[int]]], list[list[int]], dict]:
+    """Per dialogue: WordPiece ids per turn (no special tokens, at most ``max_tokens``; an utterance with
+    no word piece becomes [UNK]) and label ids per turn (-100 where unlabelled); plus a report."""
+    label_to_id = {label: i for i, label in enumerate(labels)}
+    texts = [t.text for d in dialogues for t in d.turns]
+    full = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    report = {"truncated_utterances": 0, "unlabelled_utterances": 0, "empty_utterances": 0}
+    token_ids, label_ids, k = [], [], 0
+    for d in dialogues:
+        turns, ys = [], []
+        for turn in d.turns:
+            ids = full[k]
+            k += 1
+            if not ids:
+                report["empty_utterances"] += 1
+                ids = [tokenizer.unk_token_id]
+            if len(ids) > max_tokens:
+                report["truncated_utterances"] += 1
+                ids = ids[:max_tokens]
+            turns.append(ids)
+            label = turn.labels.get(label_kind)
+            if label is None:
+                report["unlabelled_utterances"] += 1
+            elif label not in label_to_id:
+                raise DialogueError(f"dialogue {d.id!r}: unknown {label_kind} label {label!r}; known: {', '.join(labels)}")
+            ys.append(-100 if label is None else label_to_id[label])
+        token_ids.append(turns)
+        label_ids.append(ys)
+    return token_ids, label_ids, report
+
+
+def make_batches(token_ids: list[list[list[int]]], label_ids: list[list[int]], window: int, padding: int,
+                 batch_size: int, pad_id: int, online: bool = False) -> list[WindowBatch]:
+    """All sub-dialogues of the dialogues, in order, ``batch_size`` per batch."""
+    spans = [(d, span) for d, turns in enumerate(token_ids) for span in make_windows(len(turns), window, padding, online)]
+    return [_batch(spans[i : i + batch_size], token_ids, label_ids, pad_id) for i in range(0, len(spans), batch_size)]
+
+
+def _batch(spans, token_ids, label_ids, pad_id) -> WindowBatch:
+    rows: dict[tuple[int, int], int] = {}
+    length = max(end - start for _, (start, end, _, _) in spans)
+    slots = torch.full((len(spans), length), -1, dtype=torch.long)
+    target = torch.zeros((len(spans), length), dtype=torch.bool)
+    labels = torch.full((len(spans), length), -100, dtype=torch.long)
+    where = []
+    for b, (d, (start, end, t_start, t_end)) in enumerate(spans):
+        for j, t in enumerate(range(start, end)):
+            slots[b, j] = rows.setdefault((d, t), len(rows))
+            if t_start <= t < t_end:
+                target[b, j] = True
+                labels[b, j] = label_ids[d][t]
+                where.append((d, t))
+    utterances = [token_ids[d][t] for d, t in rows]
+    tokens = torch.full((len(utterances), max(map(len, utterances))), pad_id, dtype=torch.long)
+    for i, ids in enumerate(utterances):
+        tokens[i, : len(ids)] = torch.tensor(ids)
+    return WindowBatch(tokens, slots, target, labels, where)
+
+
+def evaluate(model: LCAttentionModel, batches: Sequence[WindowBatch]) -> float:
+    """Accuracy (percent) over the labelled target utterances of the batches."""
+    from turnformer.training import predict_all
+
+    gold, pred = predict_all(model, batches)
+    return accuracy(gold, pred) if gold else float("nan")
+
+
+def _windows(recipe: dict) -> tuple[int, int, bool]:
+    setting = recipe.get("setting", "offline")
+    if setting not in ("offline", "online"):
+        raise DialogueError(f"recipe setting must be 'offline' or 'online', got {setting!r}")
+    return int(recipe.get("window", 1)), int(recipe.get("context_padding", 0)), setting == "online"
+
+
+def prepare_dialogue_act(recipe: dict, data_dir=None, limits: dict[str, int] | None = None, pretrained: bool = True):
+    """Model, tokenizer, labels, and per split its batches by setting: ``batches[split] = {"offline": [...],
+    "online": [...]}`` (for "train", only the recipe's setting)."""
+    recipe = {**recipe, "label_kind": recipe.get("label_kind", "act")}
+    splits, labels = load_erc_data(recipe, data_dir)
+    for split, n in (limits or {}).items():
+        splits[split] = splits[split][:n]
+    window, padding, online = _windows(recipe)
+    model, tokenizer = build_lc_model(recipe["model"], recipe.get("model_config", {}), labels,
+                                      recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained)
+    if window + 2 * padding > model.config.max_positions:
+        raise DialogueError(f"W + 2P = {window + 2 * padding} is over model_config.max_positions = {model.config.max_positions}")
+    batch_size = int(recipe.get("train", {}).get("batch_size", 32))
+    batches, reports = {}, {}
+    for split, dialogues in splits.items():
+        ids, ys, reports[split] = encode_dialogues(dialogues, tokenizer, labels, model.config.max_utterance_tokens, recipe["label_kind"])
+        settings = [("online" if online else "offline")] if split == "train" else ["offline", "online"]
+        batches[split] = {s: make_batches(ids, ys, window, padding, batch_size, tokenizer.pad_token_id, online=s == "online")
+                          for s in settings}
+    return model, tokenizer, labels, batches, reports
+
+
+def train_dialogue_act(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = False,
+                       time_budget_s: float | None = None, limits: dict[str, int] | None = None):
+    """Train a dialogue-act recipe; returns the `TrainResult` (test accuracy at the best validation epoch).
+    Checkpoints, run.json and resume work as for `train_erc`."""
+    from turnformer.training import TrainConfig, set_seed, train
+
+    set_seed(seed)
+    model, _, labels, batches, reports = prepare_dialogue_act(recipe, data_dir, limits)
+    _, padding, online = _windows(recipe)
+    setting = "online" if online else "offline"
+    settings = recipe.get("train", {})
+    config = TrainConfig(
+        epochs=int(settings.get("epochs", 5)), lr=float(settings.get("lr", 1e-3)), seed=seed, out_dir=Path(out_dir),
+        weight_decay=float(settings.get("weight_decay", 0.0)), grad_clip=float(settings.get("grad_clip", 5.0)),
+        resume=resume, time_budget_s=time_budget_s, save_every_steps=settings.get("save_every_steps", 200),
+    )
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": labels, "encode_reports": reports}
+    (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
+    eval_online = bool(recipe.get("eval_online", True))
+
+    def eval_fn(m, split):
+        scores = {setting: evaluate(m, batches[split][setting])}
+        if eval_online and not online and padding > 0:  # with P = 0 both settings are the same
+            scores["online"] = evaluate(m, batches[split]["online"])
+        return {"primary": scores[setting], "accuracy": scores[setting], **{f"{k}_accuracy": v for k, v in scores.items()}}
+
+    return train(model, batches["train"][setting], eval_fn, config,
+                 label_map={"label_kind": recipe.get("label_kind", "act"), "labels": labels})
+
+
+def load_trained(checkpoint):
+    """A trained dialogue-act model from a run folder (its best/ checkpoint) or a checkpoint folder:
+    (model in eval mode, tokenizer, run description with the recipe and labels)."""
+    from turnformer.training import load_checkpoint
+
+    weights, run = checkpoint_paths(Path(checkpoint))
+    recipe = run["recipe"]
+    model, tokenizer = build_lc_model(recipe["model"], recipe.get("model_config", {}), run["labels"],
+                                      recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained=False)
+    load_checkpoint(weights, model)
+    return model.eval(), tokenizer, run
+
+
+@torch.no_grad()
+def predict_dialogues(model: LCAttentionModel, tokenizer, dialogues: Sequence[Dialogue], labels: Sequence[str],
+                      window: int, padding: int, online: bool = False, batch_size: int = 32) -> list[list[dict]]:
+    """Per dialogue, per turn: {"label", "probabilities"} (offline: whole sub-dialogues; online: the
+    P preceding utterances only). Gold labels are not needed."""
+    model.eval()
+    ids, ys, _ = encode_dialogues(dialogues, tokenizer, labels, model.config.max_utterance_tokens, label_kind="\0none")
+    out: list[list[dict | None]] = [[None] * len(turns) for turns in ids]
+    device = next(model.parameters()).device
+    for batch in make_batches(ids, ys, window, padding, batch_size, tokenizer.pad_token_id, online):
+        probs = model.target_probabilities(batch.to(device)).cpu()
+        for (d, t), p in zip(batch.where, probs):
+            out[d][t] = {"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))}
+    return out
+
+
+class DialogueActSession:
+    """Online prediction, one utterance at a time: each utterance is encoded once, and its act is
+    predicted from it and the ``padding`` utterance vectors before it (the same sub-dialogue as
+    online prediction, so the same answer). The cost per utterance does not grow with the conversation."""
+
+    def __init__(self, model: LCAttentionModel, tokenizer, labels: Sequence[str], padding: int):
+        self.model, self.tokenizer, self.labels, self.padding = model.eval(), tokenizer, list(labels), padding
+        self.reset()
+
+    def reset(self) -> None:
+        self.vectors: deque[torch.Tensor] = deque(maxlen=self.padding + 1)
+
+    @torch.no_grad()
+    def add(self, speaker: str | None, text: str) -> dict:
+        """The act of the next utterance (the speaker is echoed back; the model does not use it)."""
+        if not text or not text.strip():
+            raise ValueError("empty utterance")
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: self.model.config.max_utterance_tokens]
+        device = next(self.model.parameters()).device
+        tokens = torch.tensor([ids or [self.tokenizer.unk_token_id]], device=device)
+        self.vectors.append(self.model.encode_utterances(tokens)[0])
+        vectors = torch.stack(list(self.vectors)).unsqueeze(0)
+        logits, _ = self.model.contextualise(vectors, torch.ones(vectors.shape[:2], dtype=torch.bool, device=device))
+        probs = logits[0, -1].softmax(-1).tolist()
+        best = max(range(len(probs)), key=probs.__getitem__)
+        return {"speaker": speaker, "text": text, "label": self.labels[best], "probabilities": dict(zip(self.labels, probs))}
+
+
+__all__ = ["DIALOGUE_ACT_MODELS", "SPLITS", "DialogueActSession", "encode_dialogues", "evaluate", "load_trained",
+           "make_batches", "make_windows", "predict_dialogues", "prepare_dialogue_act", "train_dialogue_act"]

