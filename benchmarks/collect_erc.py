@@ -1,4 +1,4 @@
-"""Collect finished ERC runs (one folder per seed, written by `turnformer train`) into one results
+"""Collect finished ERC or dialogue-act runs (one folder per seed, written by `turnformer train`) into one results
 file: the test score at each run's best validation epoch, mean and std over seeds.
 
     python benchmarks/collect_erc.py --experiment erc-meld-dialogxl runs/meld-dialogxl-s1 runs/meld-dialogxl-s2 ...
@@ -41,13 +41,13 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
         seconds.append(result["train_seconds"])
         limit = (info.get("limits") or {}).get("train")
         commands.append(
-            f"turnformer train --model {recipe['model']} --dataset {recipe['dataset']} --seed {info['seed']} --out {run}"
+            f"turnformer train --task {recipe['task']} --model {recipe['model']} --dataset {recipe['dataset']} --seed {info['seed']} --out {run}"
             + (f" --limit-train {limit}" if limit else "")
         )
     return make_result(
         experiment, task=recipe["task"], dataset=recipe["dataset"], split="test", model=recipe["model"],
         backbone=recipe["backbone"], config={"model_config": recipe["model_config"], "train": recipe["train"]},
-        metric=primary_metric(recipe["dataset"]), scores=scores, seeds=seeds, paper=recipe.get("paper"),
+        metric="accuracy" if recipe["task"] == "dialogue-act" else primary_metric(recipe["dataset"]), scores=scores, seeds=seeds, paper=recipe.get("paper"),
         extra={"accuracy": accuracy, "validation": validation, "best_epoch": best_epochs, "train_seconds": seconds,
                "partial": partial_runs or False, **(extra or {})},
         command="; ".join(commands) + " (recipe values as in config)",

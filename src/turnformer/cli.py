@@ -1,4 +1,5 @@
-"""The `turnformer` command: data, plots, backbones and the demo.
+"""The `turnformer` command: data, plots, backbones, the demo, and train / evaluate / predict for
+emotion recognition (erc) and dialogue acts (dialogue-act).
 
 Errors in the user's input end the command with a one-line message naming the file, line or field,
 and exit code 2; no traceback.
@@ -208,11 +209,41 @@ def demo(
         console.print(f"  [bold]{turn.speaker}[/bold]: {turn.text}  -> [cyan]{p['label']}[/cyan] "
                       f"({p['probabilities'][p['label']]:.2f}) / {turn.labels.get(recipe.get('label_kind', 'emotion'))}", highlight=False)
 
+def task_trainer(task: str, model: str):
+    """The training function of a task, after checking that it knows the model."""
+    if task == "erc":
+        from turnformer.tasks.erc import model_family, train_erc
+
+        model_family(model)
+        return train_erc
+    if task == "dialogue-act":
+        from turnformer.tasks.dialogue_act import DIALOGUE_ACT_MODELS, train_dialogue_act
+
+        if model not in DIALOGUE_ACT_MODELS:
+            raise DialogueError(f"unknown dialogue-act model {model!r}; known: {', '.join(DIALOGUE_ACT_MODELS)}")
+        return train_dialogue_act
+    raise DialogueError(f"unknown task {task!r}; available: erc, dialogue-act")
+
+
+def load_any_trained(checkpoint: Path):
+    """(task, model, tokenizer, run) of a run folder or checkpoint of any task."""
+    from turnformer.tasks.erc import checkpoint_paths
+
+    _, run = checkpoint_paths(checkpoint)
+    task = run["recipe"].get("task", "erc")
+    if task == "dialogue-act":
+        from turnformer.tasks.dialogue_act import load_trained as load_dialogue_act
+
+        return (task, *load_dialogue_act(checkpoint))
+    return (task, *load_trained(checkpoint))
+
+
 @app.command()
 def train(
-    task: str = typer.Option("erc", help="Task: erc."),
+    task: str = typer.Option("erc", help="Task: erc (emotions) or dialogue-act."),
     model: str = typer.Option(
-        "dialogxl", help="Model: dialogxl (and its variants dialogxl-no-speaker, dialogxl-speaker-emb, ...), concat-context, segment-recurrence."
+        "dialogxl", help="erc: dialogxl (and its variants dialogxl-no-speaker, dialogxl-speaker-emb, ...), concat-context, "
+        "segment-recurrence. dialogue-act: lc-attention, lstm, lstm-blstm, lstm-attention."
     ),
     dataset: str = typer.Option("meld", help="Benchmark name, or 'file' with --train-file/--validation-file/--test-file."),
     recipe: Optional[Path] = typer.Option(None, help="Recipe TOML (default: recipes/TASK-DATASET-MODEL.toml)."),
@@ -229,19 +260,16 @@ def train(
 ) -> None:
     """Fine-tune a model; the test score is taken at the best validation epoch."""
     from turnformer.recipes import find_recipe, load_recipe
-    from turnformer.tasks.erc import model_family, train_erc
 
     files = {"train_file": train_file, "validation_file": validation_file, "test_file": test_file}
     try:
-        if task != "erc":
-            raise DialogueError(f"task {task!r} is not available yet; available: erc")
-        model_family(model)  # an unknown model fails here, before any data is read
+        trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
         path = recipe or find_recipe(task, model, "file" if dataset == "file" else dataset)
         overrides = list(set_) + [f'{k}="{v}"' for k, v in files.items() if v is not None]
         limits = {split: limit_dialogues for split in ("train", "validation", "test")} if limit_dialogues else {}
         if limit_train:
             limits["train"] = min(limit_train, limits.get("train", limit_train))
-        result = train_erc(load_recipe(path, overrides), out, seed, data_dir, resume, time_budget, limits or None)
+        result = trainer(load_recipe(path, overrides), out, seed, data_dir, resume, time_budget, limits or None)
     except (DialogueError, ValueError, OSError) as e:
         fail(str(e))
     summary = {
@@ -266,7 +294,12 @@ def evaluate(
     from turnformer.training import predict_all
 
     try:
-        model, tokenizer, run = load_trained(checkpoint)
+        task, model, tokenizer, run = load_any_trained(checkpoint)
+        if task == "dialogue-act":
+            from turnformer.tasks.dialogue_act import evaluate_split
+
+            console.print_json(data=evaluate_split(model, tokenizer, run, split, data_dir))
+            return
         recipe, labels = run["recipe"], run["labels"]
         splits, _ = load_erc_data(recipe, data_dir)
         encoded, _ = encode_conversations(splits[split], tokenizer, recipe.get("label_kind", "emotion"), labels, model.config.max_utterance_tokens)
@@ -285,6 +318,7 @@ def predict(
     checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
     input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT."),
     out: Optional[Path] = typer.Option(None, help="Write JSONL here (one line per utterance); default a table."),
+    online: bool = typer.Option(False, "--online", help="Dialogue acts: predict each utterance from the preceding ones only."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Label every utterance of every conversation in a file, with probabilities."""
@@ -293,20 +327,30 @@ def predict(
     from turnformer.tasks.erc import encode_conversations, make_batch
 
     try:
-        model, tokenizer, run = load_trained(checkpoint)
+        task, model, tokenizer, run = load_any_trained(checkpoint)
         dialogues = load_input(input, data_dir)
+        if online and task != "dialogue-act":
+            raise DialogueError(f"--online is for dialogue-act models; {checkpoint} is a {task} model (streaming: DialogXLSession)")
     except (DialogueError, ValueError, OSError, KeyError) as e:
         fail(str(e))
     labels = run["labels"]
-    rows = []
-    for dialogue in dialogues:
-        (encoded,), _ = encode_conversations([dialogue], tokenizer, "", labels, model.config.max_utterance_tokens)
-        probs = model.probabilities(make_batch([encoded], tokenizer.pad_token_id))[0]
-        for i, (turn, p) in enumerate(zip(dialogue.turns, probs)):
-            rows.append({
-                "dialogue": dialogue.id, "turn": i, "speaker": turn.speaker, "text": turn.text,
-                "label": labels[int(p.argmax())], "probabilities": {lab: round(float(x), 4) for lab, x in zip(labels, p)},
-            })
+    if task == "dialogue-act":
+        from turnformer.tasks.dialogue_act import predict_dialogues
+
+        recipe = run["recipe"]
+        per_turn = predict_dialogues(model, tokenizer, dialogues, labels, int(recipe.get("window", 1)),
+                                     int(recipe.get("context_padding", 0)), online=online)
+    else:
+        per_turn = []
+        for dialogue in dialogues:
+            (encoded,), _ = encode_conversations([dialogue], tokenizer, "", labels, model.config.max_utterance_tokens)
+            probs = model.probabilities(make_batch([encoded], tokenizer.pad_token_id))[0]
+            per_turn.append([{"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))} for p in probs])
+    rows = [
+        {"dialogue": dialogue.id, "turn": i, "speaker": turn.speaker, "text": turn.text, "label": p["label"],
+         "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()}}
+        for dialogue, predictions in zip(dialogues, per_turn) for i, (turn, p) in enumerate(zip(dialogue.turns, predictions))
+    ]
     if out is not None:
         tmp = out.with_name(out.name + ".tmp")  # atomic: a crash never leaves half a file
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")

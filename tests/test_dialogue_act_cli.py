@@ -1,0 +1,47 @@
+"""Dialogue acts from the command line: train on a slice of DailyDialog, evaluate, predict online."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from turnformer.cli import app
+from turnformer.data import load_split, write_jsonl
+
+runner = CliRunner()
+pytestmark = pytest.mark.data
+
+
+def test_train_evaluate_predict_online(data_dir, tmp_path):
+    out = tmp_path / "run"
+    common = ["--data-dir", str(data_dir)]
+    trained = runner.invoke(app, ["train", "--task", "dialogue-act", "--model", "lc-attention", "--dataset", "dailydialog",
+                                  "--limit-dialogues", "6", "--set", "train.epochs=1", "--out", str(out), *common])
+    assert trained.exit_code == 0, trained.output
+    assert (out / "best").is_dir() and json.loads((out / "run.json").read_text())["recipe"]["task"] == "dialogue-act"
+
+    scored = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "validation", *common])
+    assert scored.exit_code == 0, scored.output
+    scores = json.loads(scored.stdout)
+    assert set(scores) == {"offline_accuracy", "online_accuracy"} and all(0 <= v <= 100 for v in scores.values())
+
+    dialogues = load_split("dailydialog", "test", data_dir).dialogues[:2]
+    write_jsonl(dialogues, tmp_path / "two.jsonl")
+    predicted = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(tmp_path / "two.jsonl"),
+                                    "--online", "--out", str(tmp_path / "acts.jsonl")])
+    assert predicted.exit_code == 0, predicted.output
+    rows = [json.loads(line) for line in (tmp_path / "acts.jsonl").read_text().splitlines()]
+    assert len(rows) == sum(len(d) for d in dialogues)
+    assert all(r["label"] in {"inform", "question", "directive", "commissive"} for r in rows)
+    assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-3 for r in rows)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--task", "dialogue-act", "--model", "dialogxl"], "unknown dialogue-act model 'dialogxl'"),
+    (["--task", "summarise"], "unknown task 'summarise'"),
+])
+def test_unknown_task_or_model_is_one_line_exit_2(tmp_path, args, message):
+    result = runner.invoke(app, ["train", *args, "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and message in result.output
