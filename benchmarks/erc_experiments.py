@@ -1,4 +1,4 @@
-"""The DialogXL paper's experiments as `turnformer train` runs, several at a time, each experiment
+"""The DialogXL paper's experiments (and the dialogue-act table) as `turnformer train` runs, several at a time, each experiment
 collected into a results file (benchmarks/results/EXPERIMENT.json) by `collect_erc.collect`.
 
     python benchmarks/erc_experiments.py --plan table2 [--plan table3 ...] [--workers 8] [--runs-dir runs/erc]
@@ -16,6 +16,8 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
 - ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
 - ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
   backbone's alternative to numbering tokens through the conversation).
+- ``acts``: the dialogue-act models (LC Attention and its three baselines) on SwDA and DailyDialog
+  acts (the LC Attention paper's Tables 4 and 6; recipes/dialogue-act-DATASET-MODEL.toml).
 - ``figure4``: DialogXL on SwDA acts, memory length 100..1000, on a documented subset of the
   training conversations (``--swda-train``, whole validation and test sets), one seed.
 
@@ -57,6 +59,7 @@ class Experiment:
     overrides: tuple[str, ...] = ()
     limit_train: int | None = None
     extra: dict = field(default_factory=dict, hash=False)
+    task: str = "erc"
 
 
 def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swda_train: int) -> list[Experiment]:
@@ -88,7 +91,10 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                        limit_train=swda_train, extra={"mem_len": m})
             for m in MEMORY_LENGTHS
         ]
-    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4")
+    if name == "acts":  # the LC Attention paper's Tables 4 and 6: every model on SwDA and DailyDialog acts
+        return [Experiment(f"dialogue-act-{dataset}-{model}", model, dataset, seeds, task="dialogue-act")
+                for dataset in ("swda", "dailydialog") for model in ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")]
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts")
 
 
 def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:
@@ -96,7 +102,7 @@ def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float |
     if (out / "result.json").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "turnformer.cli", "train", "--task", "erc", "--model", experiment.model,
+    command = [sys.executable, "-m", "turnformer.cli", "train", "--task", experiment.task, "--model", experiment.model,
                "--dataset", experiment.dataset, "--seed", str(seed), "--out", str(out)]
     command += [arg for o in experiment.overrides for arg in ("--set", o)]
     if experiment.limit_train:
