@@ -19,7 +19,7 @@ from turnformer.tasks.metrics import primary_metric
 
 def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extra: dict | None = None) -> dict:
     """The results record of `runs` (one per seed); raises SystemExit naming a run that cannot count."""
-    seeds, scores, accuracy, validation, best_epochs, seconds, commands = [], [], [], [], [], [], []
+    seeds, scores, accuracy, online, validation, best_epochs, seconds, commands = [], [], [], [], [], [], [], []
     recipe = None
     partial_runs = []
     for run in runs:
@@ -36,6 +36,8 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
         seeds.append(info["seed"])
         scores.append(best["test"]["primary"])
         accuracy.append(best["test"]["accuracy"])
+        if "online_accuracy" in best["test"]:  # dialogue acts: the same model scored online too
+            online.append(best["test"]["online_accuracy"])
         validation.append(best["validation"]["primary"])
         best_epochs.append(result["best_epoch"])
         seconds.append(result["train_seconds"])
@@ -46,10 +48,11 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
         )
     return make_result(
         experiment, task=recipe["task"], dataset=recipe["dataset"], split="test", model=recipe["model"],
-        backbone=recipe["backbone"], config={"model_config": recipe["model_config"], "train": recipe["train"]},
+        backbone=recipe["backbone"], config={"model_config": recipe["model_config"], "train": recipe["train"],
+                **{k: recipe[k] for k in ("window", "context_padding", "setting") if k in recipe}},
         metric="accuracy" if recipe["task"] == "dialogue-act" else primary_metric(recipe["dataset"]), scores=scores, seeds=seeds, paper=recipe.get("paper"),
         extra={"accuracy": accuracy, "validation": validation, "best_epoch": best_epochs, "train_seconds": seconds,
-               "partial": partial_runs or False, **(extra or {})},
+               "partial": partial_runs or False, **({"online_accuracy": online} if online else {}), **(extra or {})},
         command="; ".join(commands) + " (recipe values as in config)",
     )
 
