@@ -222,7 +222,7 @@ def task_trainer(task: str, model: str):
         if model not in DIALOGUE_ACT_MODELS:
             raise DialogueError(f"unknown dialogue-act model {model!r}; known: {', '.join(DIALOGUE_ACT_MODELS)}")
         return train_dialogue_act
-    raise DialogueError(f"unknown task {task!r}; available: erc, dialogue-act")
+    raise DialogueError(f"task {task!r} is not available yet; available: erc, dialogue-act")
 
 
 def load_any_trained(checkpoint: Path):
@@ -302,6 +302,8 @@ def evaluate(
             return
         recipe, labels = run["recipe"], run["labels"]
         splits, _ = load_erc_data(recipe, data_dir)
+        if split not in splits:
+            raise DialogueError(f"unknown split {split!r}; known: {', '.join(splits)}")
         encoded, _ = encode_conversations(splits[split], tokenizer, recipe.get("label_kind", "emotion"), labels, model.config.max_utterance_tokens)
         batches = make_batches(encoded, 8, tokenizer.pad_token_id)
     except (DialogueError, ValueError, OSError, KeyError) as e:
