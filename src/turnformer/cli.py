@@ -222,7 +222,13 @@ def task_trainer(task: str, model: str):
         if model not in DIALOGUE_ACT_MODELS:
             raise DialogueError(f"unknown dialogue-act model {model!r}; known: {', '.join(DIALOGUE_ACT_MODELS)}")
         return train_dialogue_act
-    raise DialogueError(f"task {task!r} is not available yet; available: erc, dialogue-act")
+    if task == "response-selection":
+        from turnformer.tasks.response_selection import RESPONSE_SELECTION_MODELS, train_response_selection
+
+        if model not in RESPONSE_SELECTION_MODELS:
+            raise DialogueError(f"unknown response-selection model {model!r}; known: {', '.join(RESPONSE_SELECTION_MODELS)}")
+        return train_response_selection
+    raise DialogueError(f"task {task!r} is not available yet; available: erc, dialogue-act, response-selection")
 
 
 def load_any_trained(checkpoint: Path):
@@ -235,15 +241,20 @@ def load_any_trained(checkpoint: Path):
         from turnformer.tasks.dialogue_act import load_trained as load_dialogue_act
 
         return (task, *load_dialogue_act(checkpoint))
+    if task == "response-selection":
+        from turnformer.tasks.response_selection import load_trained as load_response_selection
+
+        return (task, *load_response_selection(checkpoint))
     return (task, *load_trained(checkpoint))
 
 
 @app.command()
 def train(
-    task: str = typer.Option("erc", help="Task: erc (emotions) or dialogue-act."),
+    task: str = typer.Option("erc", help="Task: erc (emotions), dialogue-act or response-selection."),
     model: str = typer.Option(
         "dialogxl", help="erc: dialogxl (and its variants dialogxl-no-speaker, dialogxl-speaker-emb, ...), concat-context, "
-        "segment-recurrence. dialogue-act: lc-attention, lstm, lstm-blstm, lstm-attention."
+        "segment-recurrence. dialogue-act: lc-attention, lstm, lstm-blstm, lstm-attention. response-selection: mdfn, "
+        "plain-encoder, mdfn-ua-only, mdfn-sa-only, mdfn-maxpool, mdfn-meanpool, mdfn-linear-fusion."
     ),
     dataset: str = typer.Option("meld", help="Benchmark name, or 'file' with --train-file/--validation-file/--test-file."),
     recipe: Optional[Path] = typer.Option(None, help="Recipe TOML (default: recipes/TASK-DATASET-MODEL.toml)."),
@@ -300,6 +311,11 @@ def evaluate(
 
             console.print_json(data=evaluate_split(model, tokenizer, run, split, data_dir))
             return
+        if task == "response-selection":
+            from turnformer.tasks.response_selection import evaluate_split as evaluate_selection
+
+            console.print_json(data=evaluate_selection(model, tokenizer, run, split, data_dir))
+            return
         recipe, labels = run["recipe"], run["labels"]
         splits, _ = load_erc_data(recipe, data_dir)
         if split not in splits:
@@ -321,15 +337,24 @@ def predict(
     input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT."),
     out: Optional[Path] = typer.Option(None, help="Write JSONL here (one line per utterance); default a table."),
     online: bool = typer.Option(False, "--online", help="Dialogue acts: predict each utterance from the preceding ones only."),
+    task_: Optional[str] = typer.Option(None, "--task", help="Check that the checkpoint is of this task (erc, dialogue-act, response-selection)."),
+    submission: Optional[Path] = typer.Option(None, help="Response selection: also write MuTual's submission file (id, then candidates best first)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
-    """Label every utterance of every conversation in a file, with probabilities."""
+    """Label every utterance of every conversation in a file, with probabilities; for a response-selection
+    model, score and rank the candidates of every item (a TSV file, a JSONL file with meta.candidates, or NAME:SPLIT)."""
     from rich.table import Table
 
     from turnformer.tasks.erc import encode_conversations, make_batch
 
     try:
         task, model, tokenizer, run = load_any_trained(checkpoint)
+        if task_ is not None and task_ != task:
+            raise DialogueError(f"--task {task_}: {checkpoint} is a {task} model")
+        if submission is not None and task != "response-selection":
+            raise DialogueError(f"--submission is for response-selection models; {checkpoint} is a {task} model")
+        if task == "response-selection":
+            return predict_selection(model, tokenizer, input, out, submission, data_dir)
         dialogues = load_input(input, data_dir)
         if online and task != "dialogue-act":
             raise DialogueError(f"--online is for dialogue-act models; {checkpoint} is a {task} model (streaming: DialogXLSession)")
@@ -363,6 +388,30 @@ def predict(
     for r in rows:
         table.add_row(str(r["dialogue"]), str(r["turn"]), r["speaker"], r["text"], r["label"], f"{r['probabilities'][r['label']]:.2f}")
     console.print(table)
+
+
+def predict_selection(model, tokenizer, spec: str, out: Optional[Path], submission: Optional[Path], data_dir) -> None:
+    """Rank the candidates of every item of ``spec``: JSONL rows (id, scores, ranking, best), or a table."""
+    from rich.table import Table
+
+    from turnformer.tasks.response_selection import load_items, prediction_rows, score_items, write_submission
+
+    items = load_items(spec, data_dir)
+    rows = prediction_rows(items, score_items(model, tokenizer, items))
+    if submission is not None:
+        write_submission(rows, submission)
+        err.print(f"wrote the rankings of {len(rows)} items to {submission}")
+    if out is not None:
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        os.replace(tmp, out)
+        err.print(f"wrote {len(rows)} rankings to {out}")
+        return
+    if submission is None:
+        table = Table("item", "best", "reply", "scores")
+        for r in rows:
+            table.add_row(str(r["id"]), str(r["best"]), r["best_text"], " ".join(f"{x:.2f}" for x in r["scores"]))
+        console.print(table)
 
 
 def main() -> None:

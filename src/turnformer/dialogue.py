@@ -120,12 +120,17 @@ class Dialogue:
 
 @dataclass(frozen=True)
 class ResponseSelectionItem:
-    """A context with candidate responses (MuTual, Ubuntu...). `answer` is None when hidden."""
+    """A context with candidate responses (MuTual, Ubuntu...). `answer` is None when hidden.
+
+    `relevance` (optional, one 0/1 per candidate) is for data with several or no correct responses
+    (Douban, E-commerce); MuTual-style items give `answer` only. `gold()` gives the 0/1 labels either way.
+    """
 
     context: Dialogue
     candidates: tuple[Turn, ...]
     answer: int | None = None
     id: str | None = None
+    relevance: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "candidates", tuple(self.candidates))
@@ -134,3 +139,17 @@ class ResponseSelectionItem:
             raise DialogueError(f"{where}: no candidate responses")
         if self.answer is not None and not 0 <= self.answer < len(self.candidates):
             raise DialogueError(f"{where}: answer index {self.answer} out of range for {len(self.candidates)} candidates")
+        if self.relevance is not None:
+            object.__setattr__(self, "relevance", tuple(self.relevance))
+            if len(self.relevance) != len(self.candidates) or any(r not in (0, 1) for r in self.relevance):
+                raise DialogueError(f"{where}: relevance must be one 0/1 per candidate, got {self.relevance!r}")
+            if self.answer is not None and self.relevance[self.answer] != 1:
+                raise DialogueError(f"{where}: answer {self.answer} is not marked relevant in {self.relevance!r}")
+
+    def gold(self) -> tuple[int, ...] | None:
+        """0/1 per candidate (None when the answer is hidden)."""
+        if self.relevance is not None:
+            return self.relevance
+        if self.answer is None:
+            return None
+        return tuple(int(i == self.answer) for i in range(len(self.candidates)))

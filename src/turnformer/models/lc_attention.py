@@ -137,7 +137,7 @@ class LCAttentionModel(nn.Module):
     def config_dict(self) -> dict:
         return self.config.to_dict()
 
-    def encode_utterances(self, tokens: torch.Tensor, chunk: int = 64) -> torch.Tensor:
+    def encode_utterances(self, tokens: torch.Tensor, chunk: int = 24) -> torch.Tensor:
         """tokens [U, T] (words first, then pad_id; at least one word) -> utterance vectors [U, d]:
         LSTM states max-pooled over the real words. The LSTM runs forward, so padding after the words
         cannot change their states; utterances run in chunks of similar length, cut to the chunk's
@@ -145,11 +145,14 @@ class LCAttentionModel(nn.Module):
         real = tokens != self.config.pad_id
         lengths = real.sum(-1)
         order = lengths.argsort(descending=True)
+        tokens, real, lengths = tokens[order], real[order], lengths[order]
+        # One embedding lookup per batch: per chunk, its backward would fill a dense vocabulary-sized gradient each time.
+        embedded = self.dropout(self.embed(tokens))
         pooled = []
-        for rows in order.split(chunk):
-            width = int(lengths[rows[0]])
-            states, _ = self.word_lstm(self.dropout(self.embed(tokens[rows, :width])))
-            pooled.append(states.masked_fill(~real[rows, :width, None], float("-inf")).amax(dim=1))
+        for start, words in zip(range(0, len(tokens), chunk), embedded.split(chunk)):
+            width = int(lengths[start])
+            states, _ = self.word_lstm(words[:, :width])
+            pooled.append(states.masked_fill(~real[start : start + chunk, :width, None], float("-inf")).amax(dim=1))
         return torch.cat(pooled)[order.argsort()]
 
     def contextualise(self, vectors: torch.Tensor, mask: torch.Tensor, return_probs: bool = False):

@@ -1,0 +1,76 @@
+"""The tab-separated response-selection format of the Ubuntu (Lowe et al. / Wu et al.), Douban and
+E-commerce corpora: one (context, candidate) pair a line::
+
+    label \\t utterance_1 \\t ... \\t utterance_n \\t response
+
+``label`` is 1 (the response is a correct one) or 0. Consecutive lines with the same context form one
+item (training files alternate a positive and a negative line; test files give 10 candidates per
+context). The format names no speakers: turns alternate between ``"A"`` and ``"B"``, the first
+context utterance being ``"A"``'s, and the response is spoken by whoever follows the last context
+utterance. Some releases mark turn ends inside a line with ``__eou__`` / ``__eot__``: those markers
+are removed (and counted) from the text.
+
+Every error names the file and line (from 1): a label other than 0/1, fewer than two utterances (a
+context and a response), an empty utterance. A blank line is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from turnformer.data._io import iter_lines
+from turnformer.data.report import LoadReport
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
+
+SPEAKERS = ("A", "B")
+_MARKERS = re.compile(r"\s*__eo[ut]__\s*")
+
+
+def _clean(text: str, where: str, report: LoadReport) -> str:
+    cleaned = _MARKERS.sub(" ", text).strip()
+    if cleaned != text.strip():
+        report.add("turn_marker_removed", f"{where}: __eou__/__eot__ removed")
+    return cleaned
+
+
+def read_selection_tsv(path: str | Path, report: LoadReport | None = None) -> list[ResponseSelectionItem]:
+    """The items of a file in this format, in file order; ids are ``FILESTEM-LINE`` of each group's first line."""
+    path = Path(path)
+    report = report if report is not None else LoadReport(source=str(path))
+    items: list[ResponseSelectionItem] = []
+    group: dict | None = None
+
+    def close() -> None:
+        if group is not None:
+            items.append(ResponseSelectionItem(
+                context=Dialogue(turns=group["context"], id=group["id"]), candidates=group["candidates"],
+                id=group["id"], relevance=group["relevance"],
+            ))
+
+    for number, line in iter_lines(path, report):
+        where = f"{path}:{number}"
+        if not line.strip():
+            report.add("blank_line", f"{where}: blank line skipped")
+            continue
+        label, *utterances = line.split("\t")
+        if label.strip() not in ("0", "1"):
+            raise DialogueError(f"{where}: label: expected 0 or 1 in the first column, got {label[:40]!r}")
+        if len(utterances) < 2:
+            raise DialogueError(f"{where}: expected a label, at least one context utterance and a response, "
+                                f"separated by tabs; found {len(utterances)} text column(s)")
+        texts = [_clean(u, f"{where}: column {i + 2}", report) for i, u in enumerate(utterances)]
+        for i, text in enumerate(texts):
+            if not text:
+                raise DialogueError(f"{where}: column {i + 2}: empty utterance")
+        context = tuple(Turn(speaker=SPEAKERS[i % 2], text=t) for i, t in enumerate(texts[:-1]))
+        candidate = Turn(speaker=SPEAKERS[len(context) % 2], text=texts[-1])
+        if group is None or group["context"] != context:
+            close()
+            group = {"context": context, "id": f"{path.stem}-{number}", "candidates": [], "relevance": []}
+        group["candidates"].append(candidate)
+        group["relevance"].append(int(label))
+    close()
+    if not items:
+        raise DialogueError(f"{path}: no (label, context, response) lines")
+    return items

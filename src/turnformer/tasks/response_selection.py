@@ -1,0 +1,348 @@
+"""Response selection: items -> packed (context, candidate) sequences, batches, training, evaluation,
+ranking for users, and MuTual's submission format.
+
+Data (``recipe["dataset"]``):
+
+* ``mutual`` / ``mutual-plus``: the test answers are hidden, so the labelled dev set is what is
+  reported. The epoch is chosen on ``holdout`` items taken from the training set (a fixed random
+  sample, the same for every seed and model; 500 by default), and the dev score is read at that epoch:
+  in the run's history ``validation`` is the held-out sample and ``test`` is MuTual's dev set. (The paper
+  picks the epoch on dev itself; ``holdout = 0`` does that too.)
+* ``file``: ``train_file``, ``validation_file`` and ``test_file`` in the tab-separated Ubuntu / Douban /
+  E-commerce format (`turnformer.data.selection_tsv`).
+
+Every candidate of an item becomes one sequence ``[CLS] u_1 [SEP] ... u_n [SEP] response [SEP]``
+(`turnformer.structure.pack_token_ids`: at most ``max_turns`` turns, the response included, then
+oldest tokens dropped to fit ``max_length``; a response longer than the whole budget is cut at its
+end). Batches hold ``batch_size`` items with all their candidates; items are sorted by length before
+batching so that a batch carries little padding (the training loop shuffles the batch order).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
+from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, SelectionBatch, build_mdfn
+from turnformer.structure import SpecialTokens, pack_token_ids
+from turnformer.tasks.erc import SPLITS, checkpoint_paths
+from turnformer.tasks.ranking import rank_candidates, ranking_metrics
+
+RESPONSE_SELECTION_MODELS = tuple(MDFN_VARIANTS)
+LETTERS = "ABCDEFGHIJ"
+
+
+@dataclass
+class EncodedItem:
+    """One item, tokenised: per candidate its turns' token ids and speaker ids (context then response)."""
+
+    id: str
+    turns: list[list[list[int]]]
+    speakers: list[list[int]]
+    relevance: list[int]  # 0/1 per candidate, -1 where hidden
+    length: int  # tokens of its longest candidate sequence, before truncation
+
+
+def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionItem:
+    """The generic JSONL form of an item (its context as a conversation, ``meta.candidates`` a list of
+    {"speaker", "text"} and ``meta.answer`` an index or null) back to an item."""
+    where = where or f"dialogue {dialogue.id!r}"
+    candidates = dialogue.meta.get("candidates")
+    if not isinstance(candidates, list) or not candidates:
+        raise DialogueError(f"{where}: meta.candidates: expected a non-empty list of {{speaker, text}} candidate responses")
+    turns = []
+    for i, c in enumerate(candidates):
+        if not isinstance(c, dict) or not isinstance(c.get("text"), str) or not c["text"].strip():
+            raise DialogueError(f"{where}: meta.candidates[{i}]: expected {{\"speaker\": ..., \"text\": non-empty}}")
+        speaker = c.get("speaker") or next_speaker(dialogue)
+        turns.append(Turn(speaker=str(speaker), text=c["text"]))
+    answer = dialogue.meta.get("answer")
+    if answer is not None and (not isinstance(answer, int) or isinstance(answer, bool)):
+        raise DialogueError(f"{where}: meta.answer: expected a candidate index or null, got {answer!r}")
+    return ResponseSelectionItem(context=dialogue, candidates=turns, answer=answer, id=dialogue.id)
+
+
+def next_speaker(dialogue: Dialogue) -> str:
+    """Who speaks next in a two-party conversation: the last speaker's partner (or a new speaker)."""
+    last = dialogue.turns[-1].speaker
+    others = [s for s in dict.fromkeys(t.speaker for t in reversed(dialogue.turns)) if s != last]
+    return others[0] if others else f"{last}'s partner"
+
+
+def load_selection_data(recipe: dict, data_dir=None) -> dict[str, list[ResponseSelectionItem]]:
+    """Train / validation / test items of a recipe's dataset (see the module docstring)."""
+    from turnformer.data import load_split
+    from turnformer.data.selection_tsv import read_selection_tsv
+
+    dataset = recipe["dataset"]
+    if dataset == "file":
+        splits = {}
+        for split in SPLITS:
+            path = recipe.get(f"{split}_file")
+            if not path:
+                raise DialogueError(f"recipe {recipe.get('recipe_path')}: dataset 'file' needs {split}_file")
+            splits[split] = read_selection_tsv(path)
+        return splits
+    if dataset not in ("mutual", "mutual-plus"):
+        raise DialogueError(f"response selection runs on mutual, mutual-plus or a file (dataset = 'file'), not {dataset!r}")
+    train = list(load_split(dataset, "train", data_dir).items)
+    dev = list(load_split(dataset, "validation", data_dir).items)
+    holdout = int(recipe.get("holdout", 500))
+    if holdout <= 0:
+        return {"train": train, "validation": dev, "test": dev}
+    if holdout >= len(train):
+        raise DialogueError(f"holdout = {holdout} leaves no training items (train has {len(train)})")
+    held = set(np.random.default_rng(0).choice(len(train), holdout, replace=False).tolist())
+    return {"train": [x for i, x in enumerate(train) if i not in held],
+            "validation": [x for i, x in enumerate(train) if i in held], "test": dev}
+
+
+def encode_items(items: Sequence[ResponseSelectionItem], tokenizer, max_turns: int) -> list[EncodedItem]:
+    """Tokenise every turn once; keep the newest ``max_turns - 1`` context turns before each candidate."""
+    texts = [t.text for item in items for t in (*item.context.turns, *item.candidates)]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    out, k = [], 0
+    for item in items:
+        context_ids = ids[k : k + len(item.context)]
+        k += len(item.context)
+        kept = slice(max(0, len(item.context) - (max_turns - 1)), None)
+        names = [t.speaker for t in item.context.turns[kept]]
+        turns, speakers = [], []
+        for candidate in item.candidates:
+            order = {name: i for i, name in enumerate(dict.fromkeys([*names, candidate.speaker]))}
+            turns.append([*context_ids[kept], ids[k] or [tokenizer.unk_token_id]])
+            speakers.append([order[n] for n in names] + [order[candidate.speaker]])
+            k += 1
+        gold = item.gold()
+        relevance = list(gold) if gold is not None else [-1] * len(item.candidates)
+        length = max(sum(map(len, t)) + len(t) + 1 for t in turns)
+        out.append(EncodedItem(str(item.id), turns, speakers, relevance, length))
+    return out
+
+
+def special_tokens(tokenizer) -> SpecialTokens:
+    return SpecialTokens(pad=tokenizer.pad_token_id or 0, bos=tokenizer.cls_token_id, suffix=tokenizer.sep_token_id)
+
+
+def make_selection_batches(encoded: Sequence[EncodedItem], batch_size: int, special: SpecialTokens, max_length: int,
+                           sort_by_length: bool = True) -> tuple[list[SelectionBatch], dict]:
+    """Batches of ``batch_size`` items (sorted by length first, unless told not to), and a report of
+    the truncation: sequences cut, tokens dropped, responses cut."""
+    order = sorted(range(len(encoded)), key=lambda i: encoded[i].length) if sort_by_length else list(range(len(encoded)))
+    report = {"sequences": 0, "truncated_sequences": 0, "dropped_tokens": 0, "truncated_responses": 0}
+    batches = []
+    for start in range(0, len(order), batch_size):
+        chosen = [encoded[i] for i in order[start : start + batch_size]]
+        turns, speakers = [], []
+        for item in chosen:
+            for candidate_turns, candidate_speakers in zip(item.turns, item.speakers):
+                response = candidate_turns[-1]
+                if len(response) > max_length - 2:  # [CLS] response [SEP] must fit
+                    report["truncated_responses"] += 1
+                    candidate_turns = [*candidate_turns[:-1], response[: max_length - 2]]
+                turns.append(candidate_turns)
+                speakers.append(candidate_speakers)
+        packed = pack_token_ids(turns, speakers, special, max_length=max_length)
+        report["sequences"] += len(turns)
+        report["truncated_sequences"] += sum(1 for n in packed.truncated if n)
+        report["dropped_tokens"] += sum(packed.truncated)
+        width = max(len(item.turns) for item in chosen)
+        groups = torch.full((len(chosen), width), -1, dtype=torch.long)
+        relevance = torch.full((len(chosen), width), -1, dtype=torch.long)
+        row = 0
+        for g, item in enumerate(chosen):
+            n = len(item.turns)
+            groups[g, :n] = torch.arange(row, row + n)
+            relevance[g, :n] = torch.tensor(item.relevance)
+            row += n
+        batches.append(SelectionBatch(packed.input_ids, packed.meta, groups, relevance, [item.id for item in chosen]))
+    return batches, report
+
+
+def evaluate(model: MDFN, batches: Sequence[SelectionBatch]) -> dict:
+    """Ranking metrics over the labelled items (``primary`` = R@1); ``{"primary": nan, "labelled": 0}``
+    when no item has a known answer (MuTual's test set)."""
+    from turnformer.training import predict_all
+
+    gold, scores = predict_all(model, batches)
+    labelled = [(g, s) for g, s in zip(gold, scores) if min(g) >= 0]
+    if not labelled:
+        return {"primary": float("nan"), "labelled": 0}
+    metrics = ranking_metrics([s for _, s in labelled], [g for g, _ in labelled])
+    recall_at_1 = next(v for k, v in metrics.items() if k.endswith("@1") and k.startswith("R"))
+    return {"primary": recall_at_1, **metrics}
+
+
+def _model_settings(recipe: dict) -> dict:
+    return recipe.get("model_config", {})
+
+
+def prepare_response_selection(recipe: dict, data_dir=None, limits: dict[str, int] | None = None, pretrained: bool = True):
+    """Model, tokenizer, batches per split, and the encoding reports."""
+    splits = load_selection_data(recipe, data_dir)
+    for split, n in (limits or {}).items():
+        splits[split] = splits[split][:n]
+    model, tokenizer = build_mdfn(recipe["model"], _model_settings(recipe), recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained)
+    settings = recipe.get("train", {})
+    batch_size, eval_batch_size = int(settings.get("batch_size", 8)), int(settings.get("eval_batch_size", 16))
+    max_length = model.config.max_length
+    positions = getattr(model.encoder.config, "max_position_embeddings", None)
+    if positions is not None and max_length > positions:
+        raise DialogueError(f"model_config.max_length = {max_length} is over the backbone's {positions} positions")
+    batches, reports = {}, {}
+    for split, items in splits.items():
+        encoded = encode_items(items, tokenizer, model.config.max_turns)
+        batches[split], reports[split] = make_selection_batches(
+            encoded, batch_size if split == "train" else eval_batch_size, special_tokens(tokenizer), max_length)
+        reports[split]["items"] = len(items)
+    return model, tokenizer, batches, reports
+
+
+def train_response_selection(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = False,
+                             time_budget_s: float | None = None, limits: dict[str, int] | None = None):
+    """Train a response-selection recipe; returns the `TrainResult` (R@1 as the primary metric).
+    Checkpoints, run.json and resume work as for every other task."""
+    from turnformer.training import TrainConfig, set_seed, train
+
+    set_seed(seed)
+    model, _, batches, reports = prepare_response_selection(recipe, data_dir, limits)
+    settings = recipe.get("train", {})
+    config = TrainConfig(
+        epochs=int(settings.get("epochs", 3)), lr=float(settings.get("lr", 2e-5)), seed=seed, out_dir=Path(out_dir),
+        weight_decay=float(settings.get("weight_decay", 0.01)), grad_clip=float(settings.get("grad_clip", 1.0)),
+        resume=resume, time_budget_s=time_budget_s, save_every_steps=settings.get("save_every_steps", 200),
+        scheduler=settings.get("scheduler", "linear"), warmup_steps=int(settings.get("warmup_steps", 0)),
+    )
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports}
+    (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
+    return train(model, batches["train"], lambda m, split: evaluate(m, batches[split]), config,
+                 label_map={"task": "response-selection"})
+
+
+def load_trained(checkpoint):
+    """A trained response-selection model from a run folder (its best/) or a checkpoint folder:
+    (model in eval mode, tokenizer, run description)."""
+    from turnformer.training import load_checkpoint
+
+    weights, run = checkpoint_paths(Path(checkpoint))
+    recipe = run["recipe"]
+    model, tokenizer = build_mdfn(recipe["model"], _model_settings(recipe), recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained=False)
+    load_checkpoint(weights, model)
+    return model.eval(), tokenizer, run
+
+
+def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None) -> dict:
+    """Ranking metrics of a trained model on a split of its recipe's data (for MuTual: ``test`` and
+    ``validation`` as in training, i.e. the dev set and the held-out training items)."""
+    splits = load_selection_data(run["recipe"], data_dir)
+    if split not in splits:
+        raise DialogueError(f"unknown split {split!r}; known: {', '.join(splits)}")
+    encoded = encode_items(splits[split], tokenizer, model.config.max_turns)
+    batches, report = make_selection_batches(encoded, 16, special_tokens(tokenizer), model.config.max_length)
+    return {**evaluate(model, batches), "truncation": report}
+
+
+@torch.no_grad()
+def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], batch_size: int = 16) -> list[list[float]]:
+    """Scores of every item's candidates (higher = better), in the items' order."""
+    model.eval()
+    encoded = encode_items(items, tokenizer, model.config.max_turns)
+    batches, _ = make_selection_batches(encoded, batch_size, special_tokens(tokenizer), model.config.max_length, sort_by_length=False)
+    device = next(model.parameters()).device
+    scores: list[list[float]] = []
+    for batch in batches:
+        scores.extend(model.predict(batch.to(device))[1])
+    return scores
+
+
+class ResponseRanker:
+    """Rank candidate replies to a conversation with a trained model::
+
+        ranker = ResponseRanker.from_checkpoint("runs/mdfn")
+        ranker.rank([("m", "where are you going ?"), ("f", "to the bank .")], ["m : why ?", "m : see you !"])
+
+    The dialogue is a `Dialogue` or a list of (speaker, text); a candidate is a text (spoken by the
+    last speaker's partner), a (speaker, text) pair, or a `Turn`. Returns one score per candidate
+    (higher = better; with a ``choice`` model, their softmax is the model's probability of each).
+    """
+
+    def __init__(self, model: MDFN, tokenizer):
+        self.model, self.tokenizer = model.eval(), tokenizer
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint) -> "ResponseRanker":
+        model, tokenizer, _ = load_trained(checkpoint)
+        return cls(model, tokenizer)
+
+    def rank(self, dialogue, candidates) -> list[float]:
+        if not isinstance(dialogue, Dialogue):
+            dialogue = Dialogue.from_turns(list(dialogue))
+        turns = []
+        for c in candidates:
+            if isinstance(c, Turn):
+                turns.append(c)
+            elif isinstance(c, str):
+                turns.append(Turn(speaker=next_speaker(dialogue), text=c))
+            else:
+                speaker, text = c
+                turns.append(Turn(speaker=speaker, text=text))
+        item = ResponseSelectionItem(context=dialogue, candidates=turns, id=dialogue.id or "input")
+        return score_items(self.model, self.tokenizer, [item])[0]
+
+
+def rank(dialogue, candidates, checkpoint) -> list[float]:
+    """One-off ranking: `ResponseRanker.from_checkpoint(checkpoint).rank(dialogue, candidates)`."""
+    return ResponseRanker.from_checkpoint(checkpoint).rank(dialogue, candidates)
+
+
+def load_items(spec: str, data_dir=None) -> list[ResponseSelectionItem]:
+    """Items to rank: a benchmark split ``NAME:SPLIT`` (mutual, mutual-plus), a tab-separated file
+    (Ubuntu format), or a JSONL file of conversations with ``meta.candidates``."""
+    from turnformer.data import DATASETS, load_split, read_jsonl
+    from turnformer.data.selection_tsv import read_selection_tsv
+
+    path = Path(spec)
+    if path.exists():
+        if path.suffix.lower() in (".tsv", ".txt"):
+            return read_selection_tsv(path)
+        return [dialogue_to_item(d, f"{path}: dialogue {d.id or i}") for i, d in enumerate(read_jsonl(path))]
+    name, _, split = spec.partition(":")
+    if name in DATASETS:
+        items = load_split(name, split or "test", data_dir).items
+        if not items or not isinstance(items[0], ResponseSelectionItem):
+            raise DialogueError(f"{name} is not a response-selection dataset")
+        return list(items)
+    raise DialogueError(f"{spec}: no such file, and not a dataset split (NAME:SPLIT, e.g. mutual:test)")
+
+
+def prediction_rows(items: Sequence[ResponseSelectionItem], scores: Sequence[Sequence[float]]) -> list[dict]:
+    rows = []
+    for item, s in zip(items, scores):
+        order = rank_candidates(s)
+        rows.append({"id": item.id, "scores": [round(float(x), 5) for x in s], "ranking": order, "best": order[0],
+                     "best_text": item.candidates[order[0]].text, **({"answer": item.answer} if item.answer is not None else {})})
+    return rows
+
+
+def write_submission(rows: Sequence[dict], path: Path) -> None:
+    """MuTual's submission format: ``id \\t rank-1 letter \\t rank-2 letter ...`` one item a line."""
+    for r in rows:
+        if len(r["ranking"]) > len(LETTERS):
+            raise DialogueError(f"item {r['id']}: {len(r['ranking'])} candidates; the submission format has letters A-J only")
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join("\t".join([str(r["id"]), *(LETTERS[i] for i in r["ranking"])]) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+__all__ = ["RESPONSE_SELECTION_MODELS", "ResponseRanker", "dialogue_to_item", "encode_items", "evaluate", "evaluate_split", "load_items",
+           "load_selection_data", "load_trained", "make_selection_batches", "prediction_rows", "rank", "score_items",
+           "train_response_selection", "write_submission"]

@@ -1,0 +1,255 @@
+"""Response selection: ranking metrics by hand, the tab-separated loader, packing, MDFN's channels and
+variants, training from the command line on a slice of MuTual, ranking for users."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from turnformer.cli import app
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
+from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, MDFNConfig, MaskedAttentionBlock, build_mdfn, pool_turns, turn_slots
+from turnformer.structure import SPEAKER, TokenMeta
+from turnformer.tasks.ranking import rank_candidates, ranking_metrics
+from turnformer.tasks.response_selection import (
+    ResponseRanker, dialogue_to_item, encode_items, make_selection_batches, special_tokens, write_submission,
+)
+
+runner = CliRunner()
+
+
+# --------------------------------------------------------------------------- metrics, by hand
+
+
+def test_ranking_metrics_hand_computed():
+    # group 1: the answer (index 2) ranked 2nd; group 2: ranked 1st; group 3: ranked 4th
+    scores = [[0.9, 0.1, 0.5, 0.2], [0.3, 0.8, 0.1, 0.0], [0.9, 0.8, 0.7, 0.1]]
+    relevance = [[0, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 1]]
+    m = ranking_metrics(scores, relevance)
+    assert m["R4@1"] == pytest.approx(1 / 3)
+    assert m["R4@2"] == pytest.approx(2 / 3)
+    assert m["MRR"] == pytest.approx((1 / 2 + 1 + 1 / 4) / 3)
+    assert m["P@1"] == pytest.approx(1 / 3)
+    assert m["MAP"] == pytest.approx(m["MRR"])  # one relevant candidate: average precision = reciprocal rank
+    assert m["groups"] == 3 and m["skipped"] == 0
+
+
+def test_ranking_metrics_several_relevant_and_skipped_groups():
+    # ranking: c0 (rel), c1, c2 (rel), c3 -> AP = (1/1 + 2/3) / 2; R@1 = 1/2; R@2 = 1/2; R@5 (all 4) = 1
+    m = ranking_metrics([[4, 3, 2, 1], [1, 2, 3, 4]], [[1, 0, 1, 0], [0, 0, 0, 0]], ks=(1, 2, 5))
+    assert m["skipped"] == 1 and m["groups"] == 1
+    assert m["MAP"] == pytest.approx((1 + 2 / 3) / 2)
+    assert m["R4@1"] == pytest.approx(0.5) and m["R4@2"] == pytest.approx(0.5) and m["MRR"] == 1.0 and m["P@1"] == 1.0
+    assert "R4@5" not in m  # k above the group size is not defined
+
+
+def test_ties_keep_the_original_order_and_bad_input_fails():
+    assert rank_candidates([1.0, 2.0, 2.0, 0.5]) == [1, 2, 0, 3]
+    with pytest.raises(ValueError, match="group 0"):
+        ranking_metrics([[1.0, 2.0]], [[1]])
+    with pytest.raises(ValueError, match="0 or 1"):
+        ranking_metrics([[1.0, 2.0]], [[2, 0]])
+
+
+# --------------------------------------------------------------------------- data
+
+
+def test_selection_tsv_groups_lines_and_names_bad_lines(tmp_path):
+    from turnformer.data.selection_tsv import read_selection_tsv
+
+    path = tmp_path / "ubuntu.tsv"
+    path.write_text("1\thi there __eou__\thello\thow are you ?\tfine thanks\n"
+                    "0\thi there __eou__\thello\thow are you ?\tthe printer is on fire\n"
+                    "\n"
+                    "1\tanother context\tits response\n", encoding="utf-8")
+    items = read_selection_tsv(path)
+    assert len(items) == 2
+    first = items[0]
+    assert [t.text for t in first.context.turns] == ["hi there", "hello", "how are you ?"]
+    assert [t.speaker for t in first.context.turns] == ["A", "B", "A"]
+    assert [c.speaker for c in first.candidates] == ["B", "B"] and first.gold() == (1, 0)
+    assert items[1].candidates[0].speaker == "B" and items[1].id == "ubuntu-4"
+
+    for bad, message in [("2\ta\tb\n", ":1: label"), ("1\tonly a response\n", ":1: expected a label"),
+                         ("1\ta\t \tc\n", ":1: column 3: empty utterance")]:
+        path.write_text(bad, encoding="utf-8")
+        with pytest.raises(DialogueError, match=message):
+            read_selection_tsv(path)
+
+
+def test_item_relevance_is_checked():
+    context = Dialogue.from_turns([("A", "hi")])
+    with pytest.raises(DialogueError, match="one 0/1 per candidate"):
+        ResponseSelectionItem(context=context, candidates=[Turn("B", "x"), Turn("B", "y")], relevance=(1,))
+    with pytest.raises(DialogueError, match="not marked relevant"):
+        ResponseSelectionItem(context=context, candidates=[Turn("B", "x"), Turn("B", "y")], answer=0, relevance=(0, 1))
+    assert ResponseSelectionItem(context=context, candidates=[Turn("B", "x"), Turn("B", "y")], answer=1).gold() == (0, 1)
+
+
+def test_jsonl_items_need_candidates():
+    d = Dialogue(turns=(Turn("m", "where to ?"),), id="d1", meta={"candidates": [{"text": "the bank ."}], "answer": 0})
+    item = dialogue_to_item(d)
+    assert item.candidates[0].speaker == "m's partner" and item.answer == 0
+    with pytest.raises(DialogueError, match="meta.candidates"):
+        dialogue_to_item(Dialogue(turns=(Turn("m", "hi"),), id="d2"))
+
+
+# --------------------------------------------------------------------------- packing
+
+
+def test_speakers_come_from_the_data_and_truncation_keeps_the_response(tiny_backbone_dir):
+    from turnformer.backbones.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny_backbone_dir))
+    context = Dialogue.from_turns([("m", "one two three four five six"), ("m", "seven eight"), ("f", "nine ten")])
+    item = ResponseSelectionItem(context=context, candidates=[Turn("f", "eleven twelve"), Turn("m", "thirteen")], answer=0, id="x")
+    (encoded,) = encode_items([item], tokenizer, max_turns=20)
+    assert encoded.speakers == [[0, 0, 1, 1], [0, 0, 1, 0]]  # not turn parity
+    (batch,), report = make_selection_batches([encoded], 4, special_tokens(tokenizer), max_length=10)
+    assert batch.input_ids.shape == (2, 10) and report["truncated_sequences"] == 2
+    words = tokenizer.convert_ids_to_tokens(batch.input_ids[0].tolist())
+    assert words[0] == "[CLS]" and words[-3:] == ["eleven", "twelve", "[SEP]"]  # oldest tokens dropped
+    assert batch.groups.tolist() == [[0, 1]] and batch.relevance.tolist() == [[1, 0]]
+
+    (short,) = encode_items([item], tokenizer, max_turns=2)  # one context turn + the response
+    assert len(short.turns[0]) == 2 and short.speakers[0] == [0, 0]
+
+
+def test_turn_slots_and_pooling_match_a_loop():
+    meta = TokenMeta.from_lists([[3, 3, 4, 4, 4, 5], [0, 1, 1]], [[0, 0, 1, 1, 1, 0], [0, 1, 1]])
+    slot, count = turn_slots(meta)
+    assert count.tolist() == [3, 2]
+    states = torch.randn(2, 6, 5)
+    pooled = pool_turns(states, slot, 3, "max")
+    assert torch.allclose(pooled[0, 1], states[0, 2:5].amax(0)) and torch.allclose(pooled[1, 1], states[1, 1:3].amax(0))
+    means = pool_turns(states, slot, 3, "mean")
+    assert torch.allclose(means[0, 0], states[0, :2].mean(0))
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def test_a_channel_sees_only_its_mask():
+    torch.manual_seed(0)
+    block = MaskedAttentionBlock(hidden=16, heads=4, dropout=0.0).eval()
+    meta = TokenMeta.from_lists([[0, 0, 1, 1, 2, 2]], [[0, 0, 1, 1, 0, 0]])
+    x = torch.randn(1, 6, 16)
+    y = x.clone()
+    y[0, 2:4] += 5.0  # change speaker 1's tokens only
+    mask = SPEAKER(meta, meta)
+    a, b = block(x, mask), block(y, mask)
+    assert torch.allclose(a[0, [0, 1, 4, 5]], b[0, [0, 1, 4, 5]], atol=1e-6)  # speaker 0's tokens never saw them
+    assert not torch.allclose(a[0, 2:4], b[0, 2:4])
+
+
+@pytest.fixture(scope="module")
+def mutual_items(data_dir):
+    from turnformer.data import load_split
+
+    return list(load_split("mutual", "validation", data_dir).items[:6])
+
+
+@pytest.mark.parametrize("model_id", sorted(MDFN_VARIANTS))
+def test_every_variant_trains_and_scores_deterministically(model_id, tiny_backbone_dir, mutual_items):
+    torch.manual_seed(0)
+    model, tokenizer = build_mdfn(model_id, {"max_length": 96}, str(tiny_backbone_dir))
+    encoded = encode_items(mutual_items, tokenizer, model.config.max_turns)
+    batches, _ = make_selection_batches(encoded, 3, special_tokens(tokenizer), 96)
+    loss = model.loss(batches[0])
+    loss.backward()
+    assert torch.isfinite(loss)
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert not missing, f"parameters without gradient: {missing[:5]}"
+    model.eval()
+    first, second = model.group_scores(batches[0]), model.group_scores(batches[0])
+    assert first.shape == (3, 4) and torch.equal(first, second)  # no random GRU state
+
+
+def test_choice_loss_is_cross_entropy_over_candidates(tiny_backbone_dir, mutual_items):
+    torch.manual_seed(0)
+    model, tokenizer = build_mdfn("mdfn", {"max_length": 96, "dropout": 0.0}, str(tiny_backbone_dir))
+    model.eval()
+    (batch, *_), _ = make_selection_batches(encode_items(mutual_items, tokenizer, 20), 6, special_tokens(tokenizer), 96)
+    scores = model.group_scores(batch)
+    expected = torch.nn.functional.cross_entropy(scores, batch.relevance.argmax(-1))
+    assert torch.allclose(model.loss(batch), expected, atol=1e-6)
+
+
+def test_frozen_layers_and_config_checks(tiny_backbone_dir):
+    model, _ = build_mdfn("mdfn", {"frozen_layers": 1}, str(tiny_backbone_dir))
+    assert not any(p.requires_grad for p in model.encoder.embeddings.parameters())
+    assert not any(p.requires_grad for p in model.encoder.encoder.layer[0].parameters())
+    assert all(p.requires_grad for p in model.encoder.encoder.layer[1].parameters())
+    with pytest.raises(ValueError, match="frozen_layers=3"):
+        build_mdfn("mdfn", {"frozen_layers": 3}, str(tiny_backbone_dir))
+    with pytest.raises(ValueError, match="aggregation"):
+        MDFNConfig(aggregation="cnn")
+    with pytest.raises(ValueError, match="unknown response-selection model"):
+        build_mdfn("mdfn-cnn", {}, str(tiny_backbone_dir))
+
+
+def test_electra_backbone_on_a_tiny_random_config(tmp_path, tiny_backbone_dir, mutual_items):
+    from transformers import AutoTokenizer, ElectraConfig, ElectraModel
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_backbone_dir))
+    config = ElectraConfig(vocab_size=tokenizer.vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                           num_attention_heads=4, intermediate_size=64, max_position_embeddings=128)
+    ElectraModel(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    model, tok = build_mdfn("mdfn", {"max_length": 96, "frozen_layers": 1}, str(tmp_path))
+    assert type(model.encoder).__name__ == "ElectraModel"
+    (batch, *_), _ = make_selection_batches(encode_items(mutual_items, tok, 20), 6, special_tokens(tok), 96)
+    assert torch.isfinite(model.loss(batch))
+
+
+def test_binary_objective(tiny_backbone_dir, mutual_items):
+    model, tokenizer = build_mdfn("mdfn", {"max_length": 96, "objective": "binary"}, str(tiny_backbone_dir))
+    (batch, *_), _ = make_selection_batches(encode_items(mutual_items, tokenizer, 20), 6, special_tokens(tokenizer), 96)
+    model.eval()
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(model.group_scores(batch).flatten(), batch.relevance.flatten().float())
+    assert torch.allclose(model.loss(batch), expected, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- command line and users
+
+
+@pytest.mark.data
+def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
+    out = tmp_path / "run"
+    common = ["--data-dir", str(data_dir)]
+    trained = runner.invoke(app, ["train", "--task", "response-selection", "--model", "mdfn", "--dataset", "mutual",
+                                  "--limit-dialogues", "8", "--set", f'backbone="{tiny_backbone_dir}"',
+                                  "--set", "model_config.max_length=96", "--set", "train.epochs=1", "--out", str(out), *common])
+    assert trained.exit_code == 0, trained.output
+    history = json.loads((out / "result.json").read_text())["history"]
+    assert set(history[0]["test"]) >= {"R4@1", "R4@2", "MRR", "primary"}
+
+    scored = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "test", *common])
+    assert scored.exit_code == 0, scored.output
+    metrics = json.loads(scored.stdout)
+    assert metrics["groups"] == 886 and 0 <= metrics["R4@1"] <= metrics["R4@2"] <= 1  # the whole dev set
+
+    submission = tmp_path / "submission.txt"
+    predicted = runner.invoke(app, ["predict", "--task", "response-selection", "--checkpoint", str(out), "--input",
+                                    "mutual:test", "--submission", str(submission), "--out", str(tmp_path / "ranked.jsonl"), *common])
+    assert predicted.exit_code == 0, predicted.output
+    lines = submission.read_text().splitlines()
+    assert len(lines) == 886 and lines[0].split("\t")[0] == "test_1"
+    assert all(sorted(line.split("\t")[1:]) == ["A", "B", "C", "D"] for line in lines)
+    rows = [json.loads(line) for line in (tmp_path / "ranked.jsonl").read_text().splitlines()]
+    assert rows[0]["ranking"][0] == rows[0]["best"] and len(rows[0]["scores"]) == 4
+
+    wrong = runner.invoke(app, ["predict", "--task", "erc", "--checkpoint", str(out), "--input", "mutual:test", *common])
+    assert wrong.exit_code != 0 and "response-selection model" in wrong.output
+
+    ranker = ResponseRanker.from_checkpoint(out)
+    scores = ranker.rank([("m", "where are you going ?"), ("f", "to the bank .")], ["why ?", ("f", "see you !")])
+    assert len(scores) == 2 and all(isinstance(s, float) for s in scores)
+
+
+def test_submission_format(tmp_path):
+    write_submission([{"id": "test_1", "ranking": [2, 0, 3, 1]}], tmp_path / "s.txt")
+    assert (tmp_path / "s.txt").read_text() == "test_1\tC\tA\tD\tB\n"
