@@ -1,4 +1,4 @@
-"""Collect finished ERC or dialogue-act runs (one folder per seed, written by `turnformer train`) into one results
+"""Collect finished ERC, dialogue-act or response-selection runs (one folder per seed, written by `turnformer train`) into one results
 file: the test score at each run's best validation epoch, mean and std over seeds.
 
     python benchmarks/collect_erc.py --experiment erc-meld-dialogxl runs/meld-dialogxl-s1 runs/meld-dialogxl-s2 ...
@@ -20,6 +20,7 @@ from turnformer.tasks.metrics import primary_metric
 def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extra: dict | None = None) -> dict:
     """The results record of `runs` (one per seed); raises SystemExit naming a run that cannot count."""
     seeds, scores, accuracy, online, validation, best_epochs, seconds, commands = [], [], [], [], [], [], [], []
+    ranking: dict[str, list[float]] = {}  # response selection: the other ranking metrics
     recipe = None
     partial_runs = []
     for run in runs:
@@ -35,7 +36,11 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
         recipe = info["recipe"]
         seeds.append(info["seed"])
         scores.append(best["test"]["primary"])
-        accuracy.append(best["test"]["accuracy"])
+        if "accuracy" in best["test"]:
+            accuracy.append(best["test"]["accuracy"])
+        for key in ("R4@2", "R10@2", "R10@5", "MRR", "MAP"):
+            if key in best["test"]:
+                ranking.setdefault(key, []).append(best["test"][key])
         if "online_accuracy" in best["test"]:  # dialogue acts: the same model scored online too
             online.append(best["test"]["online_accuracy"])
         validation.append(best["validation"]["primary"])
@@ -46,12 +51,16 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
             f"turnformer train --task {recipe['task']} --model {recipe['model']} --dataset {recipe['dataset']} --seed {info['seed']} --out {run}"
             + (f" --limit-train {limit}" if limit else "")
         )
+    task = recipe["task"]
+    # MuTual's test answers are hidden: the "test" of its runs is the dev set (see turnformer.tasks.response_selection)
+    split = "dev" if task == "response-selection" and recipe["dataset"] in ("mutual", "mutual-plus") else "test"
+    metric = {"dialogue-act": "accuracy", "response-selection": "R4@1"}.get(task) or primary_metric(recipe["dataset"])
     return make_result(
-        experiment, task=recipe["task"], dataset=recipe["dataset"], split="test", model=recipe["model"],
+        experiment, task=task, dataset=recipe["dataset"], split=split, model=recipe["model"],
         backbone=recipe["backbone"], config={"model_config": recipe["model_config"], "train": recipe["train"],
-                **{k: recipe[k] for k in ("window", "context_padding", "setting") if k in recipe}},
-        metric="accuracy" if recipe["task"] == "dialogue-act" else primary_metric(recipe["dataset"]), scores=scores, seeds=seeds, paper=recipe.get("paper"),
-        extra={"accuracy": accuracy, "validation": validation, "best_epoch": best_epochs, "train_seconds": seconds,
+                **{k: recipe[k] for k in ("window", "context_padding", "setting", "holdout") if k in recipe}},
+        metric=metric, scores=scores, seeds=seeds, paper=recipe.get("paper"),
+        extra={**({"accuracy": accuracy} if accuracy else {}), **ranking, "validation": validation, "best_epoch": best_epochs, "train_seconds": seconds,
                "partial": partial_runs or False, **({"online_accuracy": online} if online else {}), **(extra or {})},
         command="; ".join(commands) + " (recipe values as in config)",
     )

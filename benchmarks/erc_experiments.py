@@ -18,6 +18,8 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   backbone's alternative to numbering tokens through the conversation).
 - ``acts``: the dialogue-act models (LC Attention and its three baselines) on SwDA and DailyDialog
   acts (the LC Attention paper's Tables 4 and 6; recipes/dialogue-act-DATASET-MODEL.toml).
+- ``selection``: response selection (recipes/response-selection-DATASET-MODEL.toml): the plain encoder and MDFN
+  on MuTual and MuTual-plus over ``--seeds``, and MDFN's five ablations on MuTual with the first seed.
 - ``figure4``: DialogXL on SwDA acts, memory length 100..1000, on a documented subset of the
   training conversations (``--swda-train``, whole validation and test sets), one seed.
 
@@ -95,7 +97,13 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
         # 3 epochs instead of the recipes' 5: what fits the 2-core CPU machine (about 20 minutes a DailyDialog run)
         return [Experiment(f"dialogue-act-{dataset}-{model}", model, dataset, seeds, ("train.epochs=3",), task="dialogue-act")
                 for dataset in ("swda", "dailydialog") for model in ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")]
-    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts")
+    if name == "selection":  # MDFN's Tables 4, 7 and 9: the plain encoder and MDFN on MuTual and MuTual-plus, the ablations on MuTual
+        main_rows = [Experiment(f"response-selection-{dataset}-{model}", model, dataset, seeds, task="response-selection")
+                     for dataset in ("mutual", "mutual-plus") for model in ("mdfn", "plain-encoder")]
+        ablations = [Experiment(f"response-selection-mutual-{model}", model, "mutual", seeds[:1], task="response-selection")
+                     for model in ("mdfn-ua-only", "mdfn-sa-only", "mdfn-maxpool", "mdfn-meanpool", "mdfn-linear-fusion")]
+        return main_rows + ablations
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, selection")
 
 
 def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:
