@@ -215,3 +215,15 @@ def test_train_writes_the_run_and_loads_back(tmp_path, data_dir):
     assert run["labels"] == ["inform", "question", "directive", "commissive"]
     model, tokenizer, run = load_trained(tmp_path / "run")
     assert model.config.context == "lc-attention" and model.config.hidden == 16
+
+
+@pytest.mark.parametrize("context", ["lc-attention", "lstm-attention", "lstm-blstm", "lstm"])
+def test_one_query_row_equals_the_full_sub_dialogue(context):
+    """Online prediction computes only the newest utterance's attention row (linear in the length)."""
+    model = tiny(context, 5).eval()
+    vectors = torch.randn(3, 7, 16)
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3, [True] * 6 + [False]])
+    positions = torch.tensor([6, 3, 2])
+    full, _ = model.contextualise(vectors, mask)
+    rows = model.contextualise_at(vectors, mask, positions)
+    assert torch.allclose(rows, full[torch.arange(3), positions], atol=1e-5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from turnformer.cli import app
@@ -45,3 +46,32 @@ def test_train_evaluate_predict_online(data_dir, tmp_path):
 def test_unknown_task_or_model_is_one_line_exit_2(tmp_path, args, message):
     result = runner.invoke(app, ["train", *args, "--out", str(tmp_path / "run")])
     assert result.exit_code == 2 and message in result.output
+
+
+def test_plot_utterance_attention(data_dir, tmp_path):
+    out = tmp_path / "run"
+    common = ["--data-dir", str(data_dir)]
+    trained = runner.invoke(app, ["train", "--task", "dialogue-act", "--model", "lc-attention", "--dataset", "dailydialog",
+                                  "--limit-dialogues", "3", "--set", "train.epochs=1", "--out", str(out), *common])
+    assert trained.exit_code == 0, trained.output
+    plotted = runner.invoke(app, ["plot", "act-attention", "--checkpoint", str(out), "--checkpoint", str(out), "--input",
+                                  "dailydialog:test", "--dialogue", "1", "--length", "6", "--out", str(tmp_path / "f.png"), *common])
+    assert plotted.exit_code == 0, plotted.output
+    assert (tmp_path / "f.png").stat().st_size > 1000
+
+    from turnformer.data import load_split
+    from turnformer.plots import utterance_attention
+    from turnformer.tasks.dialogue_act import load_trained
+
+    model, tokenizer, _ = load_trained(out)
+    dialogue = load_split("dailydialog", "test", data_dir).dialogues[1]
+    matrix = utterance_attention(model, tokenizer, dialogue, 0, 6)
+    assert matrix.shape == (min(6, len(dialogue)),) * 2
+    assert torch.allclose(matrix.sum(-1), torch.ones(matrix.shape[0]), atol=1e-5)
+
+    blstm = runner.invoke(app, ["train", "--task", "dialogue-act", "--model", "lstm", "--dataset", "dailydialog",
+                                "--limit-dialogues", "2", "--set", "train.epochs=1", "--out", str(tmp_path / "lstm"), *common])
+    assert blstm.exit_code == 0, blstm.output
+    refused = runner.invoke(app, ["plot", "act-attention", "--checkpoint", str(tmp_path / "lstm"), "--input", "dailydialog:test",
+                                  "--out", str(tmp_path / "g.png"), *common])
+    assert refused.exit_code == 2 and "no attention over utterances" in refused.output

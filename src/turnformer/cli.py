@@ -150,6 +150,35 @@ def plot_attention_command(
         sys.stdout.write(json.dumps(view.to_json()) + "\n")
 
 
+@plot_app.command("act-attention")
+def plot_act_attention_command(
+    checkpoint: list[Path] = typer.Option(..., "--checkpoint", help="Run folder of a dialogue-act attention model (lc-attention, lstm-attention); repeat to compare side by side."),
+    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT."),
+    dialogue: Optional[str] = typer.Option(None, "--dialogue", help="Dialogue id (or index); default the first."),
+    start: int = typer.Option(0, "--start", help="First utterance shown."),
+    length: int = typer.Option(10, "--length", help="Utterances shown (one sub-dialogue)."),
+    out: Path = typer.Option(..., "--out", help="PNG to write."),
+    data_dir: Optional[Path] = DataDir,
+) -> None:
+    """Attention between the utterances of one sub-dialogue, per model (the LC Attention paper's Figure 2)."""
+    from turnformer.plots import plot_utterance_attention, utterance_attention
+
+    try:
+        chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
+        panels = []
+        for path in checkpoint:
+            task, model, tokenizer, run = load_any_trained(path)
+            if task != "dialogue-act":
+                raise DialogueError(f"--checkpoint {path}: a {task} run; this plot needs a dialogue-act attention model")
+            panels.append((run["recipe"]["model"], utterance_attention(model, tokenizer, chosen, start, length)))
+    except (DialogueError, ValueError, OSError, KeyError) as e:
+        fail(str(e))
+    shown = chosen.turns[start : start + panels[0][1].shape[0]]
+    labels = [f"{start + i} {t.speaker}: {t.text[:28]}" for i, t in enumerate(shown)]
+    plot_utterance_attention(panels, labels, out, title=f"dialogue {chosen.id}, utterances {start}..{start + len(shown) - 1}")
+    err.print(f"wrote {out}")
+
+
 @app.command()
 def demo(
     dataset: str = typer.Option("meld", help="Benchmark for the emotion-recognition demo."),

@@ -252,3 +252,46 @@ def plot_attention(view: AttentionView, out: str | Path, title: str | None = Non
     fig.suptitle(title or f"dialogue {view.dialogue}, utterance {view.query_utterance}: [CLS] attention, last layer "
                  "(mean over each type's heads; rows scaled to their largest memory weight)", fontsize=9)
     return save_figure(fig, out)
+
+
+@torch.no_grad()
+def utterance_attention(model, tokenizer, dialogue: Dialogue, start: int, length: int) -> torch.Tensor:
+    """[length, length] attention between utterances start..start+length-1 of a dialogue-act model's
+    context layer (mean over heads; each row sums to 1): the LC Attention paper's Figure 2."""
+    from turnformer.models.lc_attention import LocalContextAttention
+    from turnformer.tasks.dialogue_act import encode_dialogues
+
+    if not isinstance(model.context, LocalContextAttention):
+        raise ValueError(f"a {model.config.context} model has no attention over utterances (use lc-attention or lstm-attention)")
+    if not 0 <= start < len(dialogue) or length < 1:
+        raise ValueError(f"utterances {start}..{start + length - 1}: dialogue {dialogue.id!r} has {len(dialogue)} (0..{len(dialogue) - 1})")
+    length = min(length, len(dialogue) - start, model.config.max_positions)
+    (ids,), _, _ = encode_dialogues([dialogue], tokenizer, [], model.config.max_utterance_tokens, label_kind="\0none")
+    rows = ids[start : start + length]
+    tokens = torch.full((length, max(map(len, rows))), model.config.pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row)] = torch.tensor(row)
+    model.eval()
+    vectors = model.encode_utterances(tokens).unsqueeze(0)
+    _, probs = model.contextualise(vectors, torch.ones(1, length, dtype=torch.bool), return_probs=True)
+    return probs[0].mean(0)
+
+
+def plot_utterance_attention(panels: Sequence[tuple[str, torch.Tensor]], labels: Sequence[str], out: str | Path,
+                             title: str | None = None) -> Path:
+    """Side-by-side heatmaps (one per model) of utterance-to-utterance attention; rows: queries."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(labels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(2 + len(panels) * (2.5 + 0.35 * n), 1.5 + 0.35 * n), squeeze=False)
+    for ax, (name, matrix) in zip(axes[0], panels):
+        ax.imshow(matrix.numpy(), cmap="Reds", vmin=0, vmax=float(matrix.max()), interpolation="nearest")
+        ax.set_title(name, fontsize=9)
+        ax.set_xticks(range(n), range(n), fontsize=7)
+        ax.set_yticks(range(n), labels if ax is axes[0][0] else range(n), fontsize=7)
+        ax.set_xlabel("key utterance")
+    fig.suptitle(title or "attention between utterances (mean over heads; rows sum to 1)", fontsize=9)
+    return save_figure(fig, out)

@@ -102,17 +102,21 @@ class LocalContextAttention(nn.Module):
             self.center_weight = nn.Parameter(torch.zeros(config.max_positions, d))
             self.width_weight = nn.Parameter(torch.empty(config.max_positions, d).uniform_(-d**-0.5, d**-0.5))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, return_probs: bool = False):
-        """x [B, L, d], mask [B, L] (True = real) -> (x + attention(x) [B, L, d], probs [B, H, L, L] or None)."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, return_probs: bool = False, query_positions: torch.Tensor | None = None):
+        """x [B, L, d], mask [B, L] (True = real) -> (x + attention(x) [B, L, d], probs [B, H, L, L] or None).
+        ``query_positions`` [B, Q] computes only those rows (output [B, Q, d]): online prediction needs one."""
         b, n, d = x.shape
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        k, v = F.linear(x, self.qkv.weight[d:], self.qkv.bias[d:]).chunk(2, dim=-1)
+        queries = x if query_positions is None else x.gather(1, query_positions.unsqueeze(-1).expand(-1, -1, d))
+        q = F.linear(queries, self.qkv.weight[:d], self.qkv.bias[:d])
         bias = None
         if self.gaussian:
-            bias, _, _ = lc_attention_bias(k, mask, self.center_weight, self.width_weight, self.max_shift, self.max_width)
+            bias, _, _ = lc_attention_bias(k, mask, self.center_weight, self.width_weight, self.max_shift, self.max_width,
+                                           query_positions)
             bias = bias.unsqueeze(1)  # shared by the heads
-        split = lambda t: t.view(b, n, self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
+        split = lambda t: t.view(b, t.shape[1], self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
         out, probs = masked_attention(split(q), split(k), split(v), mask[:, None, None, :], bias, return_probs=return_probs)
-        return x + self.out(out.transpose(1, 2).reshape(b, n, d)), probs
+        return queries + self.out(out.transpose(1, 2).reshape(b, q.shape[1], d)), probs
 
 
 class LCAttentionModel(nn.Module):
@@ -165,6 +169,17 @@ class LCAttentionModel(nn.Module):
             packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
             x, _ = nn.utils.rnn.pad_packed_sequence(self.context(packed)[0], batch_first=True, total_length=x.shape[1])
         return self.classifier(self.dropout(x)), probs
+
+    def contextualise_at(self, vectors: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Logits [B, labels] of one utterance per sub-dialogue (``positions`` [B]), e.g. the newest one
+        online. Attention computes that query row alone (linear in the sub-dialogue's length); the
+        bidirectional LSTM has to run over the whole sub-dialogue."""
+        index = positions.view(-1, 1)
+        if isinstance(self.context, LocalContextAttention):
+            x, _ = self.context(self.dropout(vectors), mask, query_positions=index)
+            return self.classifier(self.dropout(x[:, 0]))
+        logits, _ = self.contextualise(vectors, mask)
+        return logits.gather(1, index.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))[:, 0]
 
     def forward(self, batch: WindowBatch, return_probs: bool = False):
         vectors = self.encode_utterances(batch.tokens)

@@ -47,6 +47,7 @@ def lc_attention_bias(
     width_weight: torch.Tensor,
     max_shift: float,
     max_width: float,
+    query_positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """LC Attention's bias from the keys (equations 5-7): keys [B, N, d], key_mask [B, N] (True = a
     real utterance; None = all real), center_weight / width_weight [N_max, d] (row i is W_i^c / W_i^d,
@@ -54,6 +55,9 @@ def lc_attention_bias(
 
     K_mean is the mean key over the real utterances; c_i = i + C tanh(W_i^c K_mean) (so W^c = 0 puts
     every centre at i, and |c_i - i| <= C always), w_i = D sigmoid(W_i^d K_mean).
+
+    ``query_positions`` [B, Q] (long) computes only those query rows: bias [B, Q, N], centres and
+    widths [B, Q] (online prediction needs the last row alone, linear in N instead of quadratic).
     """
     n = keys.shape[1]
     if n > center_weight.shape[0]:
@@ -66,7 +70,10 @@ def lc_attention_bias(
     centers, widths = lc_centers_and_widths(
         k_mean @ center_weight[:n].T, k_mean @ width_weight[:n].T, max_shift, max_width
     )
-    return gaussian_local_bias(centers, widths), centers, widths
+    key_positions = torch.arange(n, device=keys.device, dtype=keys.dtype)
+    if query_positions is not None:
+        centers, widths = centers.gather(1, query_positions), widths.gather(1, query_positions)
+    return gaussian_local_bias(centers, widths, key_positions), centers, widths
 
 
 def turn_relative_distance(query_turn: torch.Tensor, key_turn: torch.Tensor, r_max: int) -> torch.Tensor:

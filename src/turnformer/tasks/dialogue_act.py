@@ -233,8 +233,9 @@ class DialogueActSession:
         tokens = torch.tensor([ids or [self.tokenizer.unk_token_id]], device=device)
         self.vectors.append(self.model.encode_utterances(tokens)[0])
         vectors = torch.stack(list(self.vectors)).unsqueeze(0)
-        logits, _ = self.model.contextualise(vectors, torch.ones(vectors.shape[:2], dtype=torch.bool, device=device))
-        probs = logits[0, -1].softmax(-1).tolist()
+        mask = torch.ones(vectors.shape[:2], dtype=torch.bool, device=device)
+        logits = self.model.contextualise_at(vectors, mask, torch.tensor([vectors.shape[1] - 1], device=device))
+        probs = logits[0].softmax(-1).tolist()
         best = max(range(len(probs)), key=probs.__getitem__)
         return {"speaker": speaker, "text": text, "label": self.labels[best], "probabilities": dict(zip(self.labels, probs))}
 
