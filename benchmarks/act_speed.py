@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from turnformer.models.lc_attention import CONTEXTS, LCAttentionModel, LCConfig
+from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, LCConfig
 from turnformer.results import make_result, write_result
 
 PLOT = Path("docs/dialogue-act-prediction-time.png")
@@ -89,7 +89,7 @@ def throughput(n_batches: int, n_utterances: int, data_dir=None) -> dict:
     from turnformer.tasks.dialogue_act import DialogueActSession, prepare_dialogue_act
 
     models, batches = {}, {}
-    for model_id in CONTEXTS:
+    for model_id in MODEL_IDS:
         recipe = load_recipe(find_recipe("dialogue-act", model_id, "dailydialog"))
         torch.manual_seed(0)
         model, tokenizer, labels, prepared, _ = prepare_dialogue_act(recipe, data_dir, {"validation": 1, "test": 1})
@@ -109,19 +109,19 @@ def throughput(n_batches: int, n_utterances: int, data_dir=None) -> dict:
         optimizer.step()
         return time.perf_counter() - start
 
-    spent = dict.fromkeys(CONTEXTS, 0.0)
-    for model_id in CONTEXTS:
+    spent = dict.fromkeys(MODEL_IDS, 0.0)
+    for model_id in MODEL_IDS:
         train_step(model_id, batches[model_id][0])  # warm-up
     for i in range(n_batches):
-        order = list(CONTEXTS) if i % 2 == 0 else list(reversed(CONTEXTS))
+        order = list(MODEL_IDS) if i % 2 == 0 else list(reversed(MODEL_IDS))
         for model_id in order:
             spent[model_id] += train_step(model_id, batches[model_id][i])
-    targets = {m: sum(int(b.target.sum()) for b in batches[m]) for m in CONTEXTS}
-    train_rate = {m: targets[m] / spent[m] for m in CONTEXTS}
+    targets = {m: sum(int(b.target.sum()) for b in batches[m]) for m in MODEL_IDS}
+    train_rate = {m: targets[m] / spent[m] for m in MODEL_IDS}
 
     turns = [t for d in load_split("dailydialog", "test", data_dir).dialogues for t in d.turns][:n_utterances]
     latency = {}
-    for model_id in CONTEXTS:
+    for model_id in MODEL_IDS:
         model, tokenizer, labels, _, padding = models[model_id]
         session = DialogueActSession(model, tokenizer, labels, padding)
         times = []
@@ -132,8 +132,8 @@ def throughput(n_batches: int, n_utterances: int, data_dir=None) -> dict:
         latency[model_id] = 1000 * statistics.median(times[5:])
     return {
         "train_utterances_per_second": train_rate, "train_seconds": spent, "train_target_utterances": targets,
-        "train_rate_vs_lstm": {m: train_rate[m] / train_rate["lstm"] for m in CONTEXTS},
-        "online_latency_ms": latency, "online_latency_vs_lstm": {m: latency[m] / latency["lstm"] for m in CONTEXTS},
+        "train_rate_vs_lstm": {m: train_rate[m] / train_rate["lstm"] for m in MODEL_IDS},
+        "online_latency_ms": latency, "online_latency_vs_lstm": {m: latency[m] / latency["lstm"] for m in MODEL_IDS},
         "batches": n_batches, "utterances": len(turns),
     }
 
@@ -173,7 +173,7 @@ def main() -> None:
         metric="train_throughput_ratio_lc_attention_vs_lstm", scores=[result["train_rate_vs_lstm"]["lc-attention"]],
         config={"batches": args.batches, "utterances": args.utterances, "threads": args.threads}, extra=result, **common,
     )
-    for m in CONTEXTS:
+    for m in MODEL_IDS:
         print(f"{m}: training {result['train_utterances_per_second'][m]:.0f} utterances/s, "
               f"online {result['online_latency_ms'][m]:.2f} ms per utterance")
     print(f"-> {write_result(record)}")

@@ -16,7 +16,7 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
 - ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
 - ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
   backbone's alternative to numbering tokens through the conversation).
-- ``acts``: the dialogue-act models (LC Attention and its three baselines) on SwDA and DailyDialog
+- ``acts``: the dialogue-act models (LC Attention, its three LSTM baselines, the fine-tuned MiniLM) on SwDA and DailyDialog
   acts (the LC Attention paper's Tables 4 and 6; recipes/dialogue-act-DATASET-MODEL.toml).
 - ``selection``: response selection (recipes/response-selection-DATASET-MODEL.toml): the plain encoder and MDFN
   on MuTual and MuTual-plus over ``--seeds``, and MDFN's five ablations on MuTual with the first seed.
@@ -96,7 +96,10 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
     if name == "acts":  # the LC Attention paper's Tables 4 and 6: every model on SwDA and DailyDialog acts
         # 3 epochs instead of the recipes' 5: what fits the 2-core CPU machine (about 20 minutes a DailyDialog run)
         return [Experiment(f"dialogue-act-{dataset}-{model}", model, dataset, seeds, ("train.epochs=3",), task="dialogue-act")
-                for dataset in ("swda", "dailydialog") for model in ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")]
+                for dataset in ("swda", "dailydialog") for model in ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")] + [
+            # the fine-tuned all-MiniLM-L6-v2 row keeps its recipe's 2 epochs (about 20 times slower per utterance)
+            Experiment(f"dialogue-act-{dataset}-minilm-utterance", "minilm-utterance", dataset, seeds, task="dialogue-act")
+            for dataset in ("swda", "dailydialog")]
     if name == "selection":  # MDFN's Tables 4, 7 and 9: the plain encoder and MDFN on MuTual and MuTual-plus, the ablations on MuTual
         main_rows = [Experiment(f"response-selection-{dataset}-{model}", model, dataset, seeds, task="response-selection")
                      for dataset in ("mutual", "mutual-plus") for model in ("mdfn", "plain-encoder")]

@@ -227,3 +227,26 @@ def test_one_query_row_equals_the_full_sub_dialogue(context):
     full, _ = model.contextualise(vectors, mask)
     rows = model.contextualise_at(vectors, mask, positions)
     assert torch.allclose(rows, full[torch.arange(3), positions], atol=1e-5)
+
+
+def test_minilm_utterance_baseline_trains_and_loads_back(tmp_path, data_dir, tiny_backbone_dir):
+    """The paper's fine-tuned BERT row: a pretrained encoder's [CLS] state per utterance, no context."""
+    from turnformer.models.lc_attention import build_lc_model
+    from turnformer.tasks.dialogue_act import load_trained, train_dialogue_act
+
+    model, tokenizer = build_lc_model("minilm-utterance", {}, ["a", "b"], str(tiny_backbone_dir))
+    tokens = torch.tensor([[2000, 2001, 0], [2002, 0, 0]])
+    model.eval()
+    with torch.no_grad():
+        pair = model.encode_utterances(tokens)
+        alone = model.encode_utterances(tokens[1:, :1])  # padding after the words changes nothing
+    assert pair.shape == (2, 32) and torch.allclose(pair[1], alone[0], atol=1e-5)
+
+    recipe = {"task": "dialogue-act", "model": "minilm-utterance", "dataset": "dailydialog", "backbone": str(tiny_backbone_dir),
+              "model_config": {"classifier_hidden": 16}, "train": {"epochs": 1, "lr": 1e-3, "batch_size": 16}}
+    result = train_dialogue_act(recipe, tmp_path / "run", seed=1, data_dir=data_dir, limits={"train": 6, "validation": 3, "test": 3})
+    assert 0 <= result.test_at_best["accuracy"] <= 100
+    loaded, _, run = load_trained(tmp_path / "run")
+    assert loaded.config.utterance_encoder == "pretrained" and run["recipe"]["model"] == "minilm-utterance"
+    session = DialogueActSession(loaded, tokenizer, run["labels"], padding=0)
+    assert session.add("A", "could you pass the salt ?")["label"] in run["labels"]

@@ -12,6 +12,11 @@ the context encoder (model ids of DESIGN.md section 7):
   which the paper puts around the attention only);
 - ``lstm``: no context (the single-utterance classifier; its recipes use P = 0).
 
+``minilm-utterance`` (the paper's fine-tuned BERT row) is the single-utterance classifier with a
+pretrained encoder instead of embeddings + LSTM: ``[CLS] words [SEP]`` through all-MiniLM-L6-v2
+(``LCConfig.utterance_encoder = "pretrained"``, fine-tuned), its final [CLS] state is the utterance
+vector; no context, the same classifier.
+
 Word embeddings are initialised from all-MiniLM-L6-v2's (30,522 WordPiece tokens, 384-d; the
 paper uses a 30K WordPiece vocabulary with pretrained embeddings) and trained with the rest.
 Padded words are excluded from the max-pool; padded utterance slots are excluded from attention
@@ -30,6 +35,7 @@ from torch import nn
 from turnformer.structure import lc_attention_bias, masked_attention
 
 CONTEXTS = ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")
+MODEL_IDS = (*CONTEXTS, "minilm-utterance")
 
 
 @dataclass
@@ -47,10 +53,15 @@ class LCConfig:
     dropout: float = 0.2
     max_utterance_tokens: int = 64
     pad_id: int = 0
+    utterance_encoder: str = "lstm"  # "lstm" (embeddings + LSTM + max-pool) or "pretrained" ([CLS] of a backbone)
+    cls_id: int = 101  # with a pretrained encoder: the special tokens around each utterance
+    sep_id: int = 102
 
     def __post_init__(self) -> None:
         if self.context not in CONTEXTS:
             raise ValueError(f"unknown context encoder {self.context!r}; known: {', '.join(CONTEXTS)}")
+        if self.utterance_encoder not in ("lstm", "pretrained"):
+            raise ValueError(f"unknown utterance encoder {self.utterance_encoder!r}; known: lstm, pretrained")
         if self.hidden % self.heads or self.hidden % 2:
             raise ValueError(f"hidden ({self.hidden}) must be even and divisible by heads ({self.heads})")
 
@@ -120,13 +131,18 @@ class LocalContextAttention(nn.Module):
 
 
 class LCAttentionModel(nn.Module):
-    def __init__(self, config: LCConfig, embeddings: torch.Tensor | None = None):
+    def __init__(self, config: LCConfig, embeddings: torch.Tensor | None = None, encoder: nn.Module | None = None):
         super().__init__()
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_id)
-        if embeddings is not None:
-            self.embed.weight.data.copy_(embeddings)
-        self.word_lstm = nn.LSTM(config.embedding_dim, config.hidden, batch_first=True)
+        if config.utterance_encoder == "pretrained":
+            if encoder is None or encoder.config.hidden_size != config.hidden:
+                raise ValueError("a pretrained utterance encoder needs the encoder, with hidden_size == config.hidden")
+            self.encoder = encoder
+        else:
+            self.embed = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_id)
+            if embeddings is not None:
+                self.embed.weight.data.copy_(embeddings)
+            self.word_lstm = nn.LSTM(config.embedding_dim, config.hidden, batch_first=True)
         self.dropout = nn.Dropout(config.dropout)
         d = config.hidden
         if config.context in ("lc-attention", "lstm-attention"):
@@ -146,6 +162,8 @@ class LCAttentionModel(nn.Module):
         LSTM states max-pooled over the real words. The LSTM runs forward, so padding after the words
         cannot change their states; utterances run in chunks of similar length, cut to the chunk's
         longest, so little work is spent on padding (packed sequences are slower on CPU)."""
+        if self.config.utterance_encoder == "pretrained":
+            return self._encode_pretrained(tokens)
         real = tokens != self.config.pad_id
         lengths = real.sum(-1)
         order = lengths.argsort(descending=True)
@@ -158,6 +176,15 @@ class LCAttentionModel(nn.Module):
             states, _ = self.word_lstm(words[:, :width])
             pooled.append(states.masked_fill(~real[start : start + chunk, :width, None], float("-inf")).amax(dim=1))
         return torch.cat(pooled)[order.argsort()]
+
+    def _encode_pretrained(self, tokens: torch.Tensor) -> torch.Tensor:
+        """[CLS] words [SEP] through the backbone; its final [CLS] state."""
+        c = self.config
+        lengths = (tokens != c.pad_id).sum(-1)
+        ids = torch.cat([torch.full_like(tokens[:, :1], c.cls_id), tokens, torch.full_like(tokens[:, :1], c.pad_id)], dim=1)
+        ids[torch.arange(len(ids), device=ids.device), lengths + 1] = c.sep_id
+        states = self.encoder(input_ids=ids, attention_mask=(ids != c.pad_id).long()).last_hidden_state
+        return states[:, 0]
 
     def contextualise(self, vectors: torch.Tensor, mask: torch.Tensor, return_probs: bool = False):
         """vectors [B, L, d], mask [B, L] -> (logits [B, L, labels], attention probs or None)."""
@@ -211,11 +238,21 @@ class LCAttentionModel(nn.Module):
 def build_lc_model(model_id: str, model_config: dict, labels: list[str], backbone: str = "all-MiniLM-L6-v2",
                    pretrained: bool = True):
     """A dialogue-act model (``lc-attention``, ``lstm``, ``lstm-blstm``, ``lstm-attention``) with the
-    backbone's WordPiece tokenizer and (``pretrained``) its word-embedding matrix; returns (model, tokenizer)."""
+    backbone's WordPiece tokenizer and (``pretrained``) its word-embedding matrix, or ``minilm-utterance``
+    (the backbone itself, fine-tuned, as utterance encoder); returns (model, tokenizer)."""
     from turnformer.backbones import load_backbone
 
-    if model_id not in CONTEXTS:
-        raise ValueError(f"unknown dialogue-act model {model_id!r}; known: {', '.join(CONTEXTS)}")
+    if model_id not in MODEL_IDS:
+        raise ValueError(f"unknown dialogue-act model {model_id!r}; known: {', '.join(MODEL_IDS)}")
+    if model_id == "minilm-utterance":
+        from turnformer.models.mdfn import load_encoder
+
+        encoder, tokenizer = load_encoder(backbone, pretrained)
+        hidden = encoder.config.hidden_size
+        config = LCConfig.from_dict({**model_config, "context": "lstm", "utterance_encoder": "pretrained", "num_labels": len(labels),
+                                     "vocab_size": encoder.config.vocab_size, "embedding_dim": hidden, "hidden": hidden,
+                                     "pad_id": tokenizer.pad_token_id, "cls_id": tokenizer.cls_token_id, "sep_id": tokenizer.sep_token_id})
+        return LCAttentionModel(config, encoder=encoder), tokenizer
     encoder, tokenizer = load_backbone(backbone)
     weight = encoder.embeddings.word_embeddings.weight.detach()
     config = LCConfig.from_dict({**model_config, "context": model_id, "num_labels": len(labels),

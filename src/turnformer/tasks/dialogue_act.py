@@ -22,11 +22,11 @@ from typing import Sequence
 import torch
 
 from turnformer.dialogue import Dialogue, DialogueError
-from turnformer.models.lc_attention import CONTEXTS, LCAttentionModel, WindowBatch, build_lc_model
+from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, WindowBatch, build_lc_model
 from turnformer.tasks.erc import SPLITS, checkpoint_paths, load_erc_data
 from turnformer.tasks.metrics import accuracy
 
-DIALOGUE_ACT_MODELS = CONTEXTS
+DIALOGUE_ACT_MODELS = MODEL_IDS
 
 
 def make_windows(n: int, window: int, padding: int, online: bool = False) -> list[tuple[int, int, int, int]]:
