@@ -18,8 +18,12 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   backbone's alternative to numbering tokens through the conversation).
 - ``acts``: the dialogue-act models (LC Attention, its three LSTM baselines, the fine-tuned MiniLM) on SwDA and DailyDialog
   acts (the LC Attention paper's Tables 4 and 6; recipes/dialogue-act-DATASET-MODEL.toml).
+- ``act-grid``: the W x P grid of the dialogue-act context models (W in 1, 5, 10 and P in 0..3 on DailyDialog;
+  W in 1, 5, 10, 20 and P in 0..5 on SwDA), the first seed, 3 epochs.
 - ``selection``: response selection (recipes/response-selection-DATASET-MODEL.toml): the plain encoder and MDFN
   on MuTual and MuTual-plus over ``--seeds``, and MDFN's five ablations on MuTual with the first seed.
+- ``selection-cpu``: the plain encoder and MDFN on MuTual at a scale the 2-core CPU trains in under an hour
+  (4 of MiniLM's 6 layers frozen, max length 128, the first 1,500 training items, 2 epochs, one seed).
 - ``figure4``: DialogXL on SwDA acts, memory length 100..1000, on a documented subset of the
   training conversations (``--swda-train``, whole validation and test sets), one seed.
 
@@ -100,13 +104,24 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
             # the fine-tuned all-MiniLM-L6-v2 row keeps its recipe's 2 epochs (about 20 times slower per utterance)
             Experiment(f"dialogue-act-{dataset}-minilm-utterance", "minilm-utterance", dataset, seeds, task="dialogue-act")
             for dataset in ("swda", "dailydialog")]
+    if name == "act-grid":  # the LC Attention paper's Tables 5 and 6: window W x context padding P, one seed, 3 epochs
+        grids = {"dailydialog": ((1, 5, 10), range(4)), "swda": ((1, 5, 10, 20), range(6))}
+        return [Experiment(f"dialogue-act-{dataset}-{model}-w{w}-p{p}", model, dataset, seeds[:1],
+                           ("train.epochs=3", f"window={w}", f"context_padding={p}"), task="dialogue-act", extra={"window": w, "padding": p})
+                for dataset, (windows, paddings) in grids.items() for model in ("lc-attention", "lstm-attention", "lstm-blstm")
+                for w in windows for p in paddings]
     if name == "selection":  # MDFN's Tables 4, 7 and 9: the plain encoder and MDFN on MuTual and MuTual-plus, the ablations on MuTual
         main_rows = [Experiment(f"response-selection-{dataset}-{model}", model, dataset, seeds, task="response-selection")
                      for dataset in ("mutual", "mutual-plus") for model in ("mdfn", "plain-encoder")]
         ablations = [Experiment(f"response-selection-mutual-{model}", model, "mutual", seeds[:1], task="response-selection")
                      for model in ("mdfn-ua-only", "mdfn-sa-only", "mdfn-maxpool", "mdfn-meanpool", "mdfn-linear-fusion")]
         return main_rows + ablations
-    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, selection")
+    if name == "selection-cpu":  # what fits the 2-core CPU: 4 of MiniLM's 6 layers frozen, 128 tokens, 1,500 training items
+        return [Experiment(f"response-selection-mutual-{model}-cpu", model, "mutual", seeds[:1],
+                           ("model_config.frozen_layers=4", "model_config.max_length=128", "train.epochs=2"), limit_train=1500,
+                           task="response-selection", extra={"frozen_layers": 4, "max_length": 128, "train_items": 1500})
+                for model in ("plain-encoder", "mdfn")]
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, act-grid, selection, selection-cpu")
 
 
 def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:
