@@ -36,7 +36,6 @@ With ``--workers`` above 1 every run gets one CPU thread (the runs share the mac
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess

@@ -25,7 +25,7 @@ from transformers.activations import ACT2FN
 
 from turnformer.structure.attention import masked_attention
 
-__all__ = ["BertConfig", "EncoderOutput", "StructuredEncoder", "build_attention_mask", "check_memory"]
+__all__ = ["BertConfig", "EncoderOutput", "StructuredEncoder", "bert_init", "build_attention_mask", "check_memory"]
 
 
 @dataclass
@@ -291,6 +291,22 @@ def _as_bool(mask: torch.Tensor, name: str) -> torch.Tensor:
     return mask != 0
 
 
+def bert_init(model: nn.Module, std: float) -> None:
+    """BERT's initialisation (MPNet's too): normal(0, std) for matrices and embeddings, zero biases
+    and padding rows, unit LayerNorm."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+
 class StructuredEncoder(nn.Module):
     """BERT encoder with per-layer memory and per-head attention masks.
 
@@ -316,19 +332,8 @@ class StructuredEncoder(nn.Module):
         return self.config.max_position_embeddings
 
     def init_weights(self) -> None:
-        """BERT's initialisation: normal(0, initializer_range) for matrices, zero biases, unit LayerNorm."""
-        std = self.config.initializer_range
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-                if isinstance(module, nn.Linear) and module.bias is not None:
-                    nn.init.zeros_(module.bias)
-                if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-                    with torch.no_grad():
-                        module.weight[module.padding_idx].zero_()
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        """BERT's initialisation (`bert_init`)."""
+        bert_init(self, self.config.initializer_range)
 
     def forward(
         self,

@@ -43,6 +43,7 @@ __all__ = [
     "BackboneLoadError",
     "UnsupportedBackboneError",
     "build_encoder",
+    "load_auto_encoder",
     "load_backbone",
     "load_config",
     "load_state_dict_file",
@@ -386,6 +387,32 @@ def load_backbone(
     model.to(device=device, dtype=torch.float32).eval()
 
     return model, (_tokenizer_from(folder) if with_tokenizer else None)
+
+
+def load_auto_encoder(name_or_path: str, pretrained: bool = True) -> tuple[torch.nn.Module, Any]:
+    """``(encoder, tokenizer)`` as `transformers.AutoModel` builds it, for models that use a backbone
+    as is, without memory or per-head masks (MDFN, the fine-tuned utterance classifier): any
+    architecture it knows (BERT and MiniLM, MPNet, ELECTRA, RoBERTa...). Names resolve as in
+    `load_backbone`; ``pretrained=False`` builds the architecture only (weights from a checkpoint).
+    BERT-type [CLS] poolers are left out: those models never use them, so no parameter goes untrained."""
+    from transformers import AutoConfig, AutoModel
+    from transformers.utils import logging as hf_logging
+
+    folder = resolve_backbone(name_or_path)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the load report would list the unused pooler weights of every BERT checkpoint
+    try:
+        config = AutoConfig.from_pretrained(str(folder))
+        options = {"add_pooling_layer": False} if config.model_type in ("bert", "roberta", "mpnet") else {}
+        if pretrained:
+            encoder = AutoModel.from_pretrained(str(folder), config=config, **options)
+        else:
+            encoder = AutoModel.from_config(config, **options)
+    except (OSError, ValueError, KeyError) as err:
+        raise BackboneLoadError(f"{name_or_path} ({folder}): cannot load the encoder ({type(err).__name__}: {err})") from err
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return encoder, _tokenizer_from(folder)
 
 
 def load_tokenizer(name_or_path: str) -> Any:

@@ -47,6 +47,7 @@ from turnformer.backbones.bert import (
     Intermediate,
     Output,
     Pooler,
+    bert_init,
     build_attention_mask,
     check_memory,
 )
@@ -208,20 +209,8 @@ class MPNetStructuredEncoder(nn.Module):
         return self.config.max_position_embeddings - PADDING_IDX - 1
 
     def init_weights(self) -> None:
-        """MPNet's (BERT's) initialisation: normal(0, initializer_range) for matrices, embeddings and
-        the bias table, zero biases and padding rows, unit LayerNorm."""
-        std = self.config.initializer_range
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-                if isinstance(module, nn.Linear) and module.bias is not None:
-                    nn.init.zeros_(module.bias)
-                if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-                    with torch.no_grad():
-                        module.weight[module.padding_idx].zero_()
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        """MPNet's initialisation is BERT's (`bert_init`; the relative bias table is an embedding too)."""
+        bert_init(self, self.config.initializer_range)
 
     def positions(
         self,

@@ -245,9 +245,9 @@ def build_lc_model(model_id: str, model_config: dict, labels: list[str], backbon
     if model_id not in MODEL_IDS:
         raise ValueError(f"unknown dialogue-act model {model_id!r}; known: {', '.join(MODEL_IDS)}")
     if model_id == "minilm-utterance":
-        from turnformer.models.mdfn import load_encoder
+        from turnformer.backbones.loading import load_auto_encoder
 
-        encoder, tokenizer = load_encoder(backbone, pretrained)
+        encoder, tokenizer = load_auto_encoder(backbone, pretrained)
         hidden = encoder.config.hidden_size
         config = LCConfig.from_dict({**model_config, "context": "lstm", "utterance_encoder": "pretrained", "num_labels": len(labels),
                                      "vocab_size": encoder.config.vocab_size, "embedding_dim": hidden, "hidden": hidden,

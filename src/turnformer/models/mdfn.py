@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from turnformer.backbones.loading import load_auto_encoder
 from turnformer.structure import LISTENER, OTHER_UTTERANCE, SAME_UTTERANCE, SPEAKER, TokenMeta, masked_attention
 
 MDFN_VARIANTS: dict[str, dict] = {
@@ -273,41 +274,14 @@ class MDFN(nn.Module):
         return out_gold, out_scores
 
 
-def load_encoder(backbone: str, pretrained: bool = True) -> tuple[nn.Module, object]:
-    """A Hugging Face encoder (any architecture `transformers.AutoModel` knows: BERT and MiniLM, MPNet,
-    ELECTRA, RoBERTa...) and its tokenizer; names resolve as in `turnformer.backbones.resolve_backbone`.
-    ``pretrained=False`` builds the architecture only (weights then come from a checkpoint)."""
-    from transformers import AutoConfig, AutoModel
-    from transformers.utils import logging as hf_logging
-
-    from turnformer.backbones.loading import BackboneLoadError, load_tokenizer, resolve_backbone
-
-    folder = resolve_backbone(backbone)
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the load report would list the unused pooler weights of every BERT checkpoint
-    try:
-        config = AutoConfig.from_pretrained(str(folder))
-        # BERT-type models build a [CLS] pooler that MDFN never uses: left out, so no parameter goes untrained.
-        options = {"add_pooling_layer": False} if config.model_type in ("bert", "roberta", "mpnet") else {}
-        if pretrained:
-            encoder = AutoModel.from_pretrained(str(folder), config=config, **options)
-        else:
-            encoder = AutoModel.from_config(config, **options)
-    except (OSError, ValueError, KeyError) as err:
-        raise BackboneLoadError(f"{backbone} ({folder}): cannot load the encoder ({type(err).__name__}: {err})") from err
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    return encoder, load_tokenizer(str(folder))
-
-
 def build_mdfn(model_id: str, model_config: dict, backbone: str = "all-MiniLM-L6-v2", pretrained: bool = True):
     """An MDFN variant (``mdfn``, ``plain-encoder``, ``mdfn-ua-only``...) on a backbone; returns (model, tokenizer).
     ``model_config`` holds the recipe's values; the variant's own settings override them."""
     if model_id not in MDFN_VARIANTS:
         raise ValueError(f"unknown response-selection model {model_id!r}; known: {', '.join(MDFN_VARIANTS)}")
     config = MDFNConfig.from_dict({**model_config, **MDFN_VARIANTS[model_id]})
-    encoder, tokenizer = load_encoder(backbone, pretrained)
+    encoder, tokenizer = load_auto_encoder(backbone, pretrained)
     return MDFN(config, encoder), tokenizer
 
 
-__all__ = ["MDFN", "MDFNConfig", "MDFN_VARIANTS", "SelectionBatch", "build_mdfn", "load_encoder", "pool_turns", "turn_slots"]
+__all__ = ["MDFN", "MDFNConfig", "MDFN_VARIANTS", "SelectionBatch", "build_mdfn", "pool_turns", "turn_slots"]
