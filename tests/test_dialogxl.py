@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _encoder_checks import one_pass_visibility, stepwise_cls_states
 
 from turnformer.backbones import random_backbone, tiny_config
 from turnformer.models.dialogxl import DialogXL, DialogXLConfig, Memory, update_memory
-from turnformer.structure import SAME_UTTERANCE, TokenMeta
+from turnformer.structure import TokenMeta
 from turnformer.tasks.erc import EncodedConversation, make_batch
 
 CLS, SEP, PAD = 1, 2, 0
@@ -34,13 +35,7 @@ def random_conversation(generator: torch.Generator, n_turns: int, n_speakers: in
 def full_pass_cls_states(model: DialogXL, conv: EncodedConversation) -> torch.Tensor:
     """The same computation in one pass over the whole conversation: each utterance sees its own
     tokens and the non-special tokens of earlier utterances, under the DialogXL head masks."""
-    ids = torch.tensor([[tok for turn in conv.turn_ids for tok in turn]])
-    utt = [[t for t, turn in enumerate(conv.turn_ids) for _ in turn]]
-    spk = [[conv.speakers[t] for t, turn in enumerate(conv.turn_ids) for _ in turn]]
-    special = [[tok in (CLS, SEP) for turn in conv.turn_ids for tok in turn]]
-    meta = TokenMeta.from_lists(utt, spk, is_special=special)
-    past_real = (meta.utterance.unsqueeze(-1) > meta.utterance.unsqueeze(-2)) & ~meta.is_special.unsqueeze(-2)
-    visible = model.layout.build(meta, meta) & (past_real | SAME_UTTERANCE(meta, meta)).unsqueeze(1)
+    ids, meta, visible = one_pass_visibility(model, conv, (CLS, SEP))
     if model.config.positions == "utterance":
         positions = meta.position  # every utterance encoded from position 0
     else:  # numbered through the conversation; a turn's closing [SEP] is not in memory, the next [CLS] takes its place
@@ -57,16 +52,11 @@ def test_recurrence_equals_one_pass(heads, window, positions):
     g = torch.Generator().manual_seed(3)
     model = tiny_dialogxl(heads, window, positions=positions)
     conversations = [random_conversation(g, n, 3) for n in (5, 2, 7)]
-    batch = make_batch(conversations, PAD)
-    memory = model.empty_memory(len(conversations))
-    stepwise = []
+    stepwise = stepwise_cls_states(model, conversations, PAD)
     with torch.no_grad():
-        for t, ids in enumerate(batch.steps):
-            cls, memory, _ = model.step(ids, t, batch.speakers[:, t], memory)
-            stepwise.append(cls)
         for b, conv in enumerate(conversations):
             expected = full_pass_cls_states(model, conv)
-            got = torch.stack([stepwise[t][b] for t in range(len(conv.turn_ids))])
+            got = stepwise[b]
             assert torch.allclose(got, expected, atol=1e-5), (heads, b)
 
 

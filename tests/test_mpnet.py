@@ -11,13 +11,13 @@ import zipfile
 
 import pytest
 import torch
+from _encoder_checks import assert_per_head_masks_honoured, one_pass_visibility, stepwise_cls_states
 from safetensors.torch import save_file
 
 from turnformer.backbones import BackboneLoadError, load_backbone, load_config, load_weights, random_backbone, tiny_config
 from turnformer.backbones import loading
 from turnformer.backbones.mpnet import MPNetConfig, MPNetStructuredEncoder, relative_position_bucket
 from turnformer.models.dialogxl import DialogXL, DialogXLConfig
-from turnformer.structure import SAME_UTTERANCE, TokenMeta
 from turnformer.tasks.erc import EncodedConversation, make_batch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the Hub
@@ -119,28 +119,7 @@ def test_per_head_masks_are_honoured(tiny):
     for m in changed:
         m[:, hidden_key] = 10 * torch.randn(2, 32, generator=g)  # that key's state, arbitrarily changed
     ids = _ids(2, length)
-
-    # Head 0 alone hides the key: its attention in layer 0 (queries unchanged there) ignores the
-    # key's state and gives it probability exactly 0; head 1, which sees it, changes.
-    one_head = torch.ones(2, 4, length, memory_length + length, dtype=torch.bool)
-    one_head[:, 0, :, hidden_key] = False
-    with torch.no_grad():
-        before = tiny(ids, memory=memory, attention_mask=one_head, output_attentions=True).attentions[0]
-        after = tiny(ids, memory=changed, attention_mask=one_head, output_attentions=True).attentions[0]
-    assert bool((before[:, 0, :, hidden_key] == 0).all()) and bool((before[:, 1:, :, hidden_key] > 0).all())
-    torch.testing.assert_close(after[:, 0], before[:, 0], rtol=0, atol=1e-6)
-    assert (after[:, 1] - before[:, 1]).abs().max() > 1e-3
-
-    # Every head hides it (and the heads differ elsewhere): the outputs ignore it entirely.
-    all_heads = torch.ones_like(one_head)
-    all_heads[:, :, :, hidden_key] = False
-    all_heads[:, 2, :, 0] = False
-    with torch.no_grad():
-        out = tiny(ids, memory=memory, attention_mask=all_heads).last_hidden_state
-        out_changed = tiny(ids, memory=changed, attention_mask=all_heads).last_hidden_state
-        out_open = tiny(ids, memory=changed, attention_mask=one_head).last_hidden_state
-    torch.testing.assert_close(out_changed, out, rtol=0, atol=1e-6)
-    assert (out_open - out).abs().max() > 1e-3
+    assert_per_head_masks_honoured(tiny, ids, memory, changed, hidden_key)
 
 
 def test_a_head_that_sees_nothing_attends_to_nothing(tiny):
@@ -357,13 +336,7 @@ def random_conversation(generator: torch.Generator, n_turns: int, n_speakers: in
 def full_pass_cls_states(model: DialogXL, conv: EncodedConversation) -> torch.Tensor:
     """The same computation in one pass over the whole conversation (as in test_dialogxl), with
     running positions: a turn's closing </s> is not in memory, the next <s> takes its place."""
-    ids = torch.tensor([[tok for turn in conv.turn_ids for tok in turn]])
-    utt = [[t for t, turn in enumerate(conv.turn_ids) for _ in turn]]
-    spk = [[conv.speakers[t] for t, turn in enumerate(conv.turn_ids) for _ in turn]]
-    special = [[tok in (CLS, SEP) for turn in conv.turn_ids for tok in turn]]
-    meta = TokenMeta.from_lists(utt, spk, is_special=special)
-    past_real = (meta.utterance.unsqueeze(-1) > meta.utterance.unsqueeze(-2)) & ~meta.is_special.unsqueeze(-2)
-    visible = model.layout.build(meta, meta) & (past_real | SAME_UTTERANCE(meta, meta)).unsqueeze(1)
+    ids, _, visible = one_pass_visibility(model, conv, (CLS, SEP))
     starts = torch.tensor([0] + [len(turn) - 1 for turn in conv.turn_ids[:-1]]).cumsum(0)
     positions = torch.cat([start + torch.arange(len(turn)) for start, turn in zip(starts, conv.turn_ids)]).unsqueeze(0)
     hidden = model.encoder(ids, position_ids=positions, attention_mask=visible).last_hidden_state[0]
@@ -378,16 +351,11 @@ def test_dialogxl_recurrence_equals_one_pass(heads, window):
     g = torch.Generator().manual_seed(3)
     model = tiny_dialogxl(heads=heads, window=window)
     conversations = [random_conversation(g, n, 3) for n in (5, 2, 7)]
-    batch = make_batch(conversations, PAD)
-    memory = model.empty_memory(len(conversations))
-    stepwise = []
+    stepwise = stepwise_cls_states(model, conversations, PAD)
     with torch.no_grad():
-        for t, ids in enumerate(batch.steps):
-            cls, memory, _ = model.step(ids, t, batch.speakers[:, t], memory)
-            stepwise.append(cls)
         for b, conv in enumerate(conversations):
             expected = full_pass_cls_states(model, conv)
-            got = torch.stack([stepwise[t][b] for t in range(len(conv.turn_ids))])
+            got = stepwise[b]
             torch.testing.assert_close(got, expected, rtol=0, atol=TOL)
 
 

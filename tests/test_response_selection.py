@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from turnformer.cli import app
 from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
-from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, MDFNConfig, MaskedAttentionBlock, build_mdfn, pool_turns, turn_slots
+from turnformer.models.mdfn import MDFN_VARIANTS, MDFNConfig, MaskedAttentionBlock, build_mdfn, pool_turns, turn_slots
 from turnformer.structure import SPEAKER, TokenMeta
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics
 from turnformer.tasks.response_selection import (

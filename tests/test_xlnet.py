@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+from _encoder_checks import assert_per_head_masks_honoured, one_pass_visibility
 from safetensors.torch import save_file
 
 from turnformer.backbones import (
@@ -20,7 +21,6 @@ from turnformer.backbones import (
     tiny_config,
 )
 from turnformer.models.dialogxl import DialogXL, DialogXLConfig
-from turnformer.structure import SAME_UTTERANCE, TokenMeta
 from turnformer.tasks.erc import EncodedConversation, make_batch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the Hub
@@ -169,28 +169,7 @@ def test_per_head_masks_are_honoured(tiny):
     for m in changed:
         m[:, hidden_key] = 10 * torch.randn(2, 32, generator=g)  # that key's state, arbitrarily changed
     ids = _ids(2, length)
-
-    # Head 0 alone hides the key: its attention (layer 0, where queries are unchanged) ignores the
-    # key's state and gives it probability exactly 0; head 1, which sees it, changes.
-    one_head = torch.ones(2, 4, length, memory_length + length, dtype=torch.bool)
-    one_head[:, 0, :, hidden_key] = False
-    with torch.no_grad():
-        before = tiny(ids, memory=memory, attention_mask=one_head, output_attentions=True).attentions[0]
-        after = tiny(ids, memory=changed, attention_mask=one_head, output_attentions=True).attentions[0]
-    assert bool((before[:, 0, :, hidden_key] == 0).all()) and bool((before[:, 1:, :, hidden_key] > 0).all())
-    torch.testing.assert_close(after[:, 0], before[:, 0], rtol=0, atol=1e-6)
-    assert (after[:, 1] - before[:, 1]).abs().max() > 1e-3
-
-    # Every head hides it (and the heads differ elsewhere): the outputs ignore it entirely.
-    all_heads = torch.ones_like(one_head)
-    all_heads[:, :, :, hidden_key] = False
-    all_heads[:, 2, :, 0] = False
-    with torch.no_grad():
-        out = tiny(ids, memory=memory, attention_mask=all_heads).last_hidden_state
-        out_changed = tiny(ids, memory=changed, attention_mask=all_heads).last_hidden_state
-        out_open = tiny(ids, memory=changed, attention_mask=one_head).last_hidden_state
-    torch.testing.assert_close(out_changed, out, rtol=0, atol=1e-6)
-    assert (out_open - out).abs().max() > 1e-3
+    assert_per_head_masks_honoured(tiny, ids, memory, changed, hidden_key)
 
 
 # --- loading --------------------------------------------------------------------------------
@@ -278,13 +257,7 @@ def full_pass_cls_states(model: DialogXL, conv: EncodedConversation) -> torch.Te
     """One pass over the whole conversation: each utterance sees its own tokens and the words of
     earlier ones under the head masks; a token's position counts the earlier utterances' words
     (their special tokens are never stored) plus its place in its own utterance."""
-    ids = torch.tensor([[tok for turn in conv.turn_ids for tok in turn]])
-    utt = [[t for t, turn in enumerate(conv.turn_ids) for _ in turn]]
-    spk = [[conv.speakers[t] for t, turn in enumerate(conv.turn_ids) for _ in turn]]
-    special = [[tok in (CLS, SEP) for turn in conv.turn_ids for tok in turn]]
-    meta = TokenMeta.from_lists(utt, spk, is_special=special)
-    past_words = (meta.utterance.unsqueeze(-1) > meta.utterance.unsqueeze(-2)) & ~meta.is_special.unsqueeze(-2)
-    visible = model.layout.build(meta, meta) & (past_words | SAME_UTTERANCE(meta, meta)).unsqueeze(1)
+    ids, _, visible = one_pass_visibility(model, conv, (CLS, SEP))
     words_before, positions = 0, []
     for turn in conv.turn_ids:
         positions += [words_before + i for i in range(len(turn))]
