@@ -163,6 +163,7 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=None, help="Seconds from now by which every run stops.")
     parser.add_argument("--prune", action="store_true", help="Delete a run's checkpoints when it ends (keep its records).")
     parser.add_argument("--datasets", default=None, help="Keep only the experiments on these datasets (comma-separated).")
+    parser.add_argument("--models", default=None, help="Keep only the experiments of these models (comma-separated).")
     args = parser.parse_args()
 
     seeds = tuple(int(s) for s in args.seeds.split(","))
@@ -171,6 +172,8 @@ def main() -> None:
     experiments = [e for name in args.plan for e in plan(name, seeds, baseline_seeds, args.swda_train)]
     if args.datasets:
         experiments = [e for e in experiments if e.dataset in args.datasets.split(",")]
+    if args.models:
+        experiments = [e for e in experiments if e.model in args.models.split(",")]
     jobs = [(e, s) for e in experiments for s in e.seeds]
     # Longest first (DailyDialog, SwDA), so that the pool does not end waiting on one long run.
     weight = {"dailydialog": 3, "swda": 2}
