@@ -22,6 +22,9 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   W in 1, 5, 10, 20 and P in 0..5 on SwDA), the first seed, 3 epochs.
 - ``selection``: response selection (recipes/response-selection-DATASET-MODEL.toml): the plain encoder and MDFN
   on MuTual and MuTual-plus over ``--seeds``, and MDFN's five ablations on MuTual with the first seed.
+- ``selection-head-lr``: the plain encoder and MDFN on MuTual over ``--seeds``, the layers above the encoder
+  (MDFN's channels, gates, BiGRUs and scorer; the plain encoder's scorer) at ``train.head_lr`` 5e-4, the encoder at
+  the recipe's rate.
 - ``selection-cpu``: the plain encoder and MDFN on MuTual at a scale the 2-core CPU trains in under an hour
   (4 of MiniLM's 6 layers frozen, max length 128, the first 1,500 training items, 2 epochs, one seed).
 - ``figure4``: DialogXL on SwDA acts, memory length 100..1000, on a documented subset of the
@@ -115,12 +118,15 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
         ablations = [Experiment(f"response-selection-mutual-{model}", model, "mutual", seeds[:1], task="response-selection")
                      for model in ("mdfn-ua-only", "mdfn-sa-only", "mdfn-maxpool", "mdfn-meanpool", "mdfn-linear-fusion")]
         return main_rows + ablations
+    if name == "selection-head-lr":  # the plain encoder and MDFN on MuTual, their new layers at train.head_lr = 5e-4
+        return [Experiment(f"response-selection-mutual-{model}-head-lr", model, "mutual", seeds, ("train.head_lr=5e-4",),
+                           task="response-selection", extra={"head_lr": 5e-4}) for model in ("plain-encoder", "mdfn")]
     if name == "selection-cpu":  # what fits the 2-core CPU: 4 of MiniLM's 6 layers frozen, 128 tokens, 1,500 training items
         return [Experiment(f"response-selection-mutual-{model}-cpu", model, "mutual", seeds[:1],
                            ("model_config.frozen_layers=4", "model_config.max_length=128", "train.epochs=2"), limit_train=1500,
                            task="response-selection", extra={"frozen_layers": 4, "max_length": 128, "train_items": 1500})
                 for model in ("plain-encoder", "mdfn")]
-    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, act-grid, selection, selection-cpu")
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, act-grid, selection, selection-head-lr, selection-cpu")
 
 
 def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:

@@ -183,6 +183,8 @@ def test_frozen_layers_and_config_checks(tiny_backbone_dir):
     assert not any(p.requires_grad for p in model.encoder.embeddings.parameters())
     assert not any(p.requires_grad for p in model.encoder.encoder.layer[0].parameters())
     assert all(p.requires_grad for p in model.encoder.encoder.layer[1].parameters())
+    pretrained = {id(p) for p in model.pretrained_parameters()}
+    assert pretrained == {id(p) for p in model.encoder.parameters()} and not pretrained & {id(p) for p in model.score.parameters()}
     with pytest.raises(ValueError, match="frozen_layers=3"):
         build_mdfn("mdfn", {"frozen_layers": 3}, str(tiny_backbone_dir))
     with pytest.raises(ValueError, match="aggregation"):
@@ -222,8 +224,10 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     common = ["--data-dir", str(data_dir)]
     trained = runner.invoke(app, ["train", "--task", "response-selection", "--model", "mdfn", "--dataset", "mutual",
                                   "--limit-dialogues", "8", "--set", f'backbone="{tiny_backbone_dir}"',
-                                  "--set", "model_config.max_length=96", "--set", "train.epochs=1", "--out", str(out), *common])
+                                  "--set", "model_config.max_length=96", "--set", "train.epochs=1", "--set", "train.head_lr=1e-3",
+                                  "--out", str(out), *common])
     assert trained.exit_code == 0, trained.output
+    assert json.loads((out / "best" / "config.json").read_text())["train"]["head_lr"] == 1e-3
     history = json.loads((out / "result.json").read_text())["history"]
     assert set(history[0]["test"]) >= {"R4@1", "R4@2", "MRR", "primary"}
 

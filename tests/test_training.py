@@ -288,6 +288,22 @@ def test_optimizer_groups_and_schedules():
     assert [constant.lr_lambdas[0](k) for k in range(3)] == [1.0, 1.0, 1.0]
 
 
+def test_head_lr_gives_the_new_layers_their_own_rate():
+    model = TinyClassifier()
+    model.pretrained_parameters = lambda: model.inp.parameters()  # as if `inp` came pretrained
+    optimizer = build_optimizer(model, lr=1e-5, weight_decay=0.1, head_lr=1e-3)
+    rates = {id(p): (g["lr"], g["weight_decay"]) for g in optimizer.param_groups for p in g["params"]}
+    assert rates[id(model.inp.weight)] == (1e-5, 0.1) and rates[id(model.inp.bias)] == (1e-5, 0.0)
+    assert rates[id(model.out.weight)] == (1e-3, 0.1) and rates[id(model.norm.bias)] == (1e-3, 0.0)
+    assert len(rates) == len(list(model.parameters()))
+    # the schedule scales every group from its own rate
+    scheduler = build_scheduler(optimizer, "linear", warmup_steps=0, total_steps=4)
+    optimizer.step(), scheduler.step()
+    assert sorted({g["lr"] for g in optimizer.param_groups}) == pytest.approx([0.75e-5, 0.75e-3])
+    with pytest.raises(ValueError, match="does not say which parameters are pretrained"):
+        build_optimizer(TinyClassifier(), lr=1e-5, weight_decay=0.0, head_lr=1e-3)
+
+
 def test_epoch_order_depends_on_seed_and_epoch_only():
     assert epoch_order(10, 7, 0) == epoch_order(10, 7, 0)
     assert sorted(epoch_order(10, 7, 1)) == list(range(10))

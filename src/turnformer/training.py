@@ -126,6 +126,9 @@ class TrainConfig:
     warmup_steps: int = 0
     gradient_accumulation_steps: int = 1
     log_every: int = 50
+    # learning rate of the layers a model adds on top of its pretrained encoder (the model says which
+    # parameters are pretrained with `pretrained_parameters()`); None: `lr` for every parameter
+    head_lr: float | None = None
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -136,6 +139,8 @@ class TrainConfig:
             problems.append(f"lr must be > 0 (got {self.lr})")
         if self.seed < 0:
             problems.append(f"seed must be >= 0 (got {self.seed})")
+        if self.head_lr is not None and not self.head_lr > 0:
+            problems.append(f"head_lr must be > 0 (got {self.head_lr})")
         if self.weight_decay < 0:
             problems.append(f"weight_decay must be >= 0 (got {self.weight_decay})")
         if self.grad_clip is not None and self.grad_clip < 0:
@@ -197,11 +202,17 @@ def epoch_order(n_batches: int, seed: int, epoch: int) -> list[int]:
     return np.random.default_rng([seed, epoch]).permutation(n_batches).tolist()
 
 
-def build_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW with two parameter groups: weight decay for the rest, none for biases and for the
-    parameters of normalisation layers (LayerNorm, RMSNorm, GroupNorm, BatchNorm, any `*Norm*`)."""
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
+def build_optimizer(model: nn.Module, lr: float, weight_decay: float, head_lr: float | None = None) -> torch.optim.AdamW:
+    """AdamW: weight decay for every parameter but biases and those of normalisation layers (LayerNorm,
+    RMSNorm, GroupNorm, BatchNorm, any `*Norm*`). With `head_lr`, the parameters outside the model's
+    `pretrained_parameters()` (its new, randomly initialised layers) learn at `head_lr`, the rest at `lr`."""
+    pretrained: set[int] | None = None
+    if head_lr is not None:
+        if not hasattr(model, "pretrained_parameters"):
+            raise ValueError(f"head_lr is set but {type(model).__name__} does not say which parameters are pretrained "
+                             "(no pretrained_parameters() method)")
+        pretrained = {id(p) for p in model.pretrained_parameters()}
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}  # (decayed, head) -> parameters
     seen: set[int] = set()
     for module in model.modules():
         is_norm = isinstance(module, _NORM_TYPES) or "norm" in type(module).__name__.lower()
@@ -209,11 +220,16 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.o
             if not param.requires_grad or id(param) in seen:
                 continue
             seen.add(id(param))
-            (no_decay if is_norm or name.endswith("bias") else decay).append(param)
+            head = pretrained is not None and id(param) not in pretrained
+            groups.setdefault((not (is_norm or name.endswith("bias")), head), []).append(param)
     if not seen:
         raise ValueError(f"{type(model).__name__} has no trainable parameters")
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr)
+    return torch.optim.AdamW(
+        [{"params": params, "weight_decay": weight_decay if decayed else 0.0, "lr": head_lr if head else lr}
+         # decayed before not decayed, pretrained before new: the order of checkpoints written before head_lr
+         for head in (False, True) for decayed in (True, False) if (params := groups.get((decayed, head)))],
+        lr=lr,
+    )
 
 
 def build_scheduler(
@@ -363,7 +379,7 @@ class _Trainer:
         self.updates_per_epoch = math.ceil(self.per_process / accumulate)
 
         set_seed(config.seed)
-        self.optimizer = build_optimizer(model, config.lr, config.weight_decay)
+        self.optimizer = build_optimizer(model, config.lr, config.weight_decay, config.head_lr)
         self.scheduler = build_scheduler(
             self.optimizer, config.scheduler, config.warmup_steps, self.updates_per_epoch * config.epochs,
         )
@@ -418,7 +434,7 @@ class _Trainer:
                     )
         changed = [
             f"{k}: {saved_train.get(k)!r} -> {getattr(config, k)!r}"
-            for k in ("lr", "weight_decay", "grad_clip", "scheduler", "warmup_steps", "gradient_accumulation_steps", "seed")
+            for k in ("lr", "head_lr", "weight_decay", "grad_clip", "scheduler", "warmup_steps", "gradient_accumulation_steps", "seed")
             if k in saved_train and saved_train[k] != getattr(config, k)
         ]
         if changed and self.acc.is_main_process:

@@ -207,6 +207,10 @@ class MDFN(nn.Module):
         for module in [self.encoder.embeddings, *layers[:n_layers]]:
             module.requires_grad_(False)
 
+    def pretrained_parameters(self):
+        """The encoder's parameters: `train.head_lr` gives the layers above it their own learning rate."""
+        return self.encoder.parameters()
+
     def config_dict(self) -> dict:
         c = self.encoder.config
         return {**self.config.to_dict(), "encoder": {k: getattr(c, k, None) for k in

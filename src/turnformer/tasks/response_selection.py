@@ -219,6 +219,7 @@ def train_response_selection(recipe: dict, out_dir, seed: int, data_dir=None, re
         weight_decay=float(settings.get("weight_decay", 0.01)), grad_clip=float(settings.get("grad_clip", 1.0)),
         resume=resume, time_budget_s=time_budget_s, save_every_steps=settings.get("save_every_steps", 200),
         scheduler=settings.get("scheduler", "linear"), warmup_steps=int(settings.get("warmup_steps", 0)),
+        head_lr=float(settings["head_lr"]) if settings.get("head_lr") is not None else None,
     )
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports}
