@@ -257,7 +257,13 @@ def task_trainer(task: str, model: str):
         if model not in RESPONSE_SELECTION_MODELS:
             raise DialogueError(f"unknown response-selection model {model!r}; known: {', '.join(RESPONSE_SELECTION_MODELS)}")
         return train_response_selection
-    raise DialogueError(f"task {task!r} is not available yet; available: erc, dialogue-act, response-selection")
+    if task == "generation":
+        from turnformer.tasks.generation import GENERATION_MODELS, train_generation
+
+        if model not in GENERATION_MODELS:
+            raise DialogueError(f"unknown generation model {model!r}; known: {', '.join(GENERATION_MODELS)}")
+        return train_generation
+    raise DialogueError(f"task {task!r} is not available yet; available: erc, dialogue-act, response-selection, generation")
 
 
 def load_any_trained(checkpoint: Path):
@@ -274,16 +280,20 @@ def load_any_trained(checkpoint: Path):
         from turnformer.tasks.response_selection import load_trained as load_response_selection
 
         return (task, *load_response_selection(checkpoint))
+    if task == "generation":
+        from turnformer.tasks.generation import load_trained as load_generator
+
+        return (task, *load_generator(checkpoint))  # the "tokenizer" is the word vocabulary
     return (task, *load_trained(checkpoint))
 
 
 @app.command()
 def train(
-    task: str = typer.Option("erc", help="Task: erc (emotions), dialogue-act or response-selection."),
+    task: str = typer.Option("erc", help="Task: erc (emotions), dialogue-act, response-selection or generation."),
     model: str = typer.Option(
         "dialogxl", help="erc: dialogxl (and its variants dialogxl-no-speaker, dialogxl-speaker-emb, ...), concat-context, "
         "segment-recurrence. dialogue-act: lc-attention, lstm, lstm-blstm, lstm-attention. response-selection: mdfn, "
-        "plain-encoder, mdfn-ua-only, mdfn-sa-only, mdfn-maxpool, mdfn-meanpool, mdfn-linear-fusion."
+        "plain-encoder, mdfn-ua-only, mdfn-sa-only, mdfn-maxpool, mdfn-meanpool, mdfn-linear-fusion. generation: transformer."
     ),
     dataset: str = typer.Option("meld", help="Benchmark name, or 'file' with --train-file/--validation-file/--test-file."),
     recipe: Optional[Path] = typer.Option(None, help="Recipe TOML (default: recipes/TASK-DATASET-MODEL.toml)."),
@@ -326,6 +336,7 @@ def evaluate(
     checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
     split: str = typer.Option("test", help="train, validation or test."),
     confusion: Optional[Path] = typer.Option(None, help="Write a confusion-matrix PNG here."),
+    limit_dialogues: Optional[int] = typer.Option(None, help="Generation: score only the first N conversations."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Score a trained model on a split of its recipe's dataset."""
@@ -344,6 +355,16 @@ def evaluate(
             from turnformer.tasks.response_selection import evaluate_split as evaluate_selection
 
             console.print_json(data=evaluate_selection(model, tokenizer, run, split, data_dir))
+            return
+        if task == "generation":
+            from turnformer.tasks.generation import evaluate_split as evaluate_generation
+            from turnformer.tasks.generation_metrics import minilm_word_vectors
+
+            try:  # embedding metrics where MiniLM's word-piece table is installed
+                vectors = minilm_word_vectors()
+            except (ImportError, OSError):
+                vectors = None
+            console.print_json(data=evaluate_generation(model, tokenizer, run, split, data_dir, limit_dialogues, vectors))
             return
         recipe, labels = run["recipe"], run["labels"]
         splits, _ = load_erc_data(recipe, data_dir)
@@ -380,6 +401,8 @@ def predict(
         task, model, tokenizer, run = load_any_trained(checkpoint)
         if task_ is not None and task_ != task:
             raise DialogueError(f"--task {task_}: {checkpoint} is a {task} model")
+        if task == "generation":
+            raise DialogueError(f"{checkpoint} is a generation model: use `turnformer generate`")
         if submission is not None and task != "response-selection":
             raise DialogueError(f"--submission is for response-selection models; {checkpoint} is a {task} model")
         if task == "response-selection":
@@ -417,6 +440,62 @@ def predict(
     for r in rows:
         table.add_row(str(r["dialogue"]), str(r["turn"]), r["speaker"], r["text"], r["label"], f"{r['probabilities'][r['label']]:.2f}")
     console.print(table)
+
+
+@app.command()
+def generate(
+    checkpoint: Path = typer.Option(..., help="Run folder of a generation model (uses best/) or a checkpoint folder."),
+    input: Optional[str] = typer.Option(None, "--input", help="Conversations to continue (JSONL or NAME:SPLIT); "
+                                        "without it, an interactive chat on the terminal."),
+    out: Optional[Path] = typer.Option(None, help="Write JSONL here (id, speaker, response); default a table."),
+    speaker: Optional[str] = typer.Option(None, help="Who replies (default: the speaker before the last one)."),
+    data_dir: Optional[Path] = DataDir,
+) -> None:
+    """Continue every conversation of a file with one generated reply (greedy decoding), or chat."""
+    from rich.table import Table
+
+    from turnformer.tasks.generation import ResponseGenerator, reply_speaker
+
+    try:
+        task, *_ = load_any_trained(checkpoint)
+        if task != "generation":
+            raise DialogueError(f"{checkpoint} is a {task} model, not a generation model")
+        bot = ResponseGenerator.from_checkpoint(checkpoint)
+        dialogues = load_input(input, data_dir) if input is not None else None
+    except (DialogueError, ValueError, OSError, KeyError) as e:
+        fail(str(e))
+    if dialogues is None:
+        return chat(bot)
+    replies = bot.respond_all(dialogues, [speaker] * len(dialogues))
+    rows = [{"id": d.id if d.id is not None else str(i), "speaker": speaker or reply_speaker(d), "response": r}
+            for i, (d, r) in enumerate(zip(dialogues, replies))]
+    if out is not None:
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        os.replace(tmp, out)
+        err.print(f"wrote {len(rows)} replies to {out}")
+        return
+    table = Table("conversation", "last turn", "reply")
+    for d, r in zip(dialogues, rows):
+        table.add_row(r["id"], f"{d.turns[-1].speaker}: {d.turns[-1].text}", f"{r['speaker']}: {r['response']}")
+    console.print(table)
+
+
+def chat(bot) -> None:
+    """Interactive: each line typed is the user's turn, the model answers; an empty line or end of input stops."""
+    turns: list[tuple[str, str]] = []
+    err.print("Type a line and press Enter; an empty line ends the chat.")
+    while True:
+        try:
+            line = input("you> ").strip()
+        except EOFError:
+            break
+        if not line:
+            break
+        turns.append(("user", line))
+        reply = bot.respond(turns, speaker="bot")
+        turns.append(("bot", reply or "..."))
+        console.print(f"bot> {reply}", highlight=False)
 
 
 def predict_selection(model, tokenizer, spec: str, out: Optional[Path], submission: Optional[Path], data_dir) -> None:

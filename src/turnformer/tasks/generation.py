@@ -18,12 +18,16 @@ the rest become ``[UNK]``. It is saved with every checkpoint (`Vocabulary.to_dic
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Sequence
 
-from turnformer.dialogue import Dialogue, DialogueError
+import torch
+
+from turnformer.dialogue import Dialogue, DialogueError, Turn
 
 PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R = "[PAD]", "[UNK]", "[SOU]", "[EOU]", "[SPEAKER-Q]", "[SPEAKER-R]"
 SPECIALS = (PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R)
@@ -146,5 +150,226 @@ class Vocabulary:
         return cls(data["tokens"])
 
 
-__all__ = ["EOU", "PAD", "SOU", "SPEAKER_Q", "SPEAKER_R", "SPECIALS", "UNK", "GenerationInstance", "GenerationReport",
-           "Utterance", "Vocabulary", "make_instances", "words"]
+# --------------------------------------------------------------------------- batches, training, evaluation
+
+GENERATION_MODELS = ("transformer",)
+SPLITS = ("train", "validation", "test")
+
+
+def encode_instance(instance: GenerationInstance, vocab: Vocabulary, speaker_tokens: bool = True):
+    """(context ids, turn distance of each context token (1 = newest utterance), response input ids,
+    response target ids) of one instance; see `GenerationBatch`."""
+    from turnformer.models.transformer_generator import IGNORE
+
+    context, turns = [], []
+    for back, utterance in zip(range(len(instance.context), 0, -1), instance.context):
+        ids = vocab.utterance_ids(utterance, speaker_tokens)
+        context += ids
+        turns += [back] * len(ids)
+    response = vocab.utterance_ids(instance.response, speaker_tokens)
+    target = response[1:]
+    if speaker_tokens:  # the response's speaker is given, not predicted
+        target[0] = IGNORE
+    return context, turns, response[:-1], target
+
+
+def make_generation_batches(encoded: Sequence[tuple], batch_size: int, sort_by_length: bool = True):
+    """`GenerationBatch`es of `encoded` instances; sorted by context length (less padding) unless told not to."""
+    from turnformer.models.transformer_generator import IGNORE, GenerationBatch
+
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0])) if sort_by_length else list(range(len(encoded)))
+
+    def pad(rows, value):
+        out = torch.full((len(rows), max(len(r) for r in rows)), value, dtype=torch.long)
+        for i, r in enumerate(rows):
+            out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        return out
+
+    batches = []
+    for start in range(0, len(order), batch_size):
+        rows = [encoded[i] for i in order[start : start + batch_size]]
+        batches.append(GenerationBatch(pad([r[0] for r in rows], 0), pad([r[1] for r in rows], 0),
+                                       pad([r[2] for r in rows], 0), pad([r[3] for r in rows], IGNORE)))
+    return batches
+
+
+def evaluate_perplexity(model, batches) -> dict:
+    """Perplexity of the reference responses (speaker tokens left out); ``primary`` is its negative,
+    so that the epoch with the lowest validation perplexity is the best one."""
+    from turnformer.tasks.generation_metrics import perplexity
+
+    device = next(model.parameters()).device
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for batch in batches:
+            nll, n = model.negative_log_likelihood(batch.to(device))
+            total, tokens = total + nll, tokens + n
+    ppl = perplexity(total, tokens)
+    return {"primary": -ppl, "perplexity": ppl, "tokens": tokens}
+
+
+def generate_responses(model, batches, vocab: Vocabulary) -> tuple[list[list[str]], list[list[str]]]:
+    """(references, greedy hypotheses) as word lists, in the batches' order."""
+    device = next(model.parameters()).device
+    references, hypotheses = [], []
+    with torch.no_grad():
+        for batch in batches:
+            gold, predicted = model.predict(batch.to(device))
+            references += [vocab.decode(g) for g in gold]
+            hypotheses += [vocab.decode(h) for h in predicted]
+    return references, hypotheses
+
+
+def load_generation_data(recipe: dict, data_dir=None) -> dict[str, list[Dialogue]]:
+    """The conversations of each split: a benchmark (``dataset = "dailydialog"``) or the user's JSONL
+    files (``dataset = "file"`` with ``train_file``, ``validation_file``, ``test_file``)."""
+    from turnformer.data import load_split, read_jsonl
+
+    if recipe["dataset"] == "file":
+        splits = {}
+        for split in SPLITS:
+            path = recipe.get(f"{split}_file")
+            if not path:
+                raise DialogueError(f"recipe {recipe.get('recipe_path')}: dataset 'file' needs {split}_file")
+            splits[split] = list(read_jsonl(path))
+        return splits
+    return {split: list(load_split(recipe["dataset"], split, data_dir).dialogues) for split in SPLITS}
+
+
+def build_generator(model_id: str, model_config: dict, vocab: Vocabulary):
+    from turnformer.models.transformer_generator import GeneratorConfig, TransformerGenerator
+
+    if model_id not in GENERATION_MODELS:
+        raise DialogueError(f"unknown generation model {model_id!r}; known: {', '.join(GENERATION_MODELS)}")
+    config = GeneratorConfig.from_dict({**model_config, "vocab_size": len(vocab)})
+    return TransformerGenerator(config, pad_id=vocab.index[PAD], eou_id=vocab.index[EOU])
+
+
+def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | None = None):
+    """Model, vocabulary, batches per split and the data reports of a generation recipe."""
+    dialogues = load_generation_data(recipe, data_dir)
+    for split, n in (limits or {}).items():
+        dialogues[split] = dialogues[split][:n]
+    data = recipe.get("data", {})
+    vocab = Vocabulary.build(dialogues["train"], int(data.get("min_count", 3)))
+    model = build_generator(recipe["model"], recipe.get("model_config", {}), vocab)
+    settings = recipe.get("train", {})
+    batches, reports = {}, {}
+    for split, convs in dialogues.items():
+        report = GenerationReport()
+        instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)), report)
+        encoded = [encode_instance(x, vocab, model.config.speaker_tokens) for x in instances]
+        size = int(settings.get("batch_size", 64)) if split == "train" else int(settings.get("eval_batch_size", 128))
+        batches[split] = make_generation_batches(encoded, size)
+        reports[split] = {"dialogues": len(convs), "instances": report.instances, "cut_utterances": report.cut_utterances,
+                          "empty_utterances": report.empty_utterances, "unknown_rate": vocab.unknown_rate(instances)}
+    return model, vocab, batches, reports
+
+
+def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = False,
+                     time_budget_s: float | None = None, limits: dict[str, int] | None = None):
+    """Train a generation recipe (teacher forcing); the epoch is chosen by validation perplexity.
+    The vocabulary is saved in run.json. Checkpoints and resume work as for every other task."""
+    from turnformer.training import TrainConfig, set_seed, train
+
+    set_seed(seed)
+    model, vocab, batches, reports = prepare_generation(recipe, data_dir, limits)
+    settings = recipe.get("train", {})
+    config = TrainConfig(
+        epochs=int(settings.get("epochs", 10)), lr=float(settings.get("lr", 5e-4)), seed=seed, out_dir=Path(out_dir),
+        weight_decay=float(settings.get("weight_decay", 0.01)), grad_clip=float(settings.get("grad_clip", 1.0)),
+        resume=resume, time_budget_s=time_budget_s, save_every_steps=settings.get("save_every_steps", 500),
+        scheduler=settings.get("scheduler", "linear"), warmup_steps=int(settings.get("warmup_steps", 0)),
+    )
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports,
+                "vocabulary": vocab.to_dict()}
+    (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
+    return train(model, batches["train"], lambda m, split: evaluate_perplexity(m, batches[split]), config,
+                 label_map={"task": "generation"})
+
+
+def load_trained(checkpoint):
+    """(model in eval mode, vocabulary, run description) of a trained generator: a run folder (its
+    best/) or a checkpoint folder."""
+    from turnformer.tasks.erc import checkpoint_paths
+    from turnformer.training import load_checkpoint
+
+    weights, run = checkpoint_paths(Path(checkpoint))
+    if "vocabulary" not in run:
+        raise DialogueError(f"{checkpoint}: not a generation run (its run.json has no vocabulary)")
+    vocab = Vocabulary.from_dict(run["vocabulary"])
+    model = build_generator(run["recipe"]["model"], run["recipe"].get("model_config", {}), vocab)
+    load_checkpoint(weights, model)
+    return model.eval(), vocab, run
+
+
+def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=None, limit: int | None = None,
+                   word_vectors=None) -> dict:
+    """Perplexity, BLEU-1..4, Distinct-1/2 (and the embedding metrics with `word_vectors`) of greedy
+    responses on a split of the run's data (its first `limit` conversations)."""
+    from turnformer.tasks.generation_metrics import generation_metrics
+
+    recipe = run["recipe"]
+    convs = load_generation_data(recipe, data_dir)[split][:limit]
+    data = recipe.get("data", {})
+    instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
+    encoded = [encode_instance(x, vocab, model.config.speaker_tokens) for x in instances]
+    batches = make_generation_batches(encoded, 128)
+    references, hypotheses = generate_responses(model, batches, vocab)
+    metrics = evaluate_perplexity(model, batches)
+    del metrics["primary"]
+    return {**metrics, **generation_metrics(hypotheses, references, word_vectors), "instances": len(instances)}
+
+
+class ResponseGenerator:
+    """Continue conversations with a trained generator::
+
+        bot = ResponseGenerator.from_checkpoint("runs/transformer")
+        bot.respond([("A", "hi , how are you ?"), ("B", "fine , thanks . and you ?")], speaker="A")
+
+    The dialogue is a `Dialogue` or a list of (speaker, text); the reply is spoken by `speaker`
+    (default: the speaker before the last one, or a new one in a monologue).
+    """
+
+    def __init__(self, model, vocab: Vocabulary, max_context_turns: int = 4, max_words: int = 50):
+        self.model, self.vocab = model.eval(), vocab
+        self.max_context_turns, self.max_words = max_context_turns, max_words
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint) -> "ResponseGenerator":
+        model, vocab, run = load_trained(checkpoint)
+        data = run["recipe"].get("data", {})
+        return cls(model, vocab, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
+
+    def respond(self, dialogue, speaker: str | None = None) -> str:
+        return self.respond_all([dialogue], [speaker])[0]
+
+    def respond_all(self, dialogues, speakers=None) -> list[str]:
+        instances = []
+        for i, dialogue in enumerate(dialogues):
+            if not isinstance(dialogue, Dialogue):
+                dialogue = Dialogue.from_turns(list(dialogue))
+            speaker = (speakers or [None] * len(dialogues))[i] or reply_speaker(dialogue)
+            # the reply is a placeholder turn: make_instances builds its context and roles
+            (instance,) = [x for x in make_instances([Dialogue((*dialogue.turns, Turn(speaker=speaker, text=".")))],
+                                                     self.max_context_turns, self.max_words)
+                           if x.turn == len(dialogue.turns)]
+            instances.append(instance)
+        encoded = [encode_instance(x, self.vocab, self.model.config.speaker_tokens) for x in instances]
+        batches = make_generation_batches(encoded, 64, sort_by_length=False)
+        _, hypotheses = generate_responses(self.model, batches, self.vocab)
+        return [" ".join(h) for h in hypotheses]
+
+
+def reply_speaker(dialogue: Dialogue) -> str:
+    """Who answers the last turn: the speaker before the last one (a monologue: a new speaker)."""
+    speakers = [t.speaker for t in dialogue.turns]
+    earlier = [s for s in reversed(speakers) if s != speakers[-1]]
+    return earlier[0] if earlier else f"{speakers[-1]}-partner"
+
+
+__all__ = ["EOU", "GENERATION_MODELS", "PAD", "SOU", "SPEAKER_Q", "SPEAKER_R", "SPECIALS", "UNK", "GenerationInstance",
+           "GenerationReport", "ResponseGenerator", "Utterance", "Vocabulary", "build_generator", "encode_instance",
+           "evaluate_perplexity", "evaluate_split", "generate_responses", "load_generation_data", "load_trained",
+           "make_generation_batches", "make_instances", "prepare_generation", "reply_speaker", "train_generation", "words"]

@@ -1,0 +1,152 @@
+"""The Transformer response generator, its batches, training, decoding and commands (tiny sizes)."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from turnformer.cli import app
+from turnformer.dialogue import Dialogue
+from turnformer.models.transformer_generator import IGNORE, GeneratorConfig, TransformerGenerator
+from turnformer.tasks.generation import (EOU, SOU, SPEAKER_R, Vocabulary, encode_instance, make_generation_batches,
+                                         make_instances, reply_speaker)
+
+runner = CliRunner()
+
+DIALOGUES = [
+    Dialogue.from_turns([("A", "hi , how are you ?"), ("B", "fine , thanks . and you ?"), ("A", "fine too , thanks .")], id="d1"),
+    Dialogue.from_turns([("A", "where are you going ?"), ("B", "to the bank ."), ("A", "see you later ."),
+                         ("B", "see you !")], id="d2"),
+]
+
+
+def tiny(vocab: Vocabulary, **settings) -> TransformerGenerator:
+    torch.manual_seed(0)
+    config = GeneratorConfig(vocab_size=len(vocab), d_model=16, heads=2, layers=1, ff=32, dropout=0.0, **settings)
+    return TransformerGenerator(config, pad_id=0, eou_id=vocab.index[EOU]).eval()
+
+
+@pytest.fixture
+def vocab_and_batch():
+    vocab = Vocabulary.build(DIALOGUES, min_count=1)
+    encoded = [encode_instance(x, vocab) for x in make_instances(DIALOGUES)]
+    (batch,) = make_generation_batches(encoded, 8)
+    return vocab, encoded, batch
+
+
+def test_instance_encoding_shifts_the_response_and_skips_the_speaker_token():
+    vocab = Vocabulary.build(DIALOGUES, min_count=1)
+    instance = make_instances(DIALOGUES)[1]  # d1: context "hi ...", "fine , thanks . and you ?"; response "fine too ..."
+    context, turns, response_in, target = encode_instance(instance, vocab)
+    assert turns == [2] * (len(instance.context[0].words) + 3) + [1] * (len(instance.context[1].words) + 3)
+    assert response_in[:2] == [vocab.index[SOU], vocab.index[SPEAKER_R]]
+    assert target[0] == IGNORE and target[-1] == vocab.index[EOU] and target[1:-1] == vocab.encode(instance.response.words)
+    plain_in, plain_target = encode_instance(instance, vocab, speaker_tokens=False)[2:]
+    assert plain_in[0] == vocab.index[SOU] and plain_target[:-1] == vocab.encode(instance.response.words)
+
+
+def test_loss_is_token_cross_entropy_and_the_decoder_is_causal(vocab_and_batch):
+    vocab, _, batch = vocab_and_batch
+    model = tiny(vocab)
+    logits = model(batch)
+    kept = batch.response_out.ne(IGNORE)
+    manual = -torch.log_softmax(logits, -1)[kept].gather(1, batch.response_out[kept][:, None]).mean()
+    assert torch.allclose(model.loss(batch), manual, atol=1e-6)
+    nll, count = model.negative_log_likelihood(batch)
+    assert count == int(kept.sum()) and nll == pytest.approx(float(manual) * count, rel=1e-5)
+    # changing the last response token changes nothing before it
+    changed = batch.response_in.clone()
+    changed[:, -1] = vocab.index["bank"]
+    batch2 = type(batch)(batch.context, batch.context_turn, changed, batch.response_out)
+    assert torch.allclose(model(batch2)[:, :-1], logits[:, :-1], atol=1e-5)
+
+
+def test_padding_does_not_change_an_example(vocab_and_batch):
+    vocab, encoded, _ = vocab_and_batch
+    model = tiny(vocab)
+    alone = make_generation_batches(encoded[:1], 1)[0]
+    together = make_generation_batches(encoded, 8, sort_by_length=False)[0]  # padded to the longest
+    length = alone.response_in.shape[1]
+    assert torch.allclose(model(alone)[0], model(together)[0, :length], atol=1e-5)
+
+
+def test_greedy_decoding_follows_the_argmax_and_stops_at_eou(vocab_and_batch):
+    vocab, _, batch = vocab_and_batch
+    model = tiny(vocab, max_response_words=6)
+    out = model.generate(batch)
+    assert len(out) == len(batch) and all(len(o) <= 7 for o in out)
+    assert all(vocab.index[EOU] not in o and 0 not in o for o in out)
+    # step by step for the first example
+    memory, padding = model.encode(batch)
+    ids = batch.response_in[:1, :2]
+    for expected in out[0]:
+        step = model.decode(memory[:1], padding[:1], ids)[0, -1]
+        step[0] = float("-inf")
+        assert int(step.argmax()) == expected
+        ids = torch.cat([ids, torch.tensor([[expected]])], 1)
+    assert out == model.generate(batch)
+
+
+def test_a_tiny_generator_learns_its_training_responses(vocab_and_batch):
+    vocab, _, batch = vocab_and_batch
+    model = tiny(vocab).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    first = float(model.loss(batch))
+    for _ in range(150):
+        optimizer.zero_grad()
+        model.loss(batch).backward()
+        optimizer.step()
+    model.eval()
+    assert float(model.loss(batch)) < first / 10
+    references, hypotheses = model.predict(batch)
+    assert sum(r == h for r, h in zip(references, hypotheses)) >= len(batch) - 1
+
+
+def test_config_checks_and_reply_speaker():
+    with pytest.raises(ValueError, match="divisible"):
+        GeneratorConfig(vocab_size=10, d_model=10, heads=3)
+    with pytest.raises(ValueError, match="unknown generator settings"):
+        GeneratorConfig.from_dict({"vocab_size": 10, "depth": 2})
+    assert reply_speaker(DIALOGUES[0]) == "B"
+    assert reply_speaker(Dialogue.from_turns([("A", "hello"), ("A", "anyone ?")])) == "A-partner"
+    vocab = Vocabulary.build(DIALOGUES, min_count=1)
+    model = tiny(vocab, max_positions=8)
+    (batch,) = make_generation_batches([encode_instance(x, vocab) for x in make_instances(DIALOGUES)], 8)
+    with pytest.raises(ValueError, match="max_positions = 8"):
+        model(batch)
+
+
+@pytest.mark.data
+def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
+    out = tmp_path / "run"
+    common = ["--data-dir", str(data_dir)]
+    trained = runner.invoke(app, ["train", "--task", "generation", "--model", "transformer", "--dataset", "dailydialog",
+                                  "--limit-dialogues", "40", "--set", "model_config.d_model=32", "--set", "model_config.ff=64",
+                                  "--set", "model_config.layers=1", "--set", "train.epochs=2", "--set", "train.warmup_steps=2",
+                                  "--out", str(out), *common])
+    assert trained.exit_code == 0, trained.output
+    result = json.loads((out / "result.json").read_text())
+    first, second = (h for h in result["history"] if "validation" in h)
+    assert second["validation"]["perplexity"] < first["validation"]["perplexity"]  # it learns
+    assert result["best_epoch"] == 2
+
+    scored = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "test", "--limit-dialogues", "5", *common])
+    assert scored.exit_code == 0, scored.output
+    metrics = json.loads(scored.stdout)
+    assert {"perplexity", "bleu_1", "bleu_4", "distinct_1", "distinct_2"} <= set(metrics) and metrics["perplexity"] > 1
+
+    conversations = tmp_path / "c.jsonl"
+    conversations.write_text("".join(json.dumps({"id": d.id, "turns": [{"speaker": t.speaker, "text": t.text} for t in d.turns]}) + "\n"
+                                     for d in DIALOGUES))
+    replies = tmp_path / "replies.jsonl"
+    generated = runner.invoke(app, ["generate", "--checkpoint", str(out), "--input", str(conversations), "--out", str(replies)])
+    assert generated.exit_code == 0, generated.output
+    rows = [json.loads(line) for line in replies.read_text().splitlines()]
+    assert [(r["id"], r["speaker"]) for r in rows] == [("d1", "B"), ("d2", "A")] and all(isinstance(r["response"], str) for r in rows)
+
+    chat = runner.invoke(app, ["generate", "--checkpoint", str(out)], input="hello !\nhow are you ?\n\n")
+    assert chat.exit_code == 0 and chat.output.count("bot>") == 2, chat.output
+
+    wrong = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(conversations)])
+    assert wrong.exit_code != 0 and "turnformer generate" in wrong.output
