@@ -20,7 +20,7 @@ from turnformer.tasks.metrics import primary_metric
 def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extra: dict | None = None) -> dict:
     """The results record of `runs` (one per seed); raises SystemExit naming a run that cannot count."""
     seeds, scores, accuracy, online, validation, best_epochs, seconds, commands = [], [], [], [], [], [], [], []
-    ranking: dict[str, list[float]] = {}  # response selection: the other ranking metrics
+    ranking: dict[str, list[float]] = {}  # response selection: the other ranking metrics; generation: BLEU, Distinct
     recipe = None
     partial_runs = []
     for run in runs:
@@ -35,15 +35,16 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
         best = next(h for h in result["history"] if h.get("epoch") == result["best_epoch"])
         recipe = info["recipe"]
         seeds.append(info["seed"])
-        scores.append(best["test"]["primary"])
+        generation = info["recipe"]["task"] == "generation"  # primary is minus the perplexity
+        scores.append(best["test"]["perplexity"] if generation else best["test"]["primary"])
         if "accuracy" in best["test"]:
             accuracy.append(best["test"]["accuracy"])
-        for key in ("R4@2", "R10@2", "R10@5", "MRR", "MAP"):
+        for key in ("R4@2", "R10@2", "R10@5", "MRR", "MAP", "bleu_1", "bleu_2", "bleu_3", "bleu_4", "distinct_1", "distinct_2"):
             if key in best["test"]:
                 ranking.setdefault(key, []).append(best["test"][key])
         if "online_accuracy" in best["test"]:  # dialogue acts: the same model scored online too
             online.append(best["test"]["online_accuracy"])
-        validation.append(best["validation"]["primary"])
+        validation.append(best["validation"]["perplexity"] if generation else best["validation"]["primary"])
         best_epochs.append(result["best_epoch"])
         seconds.append(result["train_seconds"])
         limit = (info.get("limits") or {}).get("train")
@@ -54,10 +55,10 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
     task = recipe["task"]
     # MuTual's test answers are hidden: the "test" of its runs is the dev set (see turnformer.tasks.response_selection)
     split = "dev" if task == "response-selection" and recipe["dataset"] in ("mutual", "mutual-plus") else "test"
-    metric = {"dialogue-act": "accuracy", "response-selection": "R4@1"}.get(task) or primary_metric(recipe["dataset"])
+    metric = {"dialogue-act": "accuracy", "response-selection": "R4@1", "generation": "perplexity"}.get(task) or primary_metric(recipe["dataset"])
     return make_result(
         experiment, task=task, dataset=recipe["dataset"], split=split, model=recipe["model"],
-        backbone=recipe["backbone"], config={"model_config": recipe["model_config"], "train": recipe["train"],
+        backbone=recipe.get("backbone", "none (trained from scratch)"), config={"model_config": recipe["model_config"], "train": recipe["train"],
                 **{k: recipe[k] for k in ("window", "context_padding", "setting", "holdout") if k in recipe}},
         metric=metric, scores=scores, seeds=seeds, paper=recipe.get("paper"),
         extra={**({"accuracy": accuracy} if accuracy else {}), **ranking, "validation": validation, "best_epoch": best_epochs, "train_seconds": seconds,

@@ -27,6 +27,9 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   the recipe's rate.
 - ``selection-cpu``: the plain encoder and MDFN on MuTual at a scale the 2-core CPU trains in under an hour
   (4 of MiniLM's 6 layers frozen, max length 128, the first 1,500 training items, 2 epochs, one seed).
+- ``generation``: the response generators on DailyDialog over ``--seeds`` (so far the Transformer baseline;
+  recipes/generation-dailydialog-MODEL.toml); test perplexity at the best validation perplexity, with BLEU and
+  Distinct of greedy responses.
 - ``figure4``: DialogXL on SwDA acts, memory length 100..1000, on a documented subset of the
   training conversations (``--swda-train``, whole validation and test sets), one seed.
 
@@ -121,12 +124,14 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
     if name == "selection-head-lr":  # the plain encoder and MDFN on MuTual, their new layers at train.head_lr = 5e-4
         return [Experiment(f"response-selection-mutual-{model}-head-lr", model, "mutual", seeds, ("train.head_lr=5e-4",),
                            task="response-selection", extra={"head_lr": 5e-4}) for model in ("plain-encoder", "mdfn")]
+    if name == "generation":  # the response generators on DailyDialog (DRA's Table 1 and PHAED's Table 2 rows built so far)
+        return [Experiment(f"generation-dailydialog-{model}", model, "dailydialog", seeds, task="generation") for model in ("transformer",)]
     if name == "selection-cpu":  # what fits the 2-core CPU: 4 of MiniLM's 6 layers frozen, 128 tokens, 1,500 training items
         return [Experiment(f"response-selection-mutual-{model}-cpu", model, "mutual", seeds[:1],
                            ("model_config.frozen_layers=4", "model_config.max_length=128", "train.epochs=2"), limit_train=1500,
                            task="response-selection", extra={"frozen_layers": 4, "max_length": 128, "train_items": 1500})
                 for model in ("plain-encoder", "mdfn")]
-    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, act-grid, selection, selection-head-lr, selection-cpu")
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, act-grid, selection, selection-head-lr, selection-cpu, generation")
 
 
 def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:

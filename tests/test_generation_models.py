@@ -130,6 +130,7 @@ def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
     first, second = (h for h in result["history"] if "validation" in h)
     assert second["validation"]["perplexity"] < first["validation"]["perplexity"]  # it learns
     assert result["best_epoch"] == 2
+    assert {"bleu_2", "distinct_2", "perplexity"} <= set(second["test"]) and "bleu_2" not in second["validation"]
 
     scored = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "test", "--limit-dialogues", "5", *common])
     assert scored.exit_code == 0, scored.output

@@ -208,6 +208,19 @@ def evaluate_perplexity(model, batches) -> dict:
     return {"primary": -ppl, "perplexity": ppl, "tokens": tokens}
 
 
+def evaluate_generation(model, batches, vocab: Vocabulary, decode: bool = True, word_vectors=None) -> dict:
+    """Perplexity, and with `decode` the BLEU-1..4 and Distinct-1/2 of greedy responses (and the embedding
+    metrics with `word_vectors`); ``primary`` is minus the perplexity."""
+    from turnformer.tasks.generation_metrics import generation_metrics
+
+    metrics = evaluate_perplexity(model, batches)
+    if decode:
+        references, hypotheses = generate_responses(model, batches, vocab)
+        metrics.update(generation_metrics(hypotheses, references, word_vectors))
+        metrics["sample"] = [" ".join(h) for h in hypotheses[:3]]
+    return metrics
+
+
 def generate_responses(model, batches, vocab: Vocabulary) -> tuple[list[list[str]], list[list[str]]]:
     """(references, greedy hypotheses) as word lists, in the batches' order."""
     device = next(model.parameters()).device
@@ -285,8 +298,9 @@ def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bo
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports,
                 "vocabulary": vocab.to_dict()}
     (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
-    return train(model, batches["train"], lambda m, split: evaluate_perplexity(m, batches[split]), config,
-                 label_map={"task": "generation"})
+    # every epoch: validation perplexity (the epoch choice), test perplexity and greedy-decoding metrics
+    return train(model, batches["train"], lambda m, split: evaluate_generation(m, batches[split], vocab, decode=split == "test"),
+                 config, label_map={"task": "generation"})
 
 
 def load_trained(checkpoint):
@@ -308,18 +322,14 @@ def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=Non
                    word_vectors=None) -> dict:
     """Perplexity, BLEU-1..4, Distinct-1/2 (and the embedding metrics with `word_vectors`) of greedy
     responses on a split of the run's data (its first `limit` conversations)."""
-    from turnformer.tasks.generation_metrics import generation_metrics
-
     recipe = run["recipe"]
     convs = load_generation_data(recipe, data_dir)[split][:limit]
     data = recipe.get("data", {})
     instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
     encoded = [encode_instance(x, vocab, model.config.speaker_tokens) for x in instances]
-    batches = make_generation_batches(encoded, 128)
-    references, hypotheses = generate_responses(model, batches, vocab)
-    metrics = evaluate_perplexity(model, batches)
+    metrics = evaluate_generation(model, make_generation_batches(encoded, 128), vocab, True, word_vectors)
     del metrics["primary"]
-    return {**metrics, **generation_metrics(hypotheses, references, word_vectors), "instances": len(instances)}
+    return {**metrics, "instances": len(instances)}
 
 
 class ResponseGenerator:
@@ -371,5 +381,5 @@ def reply_speaker(dialogue: Dialogue) -> str:
 
 __all__ = ["EOU", "GENERATION_MODELS", "PAD", "SOU", "SPEAKER_Q", "SPEAKER_R", "SPECIALS", "UNK", "GenerationInstance",
            "GenerationReport", "ResponseGenerator", "Utterance", "Vocabulary", "build_generator", "encode_instance",
-           "evaluate_perplexity", "evaluate_split", "generate_responses", "load_generation_data", "load_trained",
+           "evaluate_generation", "evaluate_perplexity", "evaluate_split", "generate_responses", "load_generation_data", "load_trained",
            "make_generation_batches", "make_instances", "prepare_generation", "reply_speaker", "train_generation", "words"]
