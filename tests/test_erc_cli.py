@@ -72,7 +72,9 @@ def test_train_resume_evaluate_predict(tiny_backbone_dir, conversation_files, tm
 def test_train_reports_bad_input(conversation_files, tmp_path):
     result = runner.invoke(app, ["train", "--dataset", "file", "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "train_file" in result.output
-    result = runner.invoke(app, ["train", "--task", "generation", "--out", str(tmp_path / "x")])
+    result = runner.invoke(app, ["train", "--task", "summarisation", "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "not available yet" in result.output
+    result = runner.invoke(app, ["train", "--task", "generation", "--out", str(tmp_path / "x")])  # the default model is dialogxl
+    assert result.exit_code == 2 and "unknown generation model 'dialogxl'; known: transformer" in result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(tmp_path)])
     assert result.exit_code == 2 and "not a turnformer run" in result.output
