@@ -454,10 +454,11 @@ def generate(
     """Continue every conversation of a file with one generated reply (greedy decoding), or chat."""
     from rich.table import Table
 
+    from turnformer.tasks.erc import checkpoint_paths
     from turnformer.tasks.generation import ResponseGenerator, reply_speaker
 
     try:
-        task, *_ = load_any_trained(checkpoint)
+        task = checkpoint_paths(checkpoint)[1]["recipe"].get("task", "erc")
         if task != "generation":
             raise DialogueError(f"{checkpoint} is a {task} model, not a generation model")
         bot = ResponseGenerator.from_checkpoint(checkpoint)
