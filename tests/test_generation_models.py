@@ -92,7 +92,7 @@ def test_a_tiny_generator_learns_its_training_responses(vocab_and_batch):
     vocab, _, batch = vocab_and_batch
     model = tiny(vocab).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    first = float(model.loss(batch))
+    first = float(model.loss(batch).detach())
     for _ in range(150):
         optimizer.zero_grad()
         model.loss(batch).backward()

@@ -105,13 +105,14 @@ class TransformerGenerator(nn.Module):
         padding = batch.context.eq(self.pad_id)
         return self.encoder(self._embed(batch.context, batch.context_turn), src_key_padding_mask=padding), padding
 
-    def decode(self, memory: torch.Tensor, memory_padding: torch.Tensor, response_in: torch.Tensor) -> torch.Tensor:
-        """Next-token logits (B, Lr, V) of every response prefix."""
+    def decode(self, memory: torch.Tensor, memory_padding: torch.Tensor, response_in: torch.Tensor,
+               last_only: bool = False) -> torch.Tensor:
+        """Next-token logits (B, Lr, V) of every response prefix; with `last_only`, (B, V) of the whole one."""
         length = response_in.shape[1]
         causal = torch.triu(torch.ones(length, length, dtype=torch.bool, device=response_in.device), 1)
         hidden = self.decoder(self._embed(response_in), memory, tgt_mask=causal,
                               tgt_key_padding_mask=response_in.eq(self.pad_id), memory_key_padding_mask=memory_padding)
-        return hidden @ self.embed.weight.T
+        return (hidden[:, -1] if last_only else hidden) @ self.embed.weight.T  # decoding needs only the last row
 
     def forward(self, batch: GenerationBatch) -> torch.Tensor:
         memory, padding = self.encode(batch)
@@ -137,7 +138,7 @@ class TransformerGenerator(nn.Module):
         ids = batch.response_in[:, :prefix]
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
         for _ in range(max_words + 1):
-            step = self.decode(memory, padding, ids)[:, -1]
+            step = self.decode(memory, padding, ids, last_only=True)
             step[:, self.pad_id] = float("-inf")
             token = step.argmax(-1).masked_fill(done, self.pad_id)
             ids = torch.cat([ids, token[:, None]], 1)
