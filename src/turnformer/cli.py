@@ -52,6 +52,13 @@ def load_input(spec: str, data_dir: Optional[Path]) -> list[Dialogue]:
     raise DialogueError(f"{spec}: no such file, and not a dataset split (NAME:SPLIT with NAME in {', '.join(DATASETS)})")
 
 
+def write_jsonl(rows: list[dict], out: Path) -> None:
+    """One JSON object per line, written atomically: a crash never leaves half a file."""
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, out)
+
+
 def pick_dialogue(dialogues: list[Dialogue], wanted: Optional[str], source: str) -> Dialogue:
     if not dialogues:
         raise DialogueError(f"{source}: no conversations")
@@ -431,9 +438,7 @@ def predict(
         for dialogue, predictions in zip(dialogues, per_turn) for i, (turn, p) in enumerate(zip(dialogue.turns, predictions))
     ]
     if out is not None:
-        tmp = out.with_name(out.name + ".tmp")  # atomic: a crash never leaves half a file
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-        os.replace(tmp, out)
+        write_jsonl(rows, out)
         err.print(f"wrote {len(rows)} predictions to {out}")
         return
     table = Table("dialogue", "turn", "speaker", "text", run["recipe"].get("label_kind", "label"), "p")
@@ -471,9 +476,7 @@ def generate(
     rows = [{"id": d.id if d.id is not None else str(i), "speaker": speaker or reply_speaker(d), "response": r}
             for i, (d, r) in enumerate(zip(dialogues, replies))]
     if out is not None:
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-        os.replace(tmp, out)
+        write_jsonl(rows, out)
         err.print(f"wrote {len(rows)} replies to {out}")
         return
     table = Table("conversation", "last turn", "reply")
@@ -511,9 +514,7 @@ def predict_selection(model, tokenizer, spec: str, out: Optional[Path], submissi
         write_submission(rows, submission)
         err.print(f"wrote the rankings of {len(rows)} items to {submission}")
     if out is not None:
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-        os.replace(tmp, out)
+        write_jsonl(rows, out)
         err.print(f"wrote {len(rows)} rankings to {out}")
         return
     if submission is None:

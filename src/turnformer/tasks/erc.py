@@ -123,19 +123,28 @@ def evaluate(model, batches: Sequence[ConversationBatch], labels: Sequence[str],
 SPLITS = ("train", "validation", "test")
 
 
+def read_split_files(recipe: dict) -> dict[str, list[Dialogue]]:
+    """The conversations of a ``dataset = "file"`` recipe: its ``train_file``, ``validation_file`` and
+    ``test_file`` (generic JSONL)."""
+    from turnformer.data import read_jsonl
+
+    splits = {}
+    for split in SPLITS:
+        path = recipe.get(f"{split}_file")
+        if not path:
+            raise DialogueError(f"recipe {recipe.get('recipe_path')}: dataset 'file' needs {split}_file")
+        splits[split] = list(read_jsonl(path))
+    return splits
+
+
 def load_erc_data(recipe: dict, data_dir=None) -> tuple[dict[str, list[Dialogue]], list[str]]:
     """The three splits of a recipe's dataset, and its label set (fixed by the benchmark, or,
     for a user's file, the labels seen in its training split)."""
-    from turnformer.data import load_split, read_jsonl
+    from turnformer.data import load_split
 
     kind = recipe.get("label_kind", "emotion")
     if recipe["dataset"] == "file":
-        splits = {}
-        for split in SPLITS:
-            path = recipe.get(f"{split}_file")
-            if not path:
-                raise DialogueError(f"recipe {recipe.get('recipe_path')}: dataset 'file' needs {split}_file")
-            splits[split] = list(read_jsonl(path))
+        splits = read_split_files(recipe)
         labels = recipe.get("labels") or label_set_from_data(splits["train"], kind)
         return splits, list(labels)
     loaded = {split: load_split(recipe["dataset"], split, data_dir) for split in SPLITS}

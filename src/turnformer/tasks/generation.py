@@ -236,16 +236,11 @@ def generate_responses(model, batches, vocab: Vocabulary) -> tuple[list[list[str
 def load_generation_data(recipe: dict, data_dir=None) -> dict[str, list[Dialogue]]:
     """The conversations of each split: a benchmark (``dataset = "dailydialog"``) or the user's JSONL
     files (``dataset = "file"`` with ``train_file``, ``validation_file``, ``test_file``)."""
-    from turnformer.data import load_split, read_jsonl
+    from turnformer.data import load_split
+    from turnformer.tasks.erc import read_split_files
 
     if recipe["dataset"] == "file":
-        splits = {}
-        for split in SPLITS:
-            path = recipe.get(f"{split}_file")
-            if not path:
-                raise DialogueError(f"recipe {recipe.get('recipe_path')}: dataset 'file' needs {split}_file")
-            splits[split] = list(read_jsonl(path))
-        return splits
+        return read_split_files(recipe)
     return {split: list(load_split(recipe["dataset"], split, data_dir).dialogues) for split in SPLITS}
 
 
