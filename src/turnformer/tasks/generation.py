@@ -152,30 +152,53 @@ class Vocabulary:
 
 # --------------------------------------------------------------------------- batches, training, evaluation
 
-GENERATION_MODELS = ("transformer",)
+# model id -> (module under turnformer.models, class, settings the id fixes). Each class names its settings
+# dataclass as ``config_class``; an ablation id is its model with one setting fixed.
+GENERATION_MODELS: dict[str, tuple[str, str, dict]] = {
+    "transformer": ("transformer_generator", "TransformerGenerator", {}),
+}
 SPLITS = ("train", "validation", "test")
 
 
-def encode_instance(instance: GenerationInstance, vocab: Vocabulary, speaker_tokens: bool = True):
+def encode_instance(instance: GenerationInstance, vocab: Vocabulary, speaker_tokens: bool = True, parse=None):
     """(context ids, turn distance of each context token (1 = newest utterance), response input ids,
-    response target ids) of one instance; see `GenerationBatch`."""
-    from turnformer.models.transformer_generator import IGNORE
+    response target ids) of one instance; see `GenerationBatch`. With `parse` (words -> each word's
+    governor index in the utterance, -1 for the root), a fifth list: each context token's governor
+    column in the flat context, -1 for roots and special tokens."""
+    from turnformer.models.generator_base import IGNORE
 
-    context, turns = [], []
+    context, turns, heads = [], [], []
     for back, utterance in zip(range(len(instance.context), 0, -1), instance.context):
         ids = vocab.utterance_ids(utterance, speaker_tokens)
+        if parse is not None:
+            first_word = len(context) + len(ids) - len(utterance.words) - 1  # after [SOU] (and the speaker token)
+            heads += [-1] * (first_word - len(context))
+            heads += [first_word + h if h >= 0 else -1 for h in parse(utterance.words)]
+            heads.append(-1)  # [EOU]
         context += ids
         turns += [back] * len(ids)
     response = vocab.utterance_ids(instance.response, speaker_tokens)
     target = response[1:]
     if speaker_tokens:  # the response's speaker is given, not predicted
         target[0] = IGNORE
-    return context, turns, response[:-1], target
+    return (context, turns, response[:-1], target) + ((heads,) if parse is not None else ())
+
+
+def encode_instances(instances: Sequence[GenerationInstance], vocab: Vocabulary, model, parser=None) -> list[tuple]:
+    """`encode_instance` of each instance as `model` reads it: with or without speaker tokens, and with
+    dependency heads when the model needs parses (spaCy, cached on disk by `turnformer.parsing`)."""
+    parse = None
+    if getattr(model, "needs_parses", False):
+        from turnformer.parsing import DependencyParser
+
+        parse = parser or DependencyParser()
+        parse.parse_many(sorted({u.words for x in instances for u in x.context}))  # batched, once per text
+    return [encode_instance(x, vocab, model.config.speaker_tokens, parse) for x in instances]
 
 
 def make_generation_batches(encoded: Sequence[tuple], batch_size: int, sort_by_length: bool = True):
     """`GenerationBatch`es of `encoded` instances; sorted by context length (less padding) unless told not to."""
-    from turnformer.models.transformer_generator import IGNORE, GenerationBatch
+    from turnformer.models.generator_base import IGNORE, GenerationBatch
 
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0])) if sort_by_length else list(range(len(encoded)))
 
@@ -188,8 +211,9 @@ def make_generation_batches(encoded: Sequence[tuple], batch_size: int, sort_by_l
     batches = []
     for start in range(0, len(order), batch_size):
         rows = [encoded[i] for i in order[start : start + batch_size]]
+        heads = pad([r[4] for r in rows], -1) if len(rows[0]) > 4 else None
         batches.append(GenerationBatch(pad([r[0] for r in rows], 0), pad([r[1] for r in rows], 0),
-                                       pad([r[2] for r in rows], 0), pad([r[3] for r in rows], IGNORE)))
+                                       pad([r[2] for r in rows], 0), pad([r[3] for r in rows], IGNORE), heads))
     return batches
 
 
@@ -245,12 +269,14 @@ def load_generation_data(recipe: dict, data_dir=None) -> dict[str, list[Dialogue
 
 
 def build_generator(model_id: str, model_config: dict, vocab: Vocabulary):
-    from turnformer.models.transformer_generator import GeneratorConfig, TransformerGenerator
+    import importlib
 
     if model_id not in GENERATION_MODELS:
         raise DialogueError(f"unknown generation model {model_id!r}; known: {', '.join(GENERATION_MODELS)}")
-    config = GeneratorConfig.from_dict({**model_config, "vocab_size": len(vocab)})
-    return TransformerGenerator(config, pad_id=vocab.index[PAD], eou_id=vocab.index[EOU])
+    module, name, fixed = GENERATION_MODELS[model_id]
+    cls = getattr(importlib.import_module(f"turnformer.models.{module}"), name)
+    config = cls.config_class.from_dict({**model_config, **fixed, "vocab_size": len(vocab)})
+    return cls(config, pad_id=vocab.index[PAD], eou_id=vocab.index[EOU])
 
 
 def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | None = None):
@@ -266,7 +292,7 @@ def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | Non
     for split, convs in dialogues.items():
         report = GenerationReport()
         instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)), report)
-        encoded = [encode_instance(x, vocab, model.config.speaker_tokens) for x in instances]
+        encoded = encode_instances(instances, vocab, model)
         size = int(settings.get("batch_size", 64)) if split == "train" else int(settings.get("eval_batch_size", 128))
         batches[split] = make_generation_batches(encoded, size)
         reports[split] = {"dialogues": len(convs), "instances": report.instances, "cut_utterances": report.cut_utterances,
@@ -321,7 +347,7 @@ def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=Non
     convs = load_generation_data(recipe, data_dir)[split][:limit]
     data = recipe.get("data", {})
     instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
-    encoded = [encode_instance(x, vocab, model.config.speaker_tokens) for x in instances]
+    encoded = encode_instances(instances, vocab, model)
     metrics = evaluate_generation(model, make_generation_batches(encoded, 128), vocab, True, word_vectors)
     del metrics["primary"]
     return {**metrics, "instances": len(instances)}
@@ -361,7 +387,7 @@ class ResponseGenerator:
                                                      self.max_context_turns, self.max_words)
                            if x.turn == len(dialogue.turns)]
             instances.append(instance)
-        encoded = [encode_instance(x, self.vocab, self.model.config.speaker_tokens) for x in instances]
+        encoded = encode_instances(instances, self.vocab, self.model)
         batches = make_generation_batches(encoded, 64, sort_by_length=False)
         _, hypotheses = generate_responses(self.model, batches, self.vocab)
         return [" ".join(h) for h in hypotheses]
@@ -375,6 +401,6 @@ def reply_speaker(dialogue: Dialogue) -> str:
 
 
 __all__ = ["EOU", "GENERATION_MODELS", "PAD", "SOU", "SPEAKER_Q", "SPEAKER_R", "SPECIALS", "UNK", "GenerationInstance",
-           "GenerationReport", "ResponseGenerator", "Utterance", "Vocabulary", "build_generator", "encode_instance",
+           "GenerationReport", "ResponseGenerator", "Utterance", "Vocabulary", "build_generator", "encode_instance", "encode_instances",
            "evaluate_generation", "evaluate_perplexity", "evaluate_split", "generate_responses", "load_generation_data", "load_trained",
            "make_generation_batches", "make_instances", "prepare_generation", "reply_speaker", "train_generation", "words"]
