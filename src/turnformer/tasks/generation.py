@@ -156,6 +156,15 @@ class Vocabulary:
 # dataclass as ``config_class``; an ablation id is its model with one setting fixed.
 GENERATION_MODELS: dict[str, tuple[str, str, dict]] = {
     "transformer": ("transformer_generator", "TransformerGenerator", {}),
+    "transformer-dra": ("dra", "TransformerDRA", {}),
+    "dialogbert": ("dialogbert", "DialogBERTGenerator", {"dra": False}),
+    "dialogbert-dra": ("dialogbert", "DialogBERTGenerator", {"dra": True}),
+    "phaed": ("phaed", "PHAED", {}),
+    "phaed-no-speaker-tokens": ("phaed", "PHAED", {"speaker_tokens": False}),
+    "phaed-no-turn-emb": ("phaed", "PHAED", {"turn_embeddings": False}),
+    "phaed-no-turn-attn": ("phaed", "PHAED", {"turn_attention": False}),
+    "phaed-no-recurrence": ("phaed", "PHAED", {"c_max": 0}),
+    "gpt2-scratch": ("gpt2_generator", "GPT2Generator", {}),
 }
 SPLITS = ("train", "validation", "test")
 
