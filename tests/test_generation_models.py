@@ -38,11 +38,13 @@ def vocab_and_batch():
 def test_instance_encoding_shifts_the_response_and_skips_the_speaker_token():
     vocab = Vocabulary.build(DIALOGUES, min_count=1)
     instance = make_instances(DIALOGUES)[1]  # d1: context "hi ...", "fine , thanks . and you ?"; response "fine too ..."
-    context, turns, response_in, target = encode_instance(instance, vocab)
+    context, turns, response_in, target, roles, heads = encode_instance(instance, vocab)
     assert turns == [2] * (len(instance.context[0].words) + 3) + [1] * (len(instance.context[1].words) + 3)
     assert response_in[:2] == [vocab.index[SOU], vocab.index[SPEAKER_R]]
     assert target[0] == IGNORE and target[-1] == vocab.index[EOU] and target[1:-1] == vocab.encode(instance.response.words)
-    plain_in, plain_target = encode_instance(instance, vocab, speaker_tokens=False)[2:]
+    # d1's turns: A, B, A: the context's first utterance is the responder's own (R), the second the partner's (Q)
+    assert roles == [2] * (len(instance.context[0].words) + 3) + [1] * (len(instance.context[1].words) + 3) and heads is None
+    plain_in, plain_target = encode_instance(instance, vocab, speaker_tokens=False)[2:4]
     assert plain_in[0] == vocab.index[SOU] and plain_target[:-1] == vocab.encode(instance.response.words)
 
 

@@ -56,6 +56,8 @@ class GenerationBatch:
     """Padded with 0 ([PAD]). `context_turn`: 1 = newest context utterance, 0 on padding.
     `response_in` starts with [SOU] (and the speaker token); `response_out` is it shifted by one, ending
     with [EOU], with IGNORE where nothing is to be predicted (padding, the given speaker token).
+    `context_role`: 1 on the tokens of a query (an utterance of another speaker than the response's),
+    2 on those of an earlier response of the same speaker, 0 on padding (PHAED's Q / R).
     `context_head` (only for models that read dependency parses): the column of each context token's
     syntactic governor in the same row, -1 for roots, special tokens and padding."""
 
@@ -63,11 +65,12 @@ class GenerationBatch:
     context_turn: torch.Tensor  # (B, Lc)
     response_in: torch.Tensor  # (B, Lr)
     response_out: torch.Tensor  # (B, Lr)
+    context_role: torch.Tensor | None = None  # (B, Lc)
     context_head: torch.Tensor | None = None  # (B, Lc)
 
     def to(self, device) -> "GenerationBatch":
-        return GenerationBatch(*(None if t is None else t.to(device) for t in
-                                 (self.context, self.context_turn, self.response_in, self.response_out, self.context_head)))
+        return GenerationBatch(*(None if t is None else t.to(device) for t in (
+            self.context, self.context_turn, self.response_in, self.response_out, self.context_role, self.context_head)))
 
     def __len__(self) -> int:
         return self.context.shape[0]

@@ -171,12 +171,13 @@ SPLITS = ("train", "validation", "test")
 
 def encode_instance(instance: GenerationInstance, vocab: Vocabulary, speaker_tokens: bool = True, parse=None):
     """(context ids, turn distance of each context token (1 = newest utterance), response input ids,
-    response target ids) of one instance; see `GenerationBatch`. With `parse` (words -> each word's
-    governor index in the utterance, -1 for the root), a fifth list: each context token's governor
-    column in the flat context, -1 for roots and special tokens."""
+    response target ids, role of each context token (1 = Q, 2 = R), dependency heads) of one instance;
+    see `GenerationBatch`. The heads are None without `parse` (words -> each word's governor index in the
+    utterance, -1 for the root); with it, each context token's governor column in the flat context, -1
+    for roots and special tokens."""
     from turnformer.models.generator_base import IGNORE
 
-    context, turns, heads = [], [], []
+    context, turns, roles, heads = [], [], [], []
     for back, utterance in zip(range(len(instance.context), 0, -1), instance.context):
         ids = vocab.utterance_ids(utterance, speaker_tokens)
         if parse is not None:
@@ -186,11 +187,12 @@ def encode_instance(instance: GenerationInstance, vocab: Vocabulary, speaker_tok
             heads.append(-1)  # [EOU]
         context += ids
         turns += [back] * len(ids)
+        roles += [2 if utterance.role == "R" else 1] * len(ids)
     response = vocab.utterance_ids(instance.response, speaker_tokens)
     target = response[1:]
     if speaker_tokens:  # the response's speaker is given, not predicted
         target[0] = IGNORE
-    return (context, turns, response[:-1], target) + ((heads,) if parse is not None else ())
+    return context, turns, response[:-1], target, roles, (heads if parse is not None else None)
 
 
 def encode_instances(instances: Sequence[GenerationInstance], vocab: Vocabulary, model, parser=None) -> list[tuple]:
@@ -220,9 +222,9 @@ def make_generation_batches(encoded: Sequence[tuple], batch_size: int, sort_by_l
     batches = []
     for start in range(0, len(order), batch_size):
         rows = [encoded[i] for i in order[start : start + batch_size]]
-        heads = pad([r[4] for r in rows], -1) if len(rows[0]) > 4 else None
-        batches.append(GenerationBatch(pad([r[0] for r in rows], 0), pad([r[1] for r in rows], 0),
-                                       pad([r[2] for r in rows], 0), pad([r[3] for r in rows], IGNORE), heads))
+        heads = pad([r[5] for r in rows], -1) if rows[0][5] is not None else None
+        batches.append(GenerationBatch(pad([r[0] for r in rows], 0), pad([r[1] for r in rows], 0), pad([r[2] for r in rows], 0),
+                                       pad([r[3] for r in rows], IGNORE), pad([r[4] for r in rows], 0), heads))
     return batches
 
 
