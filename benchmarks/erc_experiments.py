@@ -27,9 +27,12 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   the recipe's rate.
 - ``selection-cpu``: the plain encoder and MDFN on MuTual at a scale the 2-core CPU trains in under an hour
   (4 of MiniLM's 6 layers frozen, max length 128, the first 1,500 training items, 2 epochs, one seed).
-- ``generation``: the response generators on DailyDialog over ``--seeds`` (so far the Transformer baseline;
-  recipes/generation-dailydialog-MODEL.toml); test perplexity at the best validation perplexity, with BLEU and
-  Distinct of greedy responses.
+- ``generation``: the response generators on DailyDialog (recipes/generation-dailydialog-MODEL.toml): Transformer,
+  Transformer+DRA, DialogBERT-style with and without DRA, PHAED and the GPT-2-style decoder over ``--seeds``; PHAED's
+  four ablations and its c_max sweep (1..5, 10 context turns) with the first seed. Test perplexity at the best
+  validation perplexity, with BLEU and Distinct of greedy responses. A GPU job at these sizes.
+- ``generation-cpu``: the same main rows and ablations at the size in ``GENERATION_CPU`` (first 1,000 training and
+  100 validation / test conversations, width 128, 2 layers), which trains on the 2-core CPU.
 - ``figure4``: DialogXL on SwDA acts, memory length 100..1000, on a documented subset of the
   training conversations (``--swda-train``, whole validation and test sets), one seed.
 
@@ -59,6 +62,13 @@ from turnformer.results import make_result, write_result  # noqa: E402
 LEARNING_RATES = ("2e-5", "5e-5", "1e-4")
 ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no-global")
 MEMORY_LENGTHS = tuple(range(100, 1001, 100))
+GENERATION_MAIN = ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")
+PHAED_ABLATIONS = ("phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence")
+# What trains on the 2-core CPU in a few minutes a run: the first 1,000 training conversations, the first 100
+# of validation and test, width 128 and 2 layers (the GPT-2-style decoder 4, as deep as encoder + decoder).
+GENERATION_CPU = {"train": 1000, "eval": 100, "settings": {
+    "model_config.d_model": 128, "model_config.heads": 4, "model_config.layers": 2, "model_config.ff": 512,
+    "train.epochs": 4, "train.warmup_steps": 50, "train.lr": "1e-3", "train.batch_size": 32}}
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,7 @@ class Experiment:
     seeds: tuple[int, ...]
     overrides: tuple[str, ...] = ()
     limit_train: int | None = None
+    limit_eval: int | None = None
     extra: dict = field(default_factory=dict, hash=False)
     task: str = "erc"
 
@@ -124,14 +135,29 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
     if name == "selection-head-lr":  # the plain encoder and MDFN on MuTual, their new layers at train.head_lr = 5e-4
         return [Experiment(f"response-selection-mutual-{model}-head-lr", model, "mutual", seeds, ("train.head_lr=5e-4",),
                            task="response-selection", extra={"head_lr": 5e-4}) for model in ("plain-encoder", "mdfn")]
-    if name == "generation":  # the response generators on DailyDialog (DRA's Table 1 and PHAED's Table 2 rows built so far)
-        return [Experiment(f"generation-dailydialog-{model}", model, "dailydialog", seeds, task="generation") for model in ("transformer",)]
+    if name == "generation":  # DRA's Table 1 and PHAED's Tables 2 and 4 rows on DailyDialog, at the recipes' sizes (a GPU job)
+        return [Experiment(f"generation-dailydialog-{model}", model, "dailydialog", seeds if model in GENERATION_MAIN else seeds[:1],
+                           task="generation") for model in (*GENERATION_MAIN, *PHAED_ABLATIONS)] + [
+            # PHAED's Figure 6: c_max previous responses; 10 context turns hold up to 5 of the responder's own
+            Experiment(f"generation-dailydialog-phaed-cmax{c}", "phaed", "dailydialog", seeds[:1],
+                       (f"model_config.c_max={c}", "data.max_context_turns=10"), task="generation", extra={"c_max": c})
+            for c in range(1, 6)]
+    if name == "generation-cpu":  # the same rows at a size that trains on the 2-core CPU (see GENERATION_CPU)
+        def overrides(model):
+            settings = {**GENERATION_CPU["settings"]}
+            if model == "gpt2-scratch":  # decoder-only: as many layers as encoder and decoder together
+                settings["model_config.layers"] *= 2
+            return tuple(f"{k}={v}" for k, v in settings.items())
+
+        return [Experiment(f"generation-dailydialog-{model}-cpu", model, "dailydialog", seeds if model in GENERATION_MAIN else seeds[:1],
+                           overrides(model), limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task="generation",
+                           extra={"scale": GENERATION_CPU}) for model in (*GENERATION_MAIN, *PHAED_ABLATIONS)]
     if name == "selection-cpu":  # what fits the 2-core CPU: 4 of MiniLM's 6 layers frozen, 128 tokens, 1,500 training items
         return [Experiment(f"response-selection-mutual-{model}-cpu", model, "mutual", seeds[:1],
                            ("model_config.frozen_layers=4", "model_config.max_length=128", "train.epochs=2"), limit_train=1500,
                            task="response-selection", extra={"frozen_layers": 4, "max_length": 128, "train_items": 1500})
                 for model in ("plain-encoder", "mdfn")]
-    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, act-grid, selection, selection-head-lr, selection-cpu, generation")
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, act-grid, selection, selection-head-lr, selection-cpu, generation, generation-cpu")
 
 
 def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:
@@ -144,6 +170,8 @@ def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float |
     command += [arg for o in experiment.overrides for arg in ("--set", o)]
     if experiment.limit_train:
         command += ["--limit-train", str(experiment.limit_train)]
+    if experiment.limit_eval:
+        command += ["--limit-eval", str(experiment.limit_eval)]
     if (out / "last").exists():
         command.append("--resume")
     if deadline is not None:

@@ -300,7 +300,9 @@ def train(
     model: str = typer.Option(
         "dialogxl", help="erc: dialogxl (and its variants dialogxl-no-speaker, dialogxl-speaker-emb, ...), concat-context, "
         "segment-recurrence. dialogue-act: lc-attention, lstm, lstm-blstm, lstm-attention. response-selection: mdfn, "
-        "plain-encoder, mdfn-ua-only, mdfn-sa-only, mdfn-maxpool, mdfn-meanpool, mdfn-linear-fusion. generation: transformer."
+        "plain-encoder, mdfn-ua-only, mdfn-sa-only, mdfn-maxpool, mdfn-meanpool, mdfn-linear-fusion. generation: transformer, "
+        "transformer-dra, dialogbert, dialogbert-dra, phaed (and phaed-no-speaker-tokens, phaed-no-turn-emb, phaed-no-turn-attn, "
+        "phaed-no-recurrence), gpt2-scratch."
     ),
     dataset: str = typer.Option("meld", help="Benchmark name, or 'file' with --train-file/--validation-file/--test-file."),
     recipe: Optional[Path] = typer.Option(None, help="Recipe TOML (default: recipes/TASK-DATASET-MODEL.toml)."),
@@ -310,6 +312,7 @@ def train(
     time_budget: Optional[float] = typer.Option(None, help="Stop (checkpointed, resumable) after this many seconds."),
     limit_dialogues: Optional[int] = typer.Option(None, help="Use only the first N dialogues of each split (quick runs)."),
     limit_train: Optional[int] = typer.Option(None, help="Use only the first N training dialogues (a documented subset; validation and test stay whole)."),
+    limit_eval: Optional[int] = typer.Option(None, help="Use only the first N validation and test dialogues (a documented subset)."),
     train_file: Optional[Path] = typer.Option(None), validation_file: Optional[Path] = typer.Option(None),
     test_file: Optional[Path] = typer.Option(None),
     set_: list[str] = typer.Option([], "--set", help="Override a recipe value: --set train.epochs=2."),
@@ -323,9 +326,13 @@ def train(
         trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
         path = recipe or find_recipe(task, model, "file" if dataset == "file" else dataset)
         overrides = list(set_) + [f'{k}="{v}"' for k, v in files.items() if v is not None]
+        if dataset == "file":
+            overrides.insert(0, 'dataset="file"')
         limits = {split: limit_dialogues for split in ("train", "validation", "test")} if limit_dialogues else {}
         if limit_train:
             limits["train"] = min(limit_train, limits.get("train", limit_train))
+        for split in ("validation", "test") if limit_eval else ():
+            limits[split] = min(limit_eval, limits.get(split, limit_eval))
         result = trainer(load_recipe(path, overrides), out, seed, data_dir, resume, time_budget, limits or None)
     except (DialogueError, ValueError, OSError) as e:
         fail(str(e))

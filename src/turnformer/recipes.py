@@ -20,7 +20,11 @@ REQUIRED = ("task", "model", "dataset")
 
 
 def find_recipe(task: str, model: str, dataset: str) -> Path:
+    """recipes/TASK-DATASET-MODEL.toml. For ``dataset = "file"`` (the user's own conversation files), a model
+    without a file recipe of its own gets its benchmark recipe; the caller then sets ``dataset = "file"``."""
     path = RECIPES_DIR / f"{task}-{dataset}-{model}.toml"
+    if not path.exists() and dataset == "file":
+        path = next(iter(sorted(RECIPES_DIR.glob(f"{task}-*-{model}.toml"))), path)
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))) or "none"
         raise DialogueError(f"no recipe {path.name}; known recipes: {known} (or pass --recipe FILE)")
