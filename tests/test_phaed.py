@@ -1,0 +1,178 @@
+"""PHAED: shapes, learning, decoding, padding, turn-level relative attention, the stop-gradient memory,
+c_max and the ablations (tiny sizes)."""
+
+import math
+
+import pytest
+import torch
+
+from turnformer.dialogue import Dialogue
+from turnformer.models.generator_base import IGNORE
+from turnformer.models.phaed import PHAED, Attention, PHAEDConfig
+from turnformer.tasks.generation import (EOU, GENERATION_MODELS, Vocabulary, build_generator, encode_instances,
+                                         make_generation_batches, make_instances)
+
+DIALOGUES = [
+    Dialogue.from_turns([("A", "hi , how are you ?"), ("B", "fine , thanks . and you ?"), ("A", "fine too , thanks .")], id="d1"),
+    Dialogue.from_turns([("A", "hello"), ("A", "anyone there ?"), ("B", "yes , i am here .")], id="d2"),  # first reply: no query
+    # turns A B A B A B: the reply at turn 4 (A) has the context R Q R Q, "zebra" only in its newer R, "owl" only in its older one
+    Dialogue.from_turns([("A", "the owl sleeps"), ("B", "where is the giraffe ?"), ("A", "near the zebra ."),
+                         ("B", "can we see it ?"), ("A", "yes , let us go ."), ("B", "great !")], id="d3"),
+]
+SMALL = {"d_model": 16, "heads": 2, "layers": 2, "ff": 32, "dropout": 0.0}
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return Vocabulary.build(DIALOGUES, min_count=1)
+
+
+def tiny(vocab, **settings) -> PHAED:
+    torch.manual_seed(0)
+    return PHAED(PHAEDConfig(vocab_size=len(vocab), **{**SMALL, **settings}), pad_id=0, eou_id=vocab.index[EOU]).eval()
+
+
+def batches(model, vocab, instances, size=16, sort=True):
+    return make_generation_batches(encode_instances(instances, vocab, model), size, sort)
+
+
+def the_reply(turn: int, dialogue: str = "d3"):
+    return [x for x in make_instances(DIALOGUES) if x.dialogue_id == dialogue and x.turn == turn]
+
+
+def replaced(batch, vocab, word: str, by: str = "fine"):
+    context = batch.context.masked_fill(batch.context.eq(vocab.index[word]), vocab.index[by])
+    return type(batch)(context, batch.context_turn, batch.response_in, batch.response_out, batch.context_role)
+
+
+def test_forward_shapes_and_a_context_without_queries(vocab):
+    model = tiny(vocab)
+    (batch,) = batches(model, vocab, make_instances(DIALOGUES))
+    logits = model(batch)
+    assert logits.shape == (*batch.response_in.shape, len(vocab)) and torch.isfinite(logits).all()
+    assert torch.isfinite(model.loss(batch))
+    (lonely,) = batches(model, vocab, the_reply(1, "d2"))  # its context is one utterance of the responder: no query
+    assert not lonely.context_role.eq(1).any() and torch.isfinite(model(lonely)).all()
+    with pytest.raises(ValueError, match="context_role"):
+        model(type(batch)(batch.context, batch.context_turn, batch.response_in, batch.response_out))
+    with pytest.raises(ValueError, match="r_max"):
+        PHAEDConfig(vocab_size=10, r_max=-1)
+
+
+def test_a_tiny_phaed_learns_its_training_responses(vocab):
+    model = tiny(vocab).train()
+    (batch,) = batches(model, vocab, make_instances(DIALOGUES))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    first = float(model.loss(batch).detach())
+    for _ in range(80):
+        optimizer.zero_grad()
+        model.loss(batch).backward()
+        optimizer.step()
+    with torch.no_grad():
+        assert float(model.eval().loss(batch)) < first / 5
+
+
+def test_greedy_decoding_reuses_the_encoded_state_and_matches_the_forward_pass(vocab):
+    model = tiny(vocab, max_response_words=5)
+    (batch,) = batches(model, vocab, make_instances(DIALOGUES))
+    out = model.generate(batch)
+    assert len(out) == len(batch) and all(len(o) <= 6 and vocab.index[EOU] not in o and 0 not in o for o in out)
+    state = model.encode(batch)
+    assert state[2] is not None and len(state[2]) == model.config.layers  # the memory: computed once, in the state
+    ids = batch.response_in[:, :2]
+    for step in range(len(out[0])):
+        scores = model.decode(state, ids, last_only=True)
+        assert torch.allclose(scores, model.decode(state, ids)[:, -1], atol=1e-5)
+        scores[:, 0] = float("-inf")
+        assert int(scores[0].argmax()) == out[0][step]
+        ids = torch.cat([ids, scores.argmax(-1, keepdim=True)], 1)
+
+
+def test_padding_does_not_change_an_example(vocab):
+    model = tiny(vocab)
+    instances = make_instances(DIALOGUES)
+    longest = max(range(len(instances)), key=lambda i: len(instances[i].context))
+    instances = [instances[longest]] + instances[:longest] + instances[longest + 1:]
+    alone = batches(model, vocab, instances[1:2], 1)[0]
+    together = batches(model, vocab, instances, 16, sort=False)[0]  # padded to the longest context and response
+    assert together.context.shape[1] > alone.context.shape[1]
+    length = alone.response_in.shape[1]
+    assert torch.allclose(model(alone)[0], model(together)[1, :length], atol=1e-5)
+
+
+def test_turn_relative_attention_is_eq_4_5_and_plain_attention_with_zero_vectors(vocab):
+    torch.manual_seed(0)
+    heads, d, r_max = 2, 8, 2
+    attention = Attention(d, heads, relative=r_max + 1)
+    x = torch.randn(2, 5, d)
+    relative = torch.randint(0, r_max + 1, (2, 5, 5))
+    mask = torch.rand(2, 5, 5) > 0.4
+    mask[0, 0] = False  # a query that sees nothing outputs zero (before the output projection)
+    out = attention(x, x, mask, relative)
+    # eq. 4-5 written out: K^_p = K_p + B^K_r, V^_p = V_p + B^V_r for every (query, key) pair
+    split = attention._split
+    q, k, v = split(attention.query(x)), split(attention.key(x)), split(attention.value(x))
+    bk = split(attention.rel_key)[:, relative].permute(1, 0, 2, 3, 4)  # [B, H, Lq, Lk, D]
+    bv = split(attention.rel_value)[:, relative].permute(1, 0, 2, 3, 4)
+    scores = (q.unsqueeze(-2) * (k.unsqueeze(2) + bk)).sum(-1) / math.sqrt(d // heads)
+    scores = scores.masked_fill(~mask[:, None], float("-inf"))
+    probs = scores.softmax(-1).nan_to_num(0.0)
+    manual = attention.out(((probs.unsqueeze(-1) * (v.unsqueeze(2) + bv)).sum(-2)).transpose(1, 2).flatten(2))
+    assert torch.allclose(out, manual, atol=1e-5)
+    assert torch.allclose(out[0, 0], attention.out.bias)
+
+    # r_max = 0 (every past query in one bucket) still hides later queries: the older query does not see the newer one
+    zero = tiny(vocab, r_max=0)
+    (reply,) = batches(zero, vocab, the_reply(4))
+    encoded = zero.encode(reply)[0]
+    older = reply.context_turn.eq(3)  # the older of the two queries
+    changed = reply.context.masked_fill(reply.context_turn.eq(1) & reply.context.eq(vocab.index["see"]), vocab.index["fine"])
+    moved = zero.encode(type(reply)(changed, reply.context_turn, reply.response_in, reply.response_out, reply.context_role))[0]
+    assert not torch.equal(changed, reply.context) and torch.allclose(encoded[older], moved[older], atol=1e-6)
+
+    model = tiny(vocab, r_max=1)
+    plain = tiny(vocab, turn_attention=False)
+    unknown = plain.load_state_dict(model.state_dict(), strict=False)
+    assert not unknown.missing_keys and all("rel_" in key for key in unknown.unexpected_keys)
+    (batch,) = batches(model, vocab, make_instances(DIALOGUES))
+    assert not torch.allclose(model(batch), plain(batch), atol=1e-4)
+    with torch.no_grad():
+        for layer in model.inter:
+            layer.self_attention.rel_key.zero_()
+            layer.self_attention.rel_value.zero_()
+    assert torch.allclose(model(batch), plain(batch), atol=1e-6)
+
+
+def test_the_memory_is_stop_gradient(vocab):
+    model = tiny(vocab, c_max=2)
+    (batch,) = batches(model, vocab, the_reply(4))
+    zebra, giraffe = vocab.index["zebra"], vocab.index["giraffe"]  # in the newer earlier response / in a query only
+    assert zebra not in batch.response_in.tolist()[0] and giraffe not in batch.response_in.tolist()[0]
+    logits = model(batch)
+    assert not torch.allclose(logits, model(replaced(batch, vocab, "zebra")), atol=1e-4)  # the memory is read...
+    logits[..., vocab.index["yes"]].sum().backward()  # (a word other than zebra: the tied output adds nothing to its row)
+    assert torch.equal(model.embed.weight.grad[zebra], torch.zeros(model.config.d_model))  # ...but passes no gradient
+    assert model.embed.weight.grad[giraffe].abs().sum() > 0  # the encoder path does
+
+
+def test_c_max_limits_the_earlier_responses_in_memory(vocab):
+    for c_max, sees_zebra, sees_owl in ((0, False, False), (1, True, False), (2, True, True)):
+        model = tiny(vocab, c_max=c_max)
+        (batch,) = batches(model, vocab, the_reply(4))
+        assert batch.context_role[batch.context.eq(vocab.index["owl"])].eq(2).all()
+        logits = model(batch)
+        assert torch.allclose(logits, model(replaced(batch, vocab, "zebra")), atol=1e-6) != sees_zebra, c_max
+        assert torch.allclose(logits, model(replaced(batch, vocab, "owl")), atol=1e-6) != sees_owl, c_max
+
+
+@pytest.mark.parametrize("model_id", [m for m in GENERATION_MODELS if m.startswith("phaed")])
+def test_every_phaed_variant_builds_trains_and_generates(vocab, model_id):
+    torch.manual_seed(0)
+    model = build_generator(model_id, {**SMALL, "layers": 1, "max_response_words": 4}, vocab)
+    (batch,) = batches(model, vocab, make_instances(DIALOGUES))
+    fixed = GENERATION_MODELS[model_id][2]
+    assert all(getattr(model.config, key) == value for key, value in fixed.items())
+    assert batch.response_out[:, 0].eq(IGNORE).all() == model.config.speaker_tokens
+    loss = model.loss(batch)
+    loss.backward()
+    assert torch.isfinite(loss) and len(model.eval().generate(batch)) == len(batch)
