@@ -203,6 +203,8 @@ def main() -> None:
     parser.add_argument("--prune", action="store_true", help="Delete a run's checkpoints when it ends (keep its records).")
     parser.add_argument("--datasets", default=None, help="Keep only the experiments on these datasets (comma-separated).")
     parser.add_argument("--models", default=None, help="Keep only the experiments of these models (comma-separated).")
+    parser.add_argument("--seed-major", action="store_true",
+                        help="Run every experiment's first seed before any second one (a cut run then still has every row).")
     args = parser.parse_args()
 
     seeds = tuple(int(s) for s in args.seeds.split(","))
@@ -216,7 +218,8 @@ def main() -> None:
     jobs = [(e, s) for e in experiments for s in e.seeds]
     # Longest first (DailyDialog, SwDA), so that the pool does not end waiting on one long run.
     weight = {"dailydialog": 3, "swda": 2}
-    jobs.sort(key=lambda job: (-weight.get(job[0].dataset, 1), job[0].model != "concat-context"))
+    jobs.sort(key=lambda job: (job[0].seeds.index(job[1]) if args.seed_major else 0, -weight.get(job[0].dataset, 1),
+                               job[0].model != "concat-context"))
     print(f"{len(jobs)} runs, {args.workers} at a time", flush=True)
     with ThreadPoolExecutor(args.workers) as pool:
         list(pool.map(lambda job: run_one(*job, args.runs_dir, deadline, args.workers > 1, args.prune), jobs))
