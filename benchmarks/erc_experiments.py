@@ -68,7 +68,7 @@ PHAED_ABLATIONS = ("phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-tur
 # of validation and test, width 128 and 2 layers (the GPT-2-style decoder 4, as deep as encoder + decoder).
 GENERATION_CPU = {"train": 1000, "eval": 100, "settings": {
     "model_config.d_model": 128, "model_config.heads": 4, "model_config.layers": 2, "model_config.ff": 512,
-    "train.epochs": 4, "train.warmup_steps": 50, "train.lr": "1e-3", "train.batch_size": 32}}
+    "train.epochs": 3, "train.warmup_steps": 50, "train.lr": "1e-3", "train.batch_size": 32}}
 
 
 @dataclass(frozen=True)
