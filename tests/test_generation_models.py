@@ -153,3 +153,28 @@ def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
 
     wrong = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(conversations)])
     assert wrong.exit_code != 0 and "turnformer generate" in wrong.output
+
+
+@pytest.mark.parametrize("model_id", ["transformer-dra", "dialogbert-dra", "phaed", "gpt2-scratch"])
+def test_every_generator_trains_and_replies_from_the_command_line(model_id, tmp_path, monkeypatch):
+    """On the user's own conversation files: a model without a file recipe of its own uses its benchmark
+    recipe with the files; DRA models parse with spaCy into a cache under TURNFORMER_CACHE."""
+    monkeypatch.setenv("TURNFORMER_CACHE", str(tmp_path / "cache"))
+    conversations = tmp_path / "c.jsonl"
+    conversations.write_text("".join(json.dumps({"id": d.id, "turns": [{"speaker": t.speaker, "text": t.text} for t in d.turns]}) + "\n"
+                                     for d in DIALOGUES))
+    out = tmp_path / "run"
+    files = [arg for split in ("train", "validation", "test") for arg in (f"--{split}-file", str(conversations))]
+    tiny_settings = ["model_config.d_model=16", "model_config.heads=2", "model_config.ff=32", "model_config.layers=1",
+                     "train.epochs=1", "train.warmup_steps=1", "data.min_count=1"]
+    trained = runner.invoke(app, ["train", "--task", "generation", "--model", model_id, "--dataset", "file", *files, "--out", str(out),
+                                  *[arg for s in tiny_settings for arg in ("--set", s)]])
+    assert trained.exit_code == 0, trained.output
+    run = json.loads((out / "run.json").read_text())
+    assert run["recipe"]["model"] == model_id and run["recipe"]["dataset"] == "file"
+    replies = tmp_path / "replies.jsonl"
+    generated = runner.invoke(app, ["generate", "--checkpoint", str(out), "--input", str(conversations), "--out", str(replies)])
+    assert generated.exit_code == 0, generated.output
+    assert len(replies.read_text().splitlines()) == len(DIALOGUES)
+    if model_id.endswith("-dra"):
+        assert any((tmp_path / "cache").rglob("*.sqlite"))

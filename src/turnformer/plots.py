@@ -278,8 +278,9 @@ def utterance_attention(model, tokenizer, dialogue: Dialogue, start: int, length
 
 
 def plot_utterance_attention(panels: Sequence[tuple[str, torch.Tensor]], labels: Sequence[str], out: str | Path,
-                             title: str | None = None) -> Path:
-    """Side-by-side heatmaps (one per model) of utterance-to-utterance attention; rows: queries."""
+                             title: str | None = None, key: str = "utterance") -> Path:
+    """Side-by-side heatmaps (one per model) of utterance-to-utterance attention (or, with ``key="token"``,
+    token-to-token, the labels on both axes); rows: queries."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -290,8 +291,8 @@ def plot_utterance_attention(panels: Sequence[tuple[str, torch.Tensor]], labels:
     for ax, (name, matrix) in zip(axes[0], panels):
         ax.imshow(matrix.numpy(), cmap="Reds", vmin=0, vmax=float(matrix.max()), interpolation="nearest")
         ax.set_title(name, fontsize=9)
-        ax.set_xticks(range(n), range(n), fontsize=7)
+        ax.set_xticks(range(n), labels if key == "token" else range(n), fontsize=7, rotation=90 if key == "token" else 0)
         ax.set_yticks(range(n), labels if ax is axes[0][0] else range(n), fontsize=7)
-        ax.set_xlabel("key utterance")
-    fig.suptitle(title or "attention between utterances (mean over heads; rows sum to 1)", fontsize=9)
+        ax.set_xlabel(f"key {key}")
+    fig.suptitle(title or f"attention between {key}s (mean over heads; rows sum to 1)", fontsize=9)
     return save_figure(fig, out)

@@ -53,6 +53,17 @@ class TransformerGenerator(GeneratorBase):
         padding = batch.context.eq(self.pad_id)
         return self.encoder(self._embed(batch.context, batch.context_turn), src_key_padding_mask=padding), padding
 
+    @torch.no_grad()
+    def encoder_attention(self, batch: GenerationBatch) -> list[torch.Tensor]:
+        """Each encoder layer's attention probabilities [B, H, L, L] (for plots; the forward pass does not keep them)."""
+        padding = batch.context.eq(self.pad_id)
+        x, out = self._embed(batch.context, batch.context_turn), []
+        for layer in self.encoder.layers:  # pre-norm: the attention reads norm1 of the layer's input
+            h = layer.norm1(x)
+            out.append(layer.self_attn(h, h, h, key_padding_mask=padding, need_weights=True, average_attn_weights=False)[1])
+            x = layer(x, src_key_padding_mask=padding)
+        return out
+
     def decode(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         memory, memory_padding = state
         hidden = self.decoder(self._embed(response_in), memory, tgt_mask=causal_mask(response_in.shape[1], response_in.device),
