@@ -64,11 +64,11 @@ ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no
 MEMORY_LENGTHS = tuple(range(100, 1001, 100))
 GENERATION_MAIN = ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")
 PHAED_ABLATIONS = ("phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence")
-# What trains on the 2-core CPU in a few minutes a run: the first 1,000 training conversations, the first 100
+# What trains on the 2-core CPU in about 5 minutes a run: the first 1,000 training conversations, the first 100
 # of validation and test, width 128 and 2 layers (the GPT-2-style decoder 4, as deep as encoder + decoder).
 GENERATION_CPU = {"train": 1000, "eval": 100, "settings": {
     "model_config.d_model": 128, "model_config.heads": 4, "model_config.layers": 2, "model_config.ff": 512,
-    "train.epochs": 3, "train.warmup_steps": 50, "train.lr": "1e-3", "train.batch_size": 32}}
+    "train.epochs": 2, "train.warmup_steps": 50, "train.lr": "1e-3", "train.batch_size": 32}}
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,8 @@ def main() -> None:
     parser.add_argument("--datasets", default=None, help="Keep only the experiments on these datasets (comma-separated).")
     parser.add_argument("--models", default=None, help="Keep only the experiments of these models (comma-separated).")
     parser.add_argument("--seed-major", action="store_true",
-                        help="Run every experiment's first seed before any second one (a cut run then still has every row).")
+                        help="Run every experiment's first seed before any second one, one-seed experiments last "
+                             "(a cut run then still has every main row).")
     args = parser.parse_args()
 
     seeds = tuple(int(s) for s in args.seeds.split(","))
@@ -218,8 +219,9 @@ def main() -> None:
     jobs = [(e, s) for e in experiments for s in e.seeds]
     # Longest first (DailyDialog, SwDA), so that the pool does not end waiting on one long run.
     weight = {"dailydialog": 3, "swda": 2}
-    jobs.sort(key=lambda job: (job[0].seeds.index(job[1]) if args.seed_major else 0, -weight.get(job[0].dataset, 1),
-                               job[0].model != "concat-context"))
+    # --seed-major: every experiment's first seed before any second one, experiments of one seed (ablations) last
+    jobs.sort(key=lambda job: ((len(job[0].seeds) == 1, job[0].seeds.index(job[1])) if args.seed_major else (0, 0),
+                               -weight.get(job[0].dataset, 1), job[0].model != "concat-context"))
     print(f"{len(jobs)} runs, {args.workers} at a time", flush=True)
     with ThreadPoolExecutor(args.workers) as pool:
         list(pool.map(lambda job: run_one(*job, args.runs_dir, deadline, args.workers > 1, args.prune), jobs))
