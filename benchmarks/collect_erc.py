@@ -47,10 +47,11 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
         validation.append(best["validation"]["perplexity"] if generation else best["validation"]["primary"])
         best_epochs.append(result["best_epoch"])
         seconds.append(result["train_seconds"])
-        limit = (info.get("limits") or {}).get("train")
+        limits = info.get("limits") or {}
         commands.append(
             f"turnformer train --task {recipe['task']} --model {recipe['model']} --dataset {recipe['dataset']} --seed {info['seed']} --out {run}"
-            + (f" --limit-train {limit}" if limit else "")
+            + (f" --limit-train {limits['train']}" if limits.get("train") else "")
+            + (f" --limit-eval {limits['test']}" if limits.get("test") else "")
         )
     task = recipe["task"]
     # MuTual's test answers are hidden: the "test" of its runs is the dev set (see turnformer.tasks.response_selection)
