@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from _timing import timed_train_step
 from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, LCConfig
 from turnformer.results import make_result, write_result
 
@@ -101,13 +102,7 @@ def throughput(n_batches: int, n_utterances: int, data_dir=None) -> dict:
 
     def train_step(model_id, batch) -> float:
         model, _, _, optimizer, _ = models[model_id]
-        model.train()
-        start = time.perf_counter()
-        loss = model.loss(batch)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return time.perf_counter() - start
+        return timed_train_step(model, optimizer, batch)
 
     spent = dict.fromkeys(MODEL_IDS, 0.0)
     for model_id in MODEL_IDS:

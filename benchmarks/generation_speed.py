@@ -23,6 +23,7 @@ import time
 
 import torch
 
+from _timing import timed_train_step
 from turnformer.data import load_split
 from turnformer.parsing import DependencyParser
 from turnformer.results import make_result, write_result
@@ -67,14 +68,7 @@ def main() -> None:
     tokens = sum(int(b.context.ne(0).sum() + b.response_in.ne(0).sum()) for b in batches["transformer"])
 
     def train_step(model_id, batch) -> float:
-        model, optimizer = models[model_id]
-        model.train()
-        start = time.perf_counter()
-        loss = model.loss(batch)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return time.perf_counter() - start
+        return timed_train_step(*models[model_id], batch)
 
     def decode_all(model_id) -> float:
         model = models[model_id][0].eval()

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
+from _timing import timed_train_step
 from turnformer.results import make_result, write_result
 from turnformer.tasks.response_selection import encode_items, load_selection_data, make_selection_batches, special_tokens
 from turnformer.models.mdfn import build_mdfn
@@ -51,13 +51,7 @@ def main() -> None:
     sequences = sum(b.input_ids.shape[0] for b in chosen)
 
     def train_step(model_id, batch) -> float:
-        model, optimizer = models[model_id]
-        start = time.perf_counter()
-        loss = model.loss(batch)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return time.perf_counter() - start
+        return timed_train_step(*models[model_id], batch)
 
     train_step("plain-encoder", chosen[0]), train_step("mdfn", chosen[0])  # warm-up
     totals = {m: [] for m in models}

@@ -12,6 +12,8 @@ from turnformer.models.transformer_generator import IGNORE, GeneratorConfig, Tra
 from turnformer.tasks.generation import (EOU, SOU, SPEAKER_R, Vocabulary, encode_instance, make_generation_batches,
                                          make_instances, reply_speaker)
 
+from _generation_checks import assert_learns_its_training_responses
+
 runner = CliRunner()
 
 DIALOGUES = [
@@ -92,17 +94,7 @@ def test_greedy_decoding_follows_the_argmax_and_stops_at_eou(vocab_and_batch):
 
 def test_a_tiny_generator_learns_its_training_responses(vocab_and_batch):
     vocab, _, batch = vocab_and_batch
-    model = tiny(vocab).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    first = float(model.loss(batch).detach())
-    for _ in range(150):
-        optimizer.zero_grad()
-        model.loss(batch).backward()
-        optimizer.step()
-    model.eval()
-    assert float(model.loss(batch)) < first / 10
-    references, hypotheses = model.predict(batch)
-    assert sum(r == h for r, h in zip(references, hypotheses)) >= len(batch) - 1
+    assert_learns_its_training_responses(tiny(vocab), batch, steps=150)
 
 
 def test_config_checks_and_reply_speaker():

@@ -11,6 +11,8 @@ from turnformer.models.generator_base import IGNORE
 from turnformer.tasks.generation import (EOU, Vocabulary, build_generator, encode_instance, make_generation_batches,
                                          make_instances, words)
 
+from _generation_checks import assert_learns_its_training_responses
+
 DIALOGUES = [
     Dialogue.from_turns([("A", "hi , how are you ?"), ("B", "fine , thanks . and you ?"), ("A", "fine too , thanks .")], id="d1"),
     Dialogue.from_turns([("A", "where are you going ?"), ("B", "to the bank ."), ("A", "see you later ."),
@@ -68,17 +70,7 @@ def test_gpt2_padding_does_not_change_an_example(vocab_and_batch):
 
 def test_a_tiny_gpt2_learns_its_training_responses(vocab_and_batch):
     vocab, _, batch = vocab_and_batch
-    model = tiny_gpt2(vocab).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    first = float(model.loss(batch).detach())
-    for _ in range(80):
-        optimizer.zero_grad()
-        model.loss(batch).backward()
-        optimizer.step()
-    model.eval()
-    assert float(model.loss(batch).detach()) < first / 10
-    references, hypotheses = model.predict(batch)
-    assert sum(r == h for r, h in zip(references, hypotheses)) >= len(batch) - 1
+    assert_learns_its_training_responses(tiny_gpt2(vocab), batch, steps=80)
 
 
 def test_gpt2_refuses_sequences_over_max_positions(vocab_and_batch):

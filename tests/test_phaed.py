@@ -12,6 +12,8 @@ from turnformer.models.phaed import PHAED, Attention, PHAEDConfig
 from turnformer.tasks.generation import (EOU, GENERATION_MODELS, Vocabulary, build_generator, encode_instances,
                                          make_generation_batches, make_instances)
 
+from _generation_checks import fit
+
 DIALOGUES = [
     Dialogue.from_turns([("A", "hi , how are you ?"), ("B", "fine , thanks . and you ?"), ("A", "fine too , thanks .")], id="d1"),
     Dialogue.from_turns([("A", "hello"), ("A", "anyone there ?"), ("B", "yes , i am here .")], id="d2"),  # first reply: no query
@@ -60,14 +62,9 @@ def test_forward_shapes_and_a_context_without_queries(vocab):
 
 
 def test_a_tiny_phaed_learns_its_training_responses(vocab):
-    model = tiny(vocab).train()
+    model = tiny(vocab)
     (batch,) = batches(model, vocab, make_instances(DIALOGUES))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    first = float(model.loss(batch).detach())
-    for _ in range(80):
-        optimizer.zero_grad()
-        model.loss(batch).backward()
-        optimizer.step()
+    first = fit(model, batch, steps=80)
     with torch.no_grad():
         assert float(model.eval().loss(batch)) < first / 5
 

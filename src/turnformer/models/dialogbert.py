@@ -22,7 +22,6 @@ are newest first (slot 0 = the latest utterance).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -67,10 +66,8 @@ class DialogBERTGenerator(TransformerGenerator):
         if self.config.dra and batch.context_head is None:
             raise ValueError("dialogbert-dra reads dependency parses: build batches with encode_instances (no context_head)")
         meta = context_meta(batch, self.pad_id)
-        x = self.embed(batch.context) * math.sqrt(self.config.d_model)
-        if not self.config.dra:
-            x = x + self.position(meta.position.clamp(max=self.config.max_positions - 1))
-        x = self.dropout(x)
+        # positions within the utterance (none with DRA); turns enter at the context encoder
+        x = self.embed_tokens(batch.context, None if self.config.dra else meta.position.clamp(max=self.config.max_positions - 1))
         mask = (DEPENDENCY if self.config.dra else SAME_UTTERANCE)(meta, meta)
         token_attention = []
         for layer in self.encoder:

@@ -14,7 +14,6 @@ parses with spaCy, `turnformer.parsing`). `encoder_attention(batch)` gives each 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -96,10 +95,7 @@ class TransformerDRA(TransformerGenerator):
     def _embed_context(self, batch: GenerationBatch) -> torch.Tensor:
         if not self.dra_layers:  # no DRA: the baseline's input, positions included
             return self._embed(batch.context, batch.context_turn)
-        x = self.embed(batch.context) * math.sqrt(self.config.d_model)
-        if self.turn is not None:
-            x = x + self.turn(batch.context_turn.clamp(max=self.config.max_turns))
-        return self.dropout(x)
+        return self.embed_tokens(batch.context, turns=batch.context_turn)  # DRA: no positions
 
     def _encode(self, batch: GenerationBatch, return_attention: bool = False):
         if self.dra_layers and batch.context_head is None:

@@ -11,6 +11,7 @@ A model's settings are a `GeneratorConfig`, or a subclass adding its own fields.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -84,6 +85,34 @@ class GeneratorBase(nn.Module):
     pad_id: int
     eou_id: int
     needs_parses = False  # True: batches must carry `context_head`
+
+    def _add_embeddings(self, config: GeneratorConfig, pad_id: int, eou_id: int) -> None:
+        """The settings and the input embeddings every generator has: words (the output projection is
+        tied to them), positions, and turns (none with ``turn_embeddings = False``)."""
+        self.config, self.pad_id, self.eou_id = config, pad_id, eou_id
+        d = config.d_model
+        self.embed = nn.Embedding(config.vocab_size, d, padding_idx=pad_id)
+        self.position = nn.Embedding(config.max_positions, d)
+        self.turn = nn.Embedding(config.max_turns + 1, d, padding_idx=0) if config.turn_embeddings else None
+        self.dropout = nn.Dropout(config.dropout)
+
+    def _init_word_embeddings(self) -> None:
+        """N(0, 1/d) with [PAD] at zero: scaled by sqrt(d) the inputs start at unit scale, and the tied
+        output at small logits. Called once the layers are built, so their seeded initialisation is unchanged."""
+        nn.init.normal_(self.embed.weight, std=self.config.d_model ** -0.5)
+        with torch.no_grad():
+            self.embed.weight[self.pad_id].zero_()
+
+    def embed_tokens(self, ids: torch.Tensor, positions: torch.Tensor | None = None,
+                     turns: torch.Tensor | None = None) -> torch.Tensor:
+        """dropout(E(ids) sqrt(d) + PE(positions) + TE(turns)); a term is left out when not given (or, for
+        turns, when the model has no turn embeddings). Each model checks its own positions' range."""
+        x = self.embed(ids) * math.sqrt(self.config.d_model)
+        if positions is not None:
+            x = x + self.position(positions)
+        if self.turn is not None and turns is not None:
+            x = x + self.turn(turns.clamp(max=self.config.max_turns))
+        return self.dropout(x)
 
     def config_dict(self) -> dict:
         return {"generator": self.config.to_dict(), "pad_id": self.pad_id, "eou_id": self.eou_id}

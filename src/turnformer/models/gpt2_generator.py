@@ -23,7 +23,6 @@ gives this model ``layers = 2N``: as many layers, about 14% fewer layer paramete
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import nn
@@ -36,18 +35,12 @@ class GPT2Generator(GeneratorBase):
 
     def __init__(self, config: GeneratorConfig, pad_id: int = 0, eou_id: int = 3):
         super().__init__()
-        self.config, self.pad_id, self.eou_id = config, pad_id, eou_id
+        self._add_embeddings(config, pad_id, eou_id)
         d = config.d_model
-        self.embed = nn.Embedding(config.vocab_size, d, padding_idx=pad_id)
-        self.position = nn.Embedding(config.max_positions, d)
-        self.turn = nn.Embedding(config.max_turns + 1, d, padding_idx=0) if config.turn_embeddings else None
-        self.dropout = nn.Dropout(config.dropout)
         layer = nn.TransformerEncoderLayer(d, config.heads, config.ff, config.dropout, activation="gelu",
                                            batch_first=True, norm_first=True)
         self.layers = nn.TransformerEncoder(layer, config.layers, norm=nn.LayerNorm(d), enable_nested_tensor=False)
-        nn.init.normal_(self.embed.weight, std=d ** -0.5)
-        with torch.no_grad():
-            self.embed.weight[pad_id].zero_()
+        self._init_word_embeddings()
 
     def encode(self, batch: GenerationBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The context as it is (decoder-only: nothing to encode yet): ids, turn distances, lengths."""
@@ -69,10 +62,8 @@ class GPT2Generator(GeneratorBase):
 
     def decode(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         ids, turns, start = self.pack(state, response_in)
-        x = self.embed(ids) * math.sqrt(self.config.d_model) + self.position(torch.arange(ids.shape[1], device=ids.device))
-        if self.turn is not None:
-            x = x + self.turn(turns.clamp(max=self.config.max_turns))
-        hidden = self.layers(self.dropout(x), mask=causal_mask(ids.shape[1], ids.device), is_causal=True)
+        x = self.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), turns)
+        hidden = self.layers(x, mask=causal_mask(ids.shape[1], ids.device), is_causal=True)
         steps = torch.arange(response_in.shape[1], device=ids.device)
         steps = steps[-1:] if last_only else steps
         rows = hidden.gather(1, (start[:, None] + steps)[:, :, None].expand(-1, -1, hidden.shape[-1]))  # the response's positions

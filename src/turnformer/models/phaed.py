@@ -124,31 +124,22 @@ class PHAED(GeneratorBase):
 
     def __init__(self, config: PHAEDConfig, pad_id: int = 0, eou_id: int = 3):
         super().__init__()
-        self.config, self.pad_id, self.eou_id = config, pad_id, eou_id
+        self._add_embeddings(config, pad_id, eou_id)  # PE(i): position within the utterance; TE: aligned turn
         d = config.d_model
-        self.embed = nn.Embedding(config.vocab_size, d, padding_idx=pad_id)
-        self.position = nn.Embedding(config.max_positions, d)  # PE(i): position within the utterance
-        self.turn = nn.Embedding(config.max_turns + 1, d, padding_idx=0) if config.turn_embeddings else None  # TE
-        self.dropout = nn.Dropout(config.dropout)
         relative = config.r_max + 1 if config.turn_attention else 0
         self.inner = nn.ModuleList(Layer(config) for _ in range(config.layers))
         self.inter = nn.ModuleList(Layer(config, relative=relative) for _ in range(config.inter_layers))
         self.encoder_norm = nn.LayerNorm(d)
         self.decoder = nn.ModuleList(Layer(config, cross=True) for _ in range(config.layers))
         self.decoder_norm = nn.LayerNorm(d)
-        nn.init.normal_(self.embed.weight, std=d ** -0.5)
-        with torch.no_grad():
-            self.embed.weight[pad_id].zero_()
+        self._init_word_embeddings()
 
     def _embed(self, ids: torch.Tensor, position: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
         """Eq. 2: E(x) sqrt(d) + TE(turn) + PE(position)."""
         longest = int(position.max()) + 1
         if longest > self.config.max_positions:
             raise ValueError(f"an utterance of {longest} tokens is over max_positions = {self.config.max_positions}")
-        x = self.embed(ids) * math.sqrt(self.config.d_model) + self.position(position)
-        if self.turn is not None:
-            x = x + self.turn(turn.clamp(max=self.config.max_turns))
-        return self.dropout(x)
+        return self.embed_tokens(ids, position, turn)
 
     @staticmethod
     def _context_meta(batch: GenerationBatch) -> dict[str, torch.Tensor]:

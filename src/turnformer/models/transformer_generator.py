@@ -10,7 +10,6 @@ encoded context; the output projection is tied to the word embeddings. Greedy de
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import nn
@@ -23,12 +22,8 @@ class TransformerGenerator(GeneratorBase):
 
     def __init__(self, config: GeneratorConfig, pad_id: int = 0, eou_id: int = 3):
         super().__init__()
-        self.config, self.pad_id, self.eou_id = config, pad_id, eou_id
+        self._add_embeddings(config, pad_id, eou_id)
         d = config.d_model
-        self.embed = nn.Embedding(config.vocab_size, d, padding_idx=pad_id)
-        self.position = nn.Embedding(config.max_positions, d)
-        self.turn = nn.Embedding(config.max_turns + 1, d, padding_idx=0) if config.turn_embeddings else None
-        self.dropout = nn.Dropout(config.dropout)
 
         def layer(kind):
             return kind(d, config.heads, config.ff, config.dropout, batch_first=True, norm_first=True)
@@ -36,18 +31,12 @@ class TransformerGenerator(GeneratorBase):
         self.encoder = nn.TransformerEncoder(layer(nn.TransformerEncoderLayer), config.layers, norm=nn.LayerNorm(d),
                                              enable_nested_tensor=False)
         self.decoder = nn.TransformerDecoder(layer(nn.TransformerDecoderLayer), config.layers, norm=nn.LayerNorm(d))
-        nn.init.normal_(self.embed.weight, std=d ** -0.5)
-        with torch.no_grad():
-            self.embed.weight[pad_id].zero_()
+        self._init_word_embeddings()
 
     def _embed(self, ids: torch.Tensor, turn: torch.Tensor | None = None) -> torch.Tensor:
         if ids.shape[1] > self.config.max_positions:
             raise ValueError(f"a sequence of {ids.shape[1]} tokens is over max_positions = {self.config.max_positions}")
-        positions = torch.arange(ids.shape[1], device=ids.device)
-        x = self.embed(ids) * math.sqrt(self.config.d_model) + self.position(positions)
-        if self.turn is not None and turn is not None:
-            x = x + self.turn(turn.clamp(max=self.config.max_turns))
-        return self.dropout(x)
+        return self.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), turn)
 
     def encode(self, batch: GenerationBatch) -> tuple[torch.Tensor, torch.Tensor]:
         padding = batch.context.eq(self.pad_id)
