@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -235,6 +236,28 @@ def test_resume_with_another_model_config_is_refused(checkpoint):
         run(checkpoint, resume=True, model=TinyClassifier(hidden=32))
     with pytest.raises(CheckpointError, match=r"hidden: 16 in the checkpoint, 32 here"):
         load_checkpoint(checkpoint / "best", TinyClassifier(hidden=32))
+
+
+@dataclass
+class _TinySettings:
+    hidden: int = 16
+    new_setting: int = 4   # a setting added after the checkpoint was written
+
+
+def _tiny_with_defaults(new_setting: int = 4) -> TinyClassifier:
+    """A TinyClassifier whose config is a dataclass with one setting the checkpoints of `uninterrupted` lack."""
+    model = TinyClassifier()
+    model.config = _TinySettings(new_setting=new_setting)
+    model.hparams["new_setting"] = new_setting
+    return model
+
+
+def test_a_checkpoint_older_than_a_setting_resumes_only_at_its_default(checkpoint):
+    with pytest.raises(CheckpointError, match=r"new_setting: '<absent>' in the checkpoint, 5 here"):
+        run(checkpoint, resume=True, model=_tiny_with_defaults(new_setting=5), epochs=4)
+    set_seed(0)
+    _, result = run(checkpoint, resume=True, model=_tiny_with_defaults(), epochs=4)
+    assert [h["epoch"] for h in result.history] == [1, 2, 3, 4]
 
 
 def test_resume_in_mid_epoch_needs_the_same_batches(tmp_path):

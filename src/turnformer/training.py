@@ -779,6 +779,11 @@ def _model_mismatch(saved_config: dict[str, Any], model: nn.Module, model_config
     if saved_config.get("model_class") not in (None, _class_name(model)):
         problems.append(f"model class {saved_config['model_class']} in the checkpoint, {_class_name(model)} here")
     saved = saved_config.get("model")
+    if isinstance(saved, dict) and isinstance(model_config, dict):
+        # A setting added to the model after the checkpoint was written, at its default here, is the behaviour the
+        # checkpoint was trained with: not a mismatch.
+        defaults = _config_defaults(model)
+        saved = {**{k: v for k, v in model_config.items() if k not in saved and k in defaults and defaults[k] == v}, **saved}
     if saved != model_config:
         if isinstance(saved, dict) and isinstance(model_config, dict):
             keys = sorted(set(saved) | set(model_config), key=str)
@@ -951,6 +956,18 @@ def _json_normalise(value: Any, what: str) -> Any:
 def _model_config(model: nn.Module) -> Any:
     config_dict = getattr(model, "config_dict", None)
     return _json_normalise(config_dict(), f"{type(model).__name__}.config_dict()") if callable(config_dict) else None
+
+
+def _config_defaults(model: nn.Module) -> dict[str, Any]:
+    """The defaults of the model's dataclass config (`model.config`), JSON-normalised; {} when it has none."""
+    config = getattr(model, "config", None)
+    if not dataclasses.is_dataclass(config):
+        return {}
+    defaults = {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
+    try:
+        return _json_normalise(defaults, f"{type(config).__name__} defaults")
+    except TypeError:  # a default that is not JSON: compare nothing by default
+        return {}
 
 
 def _class_name(model: nn.Module) -> str:
