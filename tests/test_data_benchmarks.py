@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from turnformer.data import available_datasets, dataset_stats, load_split
+from turnformer.data.registry import DATASETS
 from turnformer.data.cli import data_app
 from turnformer.data.download import load_manifest, verify_folder
 from turnformer.dialogue import Dialogue, ResponseSelectionItem
@@ -29,7 +30,8 @@ PRIMARY = {"dailydialog": "emotion", "meld": "emotion", "emorynlp": "emotion", "
 
 
 def test_every_dataset_has_expected_counts():
-    assert set(available_datasets()) == set(EXPECTED)
+    # corpora fetched by hand (no manifest, not in the shared data) are tested on fixtures in test_more_corpora.py
+    assert {name for name in available_datasets() if not DATASETS[name].manual_download} == set(EXPECTED)
 
 
 def _check_stats(name: str, stats: dict) -> None:

@@ -304,7 +304,8 @@ def train(
         "transformer-dra, dialogbert, dialogbert-dra, phaed (and phaed-no-speaker-tokens, phaed-no-turn-emb, phaed-no-turn-attn, "
         "phaed-no-recurrence), gpt2-scratch."
     ),
-    dataset: str = typer.Option("meld", help="Benchmark name, or 'file' with --train-file/--validation-file/--test-file."),
+    dataset: str = typer.Option("meld", help="Benchmark name, or 'file' with --train-file/--validation-file/--test-file. "
+                                "A benchmark without a recipe for the task and model gets the model's DailyDialog recipe."),
     recipe: Optional[Path] = typer.Option(None, help="Recipe TOML (default: recipes/TASK-DATASET-MODEL.toml)."),
     out: Path = typer.Option(..., help="Run folder: checkpoints (last/, best/), run.json, result.json."),
     seed: int = typer.Option(1),
@@ -319,21 +320,32 @@ def train(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Fine-tune a model; the test score is taken at the best validation epoch."""
-    from turnformer.recipes import find_recipe, load_recipe
+    from turnformer.recipes import find_recipe, load_recipe, recipe_for_dataset
 
     files = {"train_file": train_file, "validation_file": validation_file, "test_file": test_file}
     try:
         trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
-        path = recipe or find_recipe(task, model, "file" if dataset == "file" else dataset)
+        retarget = None  # a benchmark without a recipe of its own: the model's DailyDialog recipe, on this benchmark
+        if recipe is not None or dataset == "file":
+            path = recipe or find_recipe(task, model, "file")
+        else:
+            path, retarget = recipe_for_dataset(task, model, dataset)
         overrides = list(set_) + [f'{k}="{v}"' for k, v in files.items() if v is not None]
         if dataset == "file":
             overrides.insert(0, 'dataset="file"')
+        elif retarget is not None:
+            overrides.insert(0, f'dataset="{retarget}"')
+            err.print(f"no recipe {task}-{retarget}-{model}.toml: using {path.name} with dataset = {retarget!r} "
+                      "(its settings, without its published scores)", highlight=False, soft_wrap=True)
         limits = {split: limit_dialogues for split in ("train", "validation", "test")} if limit_dialogues else {}
         if limit_train:
             limits["train"] = min(limit_train, limits.get("train", limit_train))
         for split in ("validation", "test") if limit_eval else ():
             limits[split] = min(limit_eval, limits.get(split, limit_eval))
-        result = trainer(load_recipe(path, overrides), out, seed, data_dir, resume, time_budget, limits or None)
+        loaded = load_recipe(path, overrides)
+        if retarget is not None or dataset == "file":  # a benchmark recipe's published scores are not this data's
+            loaded = {k: v for k, v in loaded.items() if not k.startswith("paper")}
+        result = trainer(loaded, out, seed, data_dir, resume, time_budget, limits or None)
     except (DialogueError, ValueError, OSError) as e:
         fail(str(e))
     summary = {

@@ -71,6 +71,13 @@ def selected_files(folder: Path, manifest: dict[str, Any]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------- manifests
+def manifest_of(info) -> dict[str, Any]:
+    """The manifest of a registry dataset; a corpus fetched by hand (no manifest) says how to get it."""
+    if info.manual_download:
+        raise DownloadError(f"{info.name} cannot be downloaded by turnformer (no pinned manifest). {info.manual_download}")
+    return load_manifest(info.folder)
+
+
 def load_manifest(folder: str) -> dict[str, Any]:
     path = MANIFEST_DIR / f"{folder}.json"
     try:
@@ -116,7 +123,7 @@ def verify_folder(folder: Path, manifest: dict[str, Any]) -> None:
 def verify(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
     """Check an existing copy of dataset `name` against its manifest; returns its folder."""
     info = get_info(name)
-    manifest = load_manifest(info.folder)
+    manifest = manifest_of(info)
     folder = resolve_data_dir(data_dir) / info.folder
     if not folder.is_dir():
         raise DownloadError(f"{info.name}: {folder} does not exist")
@@ -235,7 +242,7 @@ def download(
     share the ``mutual/`` folder and one download.
     """
     info = get_info(name)
-    manifest = manifest if manifest is not None else load_manifest(info.folder)
+    manifest = manifest if manifest is not None else manifest_of(info)
     fetch = fetch or urllib_fetch
     root = resolve_data_dir(data_dir)
     target = root / info.folder
@@ -271,5 +278,5 @@ def download(
 def describe(name: str) -> str:
     """One line: where dataset `name` is downloaded from."""
     info = get_info(name)
-    m = load_manifest(info.folder)
+    m = manifest_of(info)
     return f"{info.name}: {m['repository']} at {m['commit']} ({m.get('license', info.license)})"

@@ -7,7 +7,7 @@ The data directory is, in order of precedence:
 3. the default ``~/.cache/turnformer/data`` (where ``turnformer data download NAME`` puts files).
 
 Inside it each benchmark has its own folder (``dailydialog/``, ``meld/``, ``emorynlp/``, ``swda/``,
-``mutual/``), laid out as the official repositories lay them out (see ``docs/data-format.md``).
+``mutual/``, ``empatheticdialogues/``, ``personachat/``), laid out as the official repositories lay them out (see ``docs/data-format.md``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,14 @@ def resolve_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
     return DEFAULT_DATA_DIR.expanduser()
 
 
-def not_found_message(name: str, path: Path) -> str:
+def not_found_message(name: str, path: Path, manual_download: str = "") -> str:
+    """Where the data was looked for, and the ways out. `manual_download` (how to get the files by hand) replaces
+    the download command for a corpus that `turnformer data download` cannot fetch."""
+    if manual_download:
+        return (
+            f"{name} data not found at {path}. Pass --data-dir DIR (the folder that holds {path.name}/) or "
+            f"set {ENV_VAR}=DIR. {manual_download}"
+        )
     return (
         f"{name} data not found at {path}. Pass --data-dir DIR (the folder that holds {path.name}/), "
         f"set {ENV_VAR}=DIR, or run `turnformer data download {name}`."
@@ -46,5 +53,5 @@ def dataset_dir(name: str, data_dir: str | os.PathLike[str] | None = None) -> Pa
     root = resolve_data_dir(data_dir)
     path = root / info.folder
     if not path.is_dir():
-        raise DataNotFoundError(not_found_message(info.name, path))
+        raise DataNotFoundError(not_found_message(info.name, path, info.manual_download))
     return path

@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from turnformer.data import dailydialog, emorynlp, meld, mutual, swda
+from turnformer.data import dailydialog, emorynlp, empathetic_dialogues, meld, mutual, personachat, swda
 from turnformer.data.locate import dataset_dir
 from turnformer.data.report import DataNotFoundError, DatasetSplit
 from turnformer.dialogue import DialogueError
@@ -29,13 +29,16 @@ class DatasetInfo:
     title: str
     folder: str  # inside the data directory
     task: str  # "dialogue" (labelled turns) or "response_selection"
-    primary_label: str  # the label kind `stats` summarises
+    primary_label: str  # the label kind `stats` summarises ("" for a corpus without per-turn labels)
     label_sets: dict[str, list[str]]
     loader: Callable[[Path, str], DatasetSplit] = field(repr=False, compare=False)
     splits: tuple[str, ...] = SPLITS
     file_splits: dict[str, str] = field(default_factory=lambda: {s: s for s in SPLITS})
     speakers: str = ""
     license: str = ""
+    # Where to get the files by hand, for a corpus without a download manifest (`turnformer data download`
+    # cannot fetch it); "" when there is a manifest. Missing-data errors give this instead of the download command.
+    manual_download: str = ""
 
     @property
     def label_kinds(self) -> tuple[str, ...]:
@@ -77,10 +80,38 @@ DATASETS: dict[str, DatasetInfo] = {
             loader=partial(mutual.load, name="mutual-plus"), file_splits=dict(mutual.FILE_SPLITS),
             speakers="two, m/f", license="none stated",
         ),
+        DatasetInfo(
+            name="empathetic-dialogues", title="EmpatheticDialogues (Rashkin et al., ACL 2019)",
+            folder=empathetic_dialogues.FOLDER, task="dialogue", primary_label="",
+            label_sets=dict(empathetic_dialogues.LABEL_SETS), loader=empathetic_dialogues.load,
+            file_splits=dict(empathetic_dialogues.FILE_SPLITS), speakers="two, anonymous worker ids (speaker_idx)",
+            license="CC BY-NC 4.0",
+            manual_download=(
+                "Download empatheticdialogues.tar.gz (https://dl.fbaipublicfiles.com/parlai/empatheticdialogues/"
+                "empatheticdialogues.tar.gz) and unpack it in the data directory, so that it holds "
+                "empatheticdialogues/train.csv, valid.csv and test.csv (see docs/data-format.md)."
+            ),
+        ),
+        DatasetInfo(
+            name="personachat", title="PERSONA-CHAT (Zhang et al., ACL 2018), ParlAI text format", folder="personachat",
+            task="dialogue", primary_label="", label_sets=dict(personachat.LABEL_SETS), loader=personachat.load,
+            file_splits=dict(personachat.FILE_SPLITS), speakers="two, partner/self (self: the persona's speaker)",
+            license="see ParlAI",
+            manual_download=(
+                "Download ParlAI's personachat.tgz (http://parl.ai/downloads/personachat/personachat.tgz) and put the "
+                "files of its personachat/ folder in personachat/ in the data directory, so that it holds "
+                "personachat/train_self_original.txt, valid_self_original.txt and test_self_original.txt "
+                "(see docs/data-format.md)."
+            ),
+        ),
     )
 }
 
-_NAME_ALIASES = {"mutual_plus": "mutual-plus", "mutualplus": "mutual-plus", "daily_dialog": "dailydialog", "daily-dialog": "dailydialog"}
+_NAME_ALIASES = {
+    "mutual_plus": "mutual-plus", "mutualplus": "mutual-plus", "daily_dialog": "dailydialog", "daily-dialog": "dailydialog",
+    "empatheticdialogues": "empathetic-dialogues", "empathetic_dialogues": "empathetic-dialogues",
+    "persona-chat": "personachat", "persona_chat": "personachat",
+}
 
 
 def available_datasets() -> list[str]:
@@ -116,6 +147,8 @@ def load_split(name: str, split: str, data_dir: str | os.PathLike[str] | None = 
     try:
         return info.loader(root, canonical)
     except DataNotFoundError as err:  # the folder exists but a file of this split is missing
+        if info.manual_download:  # no manifest: nothing to verify or download
+            raise DataNotFoundError(f"{err} ({info.name} at {root} looks incomplete. {info.manual_download})") from None
         raise DataNotFoundError(
             f"{err} ({info.name} at {root} looks incomplete; run `turnformer data verify {info.name}` to check it, "
             f"or `turnformer data download {info.name} --force` to replace it)"

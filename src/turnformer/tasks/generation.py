@@ -269,7 +269,8 @@ def generate_responses(model, batches, vocab: Vocabulary) -> tuple[list[list[str
 
 
 def load_generation_data(recipe: dict, data_dir=None) -> dict[str, list[Dialogue]]:
-    """The conversations of each split: a benchmark (``dataset = "dailydialog"``) or the user's JSONL
+    """The conversations of each split: a benchmark (``dataset = "dailydialog"``, ``"empathetic-dialogues"``,
+    ``"personachat"``...; only the turns' speakers and texts are read, no labels) or the user's JSONL
     files (``dataset = "file"`` with ``train_file``, ``validation_file``, ``test_file``)."""
     from turnformer.data import load_split
     from turnformer.tasks.erc import read_split_files
