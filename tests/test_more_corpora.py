@@ -228,6 +228,7 @@ def test_stats_on_both_corpora(tmp_path):
     assert pc["dataset"] == "personachat" and pc["splits"]["test"]["dialogues"] == 2 and pc["splits"]["test"]["utterances"] == 7
     table = runner.invoke(data_app, ["stats", "empathetic-dialogues", "--data-dir", str(tmp_path)])
     assert table.exit_code == 0 and "extra_fields: 1" in table.output, table.output
+    assert "labels" not in table.output and "label_kind" not in ed["train"]   # no per-turn labels, no label table
 
 
 # ------------------------------------------------------------------------------------- recipes and the CLI

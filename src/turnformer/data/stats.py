@@ -57,7 +57,7 @@ def split_stats(ds) -> dict[str, Any]:
             for t in d.turns:
                 for k in per_kind:
                     per_kind[k][t.labels.get(k, UNLABELLED)] += 1
-        if primary is not None:
+        if primary:  # "" or None: a corpus without per-turn labels (EmpatheticDialogues, PERSONA-CHAT)
             out["label_kind"] = primary
             out["labels"] = _distribution(per_kind.get(primary, Counter()), ds.label_sets.get(primary, []))
         else:
@@ -85,6 +85,8 @@ def print_stats(stats: dict[str, Any], console=None) -> None:
         rep = ", ".join(f"{k}: {v}" for k, v in s.get("report", {}).items()) or "-"
         table.add_row(split, str(s["dialogues"]), str(s["utterances"]), rep)
     console.print(table)
+    if not any(s["labels"] for s in splits.values()):  # nothing labelled per turn: no label table
+        return
     kind = next(iter(splits.values()), {}).get("label_kind", "label")
     labels = Table(title=f"{kind} labels")
     labels.add_column(kind)
