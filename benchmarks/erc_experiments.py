@@ -206,6 +206,8 @@ def main() -> None:
     parser.add_argument("--prune", action="store_true", help="Delete a run's checkpoints when it ends (keep its records).")
     parser.add_argument("--datasets", default=None, help="Keep only the experiments on these datasets (comma-separated).")
     parser.add_argument("--models", default=None, help="Keep only the experiments of these models (comma-separated).")
+    parser.add_argument("--experiments", default=None, help="Keep only these experiment ids (comma-separated), "
+                        "e.g. one cell of a grid: dialogue-act-dailydialog-lc-attention-w1-p2.")
     parser.add_argument("--seed-major", action="store_true",
                         help="Run every experiment's first seed before any second one, one-seed experiments last "
                              "(a cut run then still has every main row).")
@@ -219,6 +221,12 @@ def main() -> None:
         experiments = [e for e in experiments if e.dataset in args.datasets.split(",")]
     if args.models:
         experiments = [e for e in experiments if e.model in args.models.split(",")]
+    if args.experiments:
+        wanted = args.experiments.split(",")
+        unknown = sorted(set(wanted) - {e.id for e in experiments})
+        if unknown:
+            raise SystemExit(f"--experiments: not in the plans: {', '.join(unknown)}")
+        experiments = [e for e in experiments if e.id in wanted]
     jobs = [(e, s) for e in experiments for s in e.seeds]
     # Longest first (DailyDialog, SwDA), so that the pool does not end waiting on one long run.
     weight = {"dailydialog": 3, "swda": 2}
