@@ -363,6 +363,7 @@ def evaluate(
     split: str = typer.Option("test", help="train, validation or test."),
     confusion: Optional[Path] = typer.Option(None, help="Write a confusion-matrix PNG here."),
     limit_dialogues: Optional[int] = typer.Option(None, help="Generation: score only the first N conversations."),
+    beam: int = typer.Option(1, "--beam", min=1, help="Generation: beam size of the scored responses (1 = greedy)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Score a trained model on a split of its recipe's dataset."""
@@ -372,6 +373,8 @@ def evaluate(
 
     try:
         task, model, tokenizer, run = load_any_trained(checkpoint)
+        if beam > 1 and task != "generation":
+            raise DialogueError(f"--beam is for generation models; {checkpoint} is a {task} model")
         if task == "dialogue-act":
             from turnformer.tasks.dialogue_act import evaluate_split
 
@@ -390,7 +393,7 @@ def evaluate(
                 vectors = minilm_word_vectors()
             except (ImportError, OSError):
                 vectors = None
-            console.print_json(data=evaluate_generation(model, tokenizer, run, split, data_dir, limit_dialogues, vectors))
+            console.print_json(data=evaluate_generation(model, tokenizer, run, split, data_dir, limit_dialogues, vectors, beam))
             return
         recipe, labels = run["recipe"], run["labels"]
         splits, _ = load_erc_data(recipe, data_dir)
@@ -473,9 +476,11 @@ def generate(
                                         "without it, an interactive chat on the terminal."),
     out: Optional[Path] = typer.Option(None, help="Write JSONL here (id, speaker, response); default a table."),
     speaker: Optional[str] = typer.Option(None, help="Who replies (default: the speaker before the last one)."),
+    beam: int = typer.Option(1, "--beam", min=1, help="Beam size (1 = greedy decoding)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
-    """Continue every conversation of a file with one generated reply (greedy decoding), or chat."""
+    """Continue every conversation of a file with one generated reply (greedy decoding, or beam search
+    with --beam N), or chat."""
     from rich.table import Table
 
     from turnformer.tasks.erc import checkpoint_paths
@@ -485,7 +490,7 @@ def generate(
         task = checkpoint_paths(checkpoint)[1]["recipe"].get("task", "erc")
         if task != "generation":
             raise DialogueError(f"{checkpoint} is a {task} model, not a generation model")
-        bot = ResponseGenerator.from_checkpoint(checkpoint)
+        bot = ResponseGenerator.from_checkpoint(checkpoint, beam)
         dialogues = load_input(input, data_dir) if input is not None else None
     except (DialogueError, ValueError, OSError, KeyError) as e:
         fail(str(e))

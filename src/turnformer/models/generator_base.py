@@ -1,10 +1,12 @@
 """What every response generator shares: its settings, its batch, and the teacher-forced loss,
-perplexity and greedy decoding written once on top of two methods a model defines:
+perplexity, greedy decoding and beam search written once on top of two methods a model defines:
 
 - ``encode(batch) -> state``: whatever the decoder needs from the context (encoder states, padding,
   cached memories...);
 - ``decode(state, response_in, last_only=False) -> logits``: next-token logits (B, Lr, V) of every
-  prefix of ``response_in``, or with ``last_only`` (B, V) of the whole of it (what greedy decoding needs).
+  prefix of ``response_in``, or with ``last_only`` (B, V) of the whole of it (what decoding needs).
+
+Every tensor of the state has the batch on dim 0 (`repeat_state` relies on it to give each beam its copy).
 
 A model's settings are a `GeneratorConfig`, or a subclass adding its own fields.
 """
@@ -12,7 +14,7 @@ A model's settings are a `GeneratorConfig`, or a subclass adding its own fields.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 
 import torch
 from torch import nn
@@ -136,14 +138,20 @@ class GeneratorBase(nn.Module):
         nll = nn.functional.cross_entropy(logits.flatten(0, 1), batch.response_out.flatten(), ignore_index=IGNORE, reduction="sum")
         return float(nll.detach()), int(batch.response_out.ne(IGNORE).sum())
 
+    def _response_prefix(self, batch: GenerationBatch) -> torch.Tensor:
+        """[SOU] (and the speaker token): `batch.response_in`'s first one or two tokens, as training gave them."""
+        return batch.response_in[:, : 2 if self.config.speaker_tokens else 1]
+
     @torch.no_grad()
-    def generate(self, batch: GenerationBatch, max_words: int | None = None) -> list[list[int]]:
-        """Greedy responses (ids without the [SOU] / speaker prefix and without [EOU]), one per example.
-        The prefix is `batch.response_in`'s first one or two tokens, as training gave them."""
+    def generate(self, batch: GenerationBatch, max_words: int | None = None, beam_size: int = 1) -> list[list[int]]:
+        """Greedy responses (ids without the [SOU] / speaker prefix and without [EOU]), one per example;
+        `beam_search` with ``beam_size > 1``."""
+        if beam_size > 1:
+            return self.beam_search(batch, beam_size, max_words)
         max_words = max_words or self.config.max_response_words
         state = self.encode(batch)
-        prefix = 2 if self.config.speaker_tokens else 1
-        ids = batch.response_in[:, :prefix]
+        ids = self._response_prefix(batch)
+        prefix = ids.shape[1]
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
         for _ in range(max_words + 1):
             step = self.decode(state, ids, last_only=True)
@@ -163,10 +171,87 @@ class GeneratorBase(nn.Module):
             out.append(words)
         return out
 
-    def predict(self, batch: GenerationBatch) -> tuple[list[list[int]], list[list[int]]]:
-        """(reference ids, greedy ids) of every example of the batch."""
+    @torch.no_grad()
+    def beam_search(self, batch: GenerationBatch, beam_size: int, max_words: int | None = None,
+                    length_penalty: float = 1.0) -> list[list[int]]:
+        """The best response of a beam search, one per example, in `generate`'s format.
+
+        A hypothesis scores sum(log p) / length ** length_penalty, its length counting the [EOU]
+        (0: the raw sum). At each of at most ``max_words + 1`` steps the `beam_size` best continuations
+        (by summed log-probability) of the live hypotheses are kept; those ending in [EOU] leave the beam
+        as finished, so a beam of 1 is greedy decoding. An example is done when no live hypothesis can
+        still beat its best finished one; hypotheses still live after the last step compete as they are."""
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        max_steps = (max_words or self.config.max_response_words) + 1
+        prefix = self._response_prefix(batch)
+        examples, device = prefix.shape[0], prefix.device
+        state = repeat_state(self.encode(batch), examples, beam_size)  # row b * beam_size + j: beam j of example b
+        ids = prefix.repeat_interleave(beam_size, 0)
+        # float64 scores: adding a long sum does not round distinct log-probabilities into ties (beam 1 = greedy)
+        scores = torch.full((examples, beam_size), float("-inf"), dtype=torch.float64, device=device)
+        scores[:, 0] = 0.0  # the beams start as copies of the prefix: one live, or step 1 would pick each word beam_size times
+        best_score = torch.full((examples,), float("-inf"), dtype=torch.float64, device=device)
+        best_tokens = torch.full((examples, max_steps), self.pad_id, dtype=torch.long, device=device)
+        best_length = torch.zeros(examples, dtype=torch.long, device=device)
+        rows = torch.arange(examples, device=device)[:, None]
+
+        def keep_better(candidate_scores, tokens, length):
+            """Replace each example's best by its best candidate [B, beam] where strictly better (ties: the first found)."""
+            value, beam = candidate_scores.max(1)
+            better = value > best_score
+            best_score[better], best_length[better] = value[better], length
+            best_tokens[better, :length] = tokens[rows[:, 0], beam][better]
+
+        for step in range(1, max_steps + 1):
+            log_probs = self.decode(state, ids, last_only=True).double().log_softmax(-1)
+            log_probs[:, self.pad_id] = float("-inf")
+            vocab_size = log_probs.shape[-1]
+            total = scores[:, :, None] + log_probs.view(examples, beam_size, vocab_size)
+            total = total.masked_fill(~scores.isfinite()[:, :, None], float("-inf"))  # dead beams stay dead
+            scores, flat = total.flatten(1).topk(beam_size, 1)
+            parent, token = flat // vocab_size, flat % vocab_size
+            ids = torch.cat([ids.view(examples, beam_size, -1)[rows, parent], token[..., None]], -1)  # [B, beam, prefix + step]
+            tokens, ids = ids[..., prefix.shape[1]:], ids.flatten(0, 1)
+            ended = token.eq(self.eou_id) & scores.isfinite()
+            keep_better(torch.where(ended, scores / step ** length_penalty, float("-inf")), tokens[..., :-1], step - 1)
+            scores = scores.masked_fill(ended, float("-inf"))
+            if step == max_steps:  # out of steps: the live hypotheses compete unfinished
+                keep_better(scores / step ** length_penalty, tokens, step)
+                break
+            # log-probabilities only lower a sum S <= 0, so S / L ** penalty is at best at the shortest or longest length left
+            bound = torch.maximum(scores / (step + 1) ** length_penalty, scores / max_steps ** length_penalty).amax(1)
+            done = bound <= best_score  # also when no hypothesis is live (bound -inf)
+            scores = scores.masked_fill(done[:, None], float("-inf"))  # a done example is settled, whatever the others do
+            if bool(done.all()):
+                break
+        return [row[:n] for row, n in zip(best_tokens.tolist(), best_length.tolist())]
+
+    def predict(self, batch: GenerationBatch, beam_size: int = 1) -> tuple[list[list[int]], list[list[int]]]:
+        """(reference ids, generated ids: greedy, or beam search with ``beam_size > 1``) of every example of the batch."""
         references = [[t for t in row if t not in (IGNORE, self.eou_id)] for row in batch.response_out.tolist()]
-        return references, self.generate(batch)
+        return references, self.generate(batch, beam_size=beam_size)
+
+
+def repeat_state(state, batch_size: int, times: int):
+    """`state` with every tensor's row repeated `times` times in place (row b -> rows b * times ...
+    b * times + times - 1), through tuples, lists, dicts and dataclasses; anything else (None, numbers) as is.
+    A tensor without the batch on dim 0 is an error: repeating it would silently pair rows with the wrong example."""
+    if isinstance(state, torch.Tensor):
+        if state.dim() == 0 or state.shape[0] != batch_size:
+            raise ValueError(f"a decoder state tensor of shape {tuple(state.shape)} does not have the batch ({batch_size}) on dim 0")
+        return state.repeat_interleave(times, 0)
+    again = lambda value: repeat_state(value, batch_size, times)  # noqa: E731
+    if is_dataclass(state) and not isinstance(state, type):
+        return replace(state, **{f.name: again(getattr(state, f.name)) for f in fields(state) if f.init})
+    if isinstance(state, tuple):
+        items = [again(value) for value in state]
+        return type(state)(*items) if hasattr(state, "_fields") else tuple(items)  # a namedtuple keeps its type
+    if isinstance(state, list):
+        return [again(value) for value in state]
+    if isinstance(state, dict):
+        return {key: again(value) for key, value in state.items()}
+    return state
 
 
 def causal_mask(length: int, device) -> torch.Tensor:
@@ -174,4 +259,4 @@ def causal_mask(length: int, device) -> torch.Tensor:
     return torch.triu(torch.ones(length, length, dtype=torch.bool, device=device), 1)
 
 
-__all__ = ["IGNORE", "GenerationBatch", "GeneratorBase", "GeneratorConfig", "causal_mask"]
+__all__ = ["IGNORE", "GenerationBatch", "GeneratorBase", "GeneratorConfig", "causal_mask", "repeat_state"]

@@ -5,7 +5,8 @@ The context (at most 4 utterances, oldest first, each ``[SOU] [SPEAKER-Q|R]? wor
 embedding (scaled by sqrt(d)), a position embedding (position in the flat context) and, as in PHAED,
 a turn embedding: how many utterances back from the response its utterance is (1 = the newest,
 capped at ``max_turns``). The decoder reads the response, causally masked, and cross-attends to the
-encoded context; the output projection is tied to the word embeddings. Greedy decoding by `generate`.
+encoded context; the output projection is tied to the word embeddings. Greedy decoding by `generate`,
+beam search by `beam_search`.
 """
 
 from __future__ import annotations

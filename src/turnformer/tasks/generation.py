@@ -243,26 +243,26 @@ def evaluate_perplexity(model, batches) -> dict:
     return {"primary": -ppl, "perplexity": ppl, "tokens": tokens}
 
 
-def evaluate_generation(model, batches, vocab: Vocabulary, decode: bool = True, word_vectors=None) -> dict:
-    """Perplexity, and with `decode` the BLEU-1..4 and Distinct-1/2 of greedy responses (and the embedding
-    metrics with `word_vectors`); ``primary`` is minus the perplexity."""
+def evaluate_generation(model, batches, vocab: Vocabulary, decode: bool = True, word_vectors=None, beam_size: int = 1) -> dict:
+    """Perplexity, and with `decode` the BLEU-1..4 and Distinct-1/2 of the responses (greedy, or beam search
+    with ``beam_size > 1``; and the embedding metrics with `word_vectors`); ``primary`` is minus the perplexity."""
     from turnformer.tasks.generation_metrics import generation_metrics
 
     metrics = evaluate_perplexity(model, batches)
     if decode:
-        references, hypotheses = generate_responses(model, batches, vocab)
+        references, hypotheses = generate_responses(model, batches, vocab, beam_size)
         metrics.update(generation_metrics(hypotheses, references, word_vectors))
         metrics["sample"] = [" ".join(h) for h in hypotheses[:3]]
     return metrics
 
 
-def generate_responses(model, batches, vocab: Vocabulary) -> tuple[list[list[str]], list[list[str]]]:
-    """(references, greedy hypotheses) as word lists, in the batches' order."""
+def generate_responses(model, batches, vocab: Vocabulary, beam_size: int = 1) -> tuple[list[list[str]], list[list[str]]]:
+    """(references, hypotheses: greedy, or beam search with ``beam_size > 1``) as word lists, in the batches' order."""
     device = next(model.parameters()).device
     references, hypotheses = [], []
     with torch.no_grad():
         for batch in batches:
-            gold, predicted = model.predict(batch.to(device))
+            gold, predicted = model.predict(batch.to(device), beam_size)
             references += [vocab.decode(g) for g in gold]
             hypotheses += [vocab.decode(h) for h in predicted]
     return references, hypotheses
@@ -352,15 +352,15 @@ def load_trained(checkpoint):
 
 
 def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=None, limit: int | None = None,
-                   word_vectors=None) -> dict:
-    """Perplexity, BLEU-1..4, Distinct-1/2 (and the embedding metrics with `word_vectors`) of greedy
-    responses on a split of the run's data (its first `limit` conversations)."""
+                   word_vectors=None, beam_size: int = 1) -> dict:
+    """Perplexity, BLEU-1..4, Distinct-1/2 (and the embedding metrics with `word_vectors`) of the responses
+    (greedy, or beam search with ``beam_size > 1``) on a split of the run's data (its first `limit` conversations)."""
     recipe = run["recipe"]
     convs = load_generation_data(recipe, data_dir)[split][:limit]
     data = recipe.get("data", {})
     instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
     encoded = encode_instances(instances, vocab, model)
-    metrics = evaluate_generation(model, make_generation_batches(encoded, 128), vocab, True, word_vectors)
+    metrics = evaluate_generation(model, make_generation_batches(encoded, 128), vocab, True, word_vectors, beam_size)
     del metrics["primary"]
     return {**metrics, "instances": len(instances)}
 
@@ -372,18 +372,21 @@ class ResponseGenerator:
         bot.respond([("A", "hi , how are you ?"), ("B", "fine , thanks . and you ?")], speaker="A")
 
     The dialogue is a `Dialogue` or a list of (speaker, text); the reply is spoken by `speaker`
-    (default: the speaker before the last one, or a new one in a monologue).
+    (default: the speaker before the last one, or a new one in a monologue). Replies are greedy, or the
+    best of a beam search with ``beam_size > 1``.
     """
 
-    def __init__(self, model, vocab: Vocabulary, max_context_turns: int = 4, max_words: int = 50):
+    def __init__(self, model, vocab: Vocabulary, max_context_turns: int = 4, max_words: int = 50, beam_size: int = 1):
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         self.model, self.vocab = model.eval(), vocab
-        self.max_context_turns, self.max_words = max_context_turns, max_words
+        self.max_context_turns, self.max_words, self.beam_size = max_context_turns, max_words, beam_size
 
     @classmethod
-    def from_checkpoint(cls, checkpoint) -> "ResponseGenerator":
+    def from_checkpoint(cls, checkpoint, beam_size: int = 1) -> "ResponseGenerator":
         model, vocab, run = load_trained(checkpoint)
         data = run["recipe"].get("data", {})
-        return cls(model, vocab, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
+        return cls(model, vocab, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)), beam_size)
 
     def respond(self, dialogue, speaker: str | None = None) -> str:
         return self.respond_all([dialogue], [speaker])[0]
@@ -401,7 +404,7 @@ class ResponseGenerator:
             instances.append(instance)
         encoded = encode_instances(instances, self.vocab, self.model)
         batches = make_generation_batches(encoded, 64, sort_by_length=False)
-        _, hypotheses = generate_responses(self.model, batches, self.vocab)
+        _, hypotheses = generate_responses(self.model, batches, self.vocab, self.beam_size)
         return [" ".join(h) for h in hypotheses]
 
 
