@@ -143,6 +143,22 @@ def test_model_starts_with_centres_on_the_diagonal():
     assert torch.equal(centers, torch.arange(5.0).expand(2, 5))
 
 
+def test_centres_and_widths_are_those_of_the_bias_the_attention_applies():
+    torch.manual_seed(2)
+    model = tiny("lc-attention", 3, vocab=2000)
+    attention = model.context
+    with torch.no_grad():
+        attention.center_weight.normal_()   # centres off the diagonal, as after training
+    x, mask = torch.randn(2, 5, 16), torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    centers, widths = attention.centers_and_widths(x, mask)
+    keys = x @ attention.qkv.weight[16:32].T + attention.qkv.bias[16:32]
+    bias, expected_centers, expected_widths = lc_attention_bias(keys, mask, attention.center_weight, attention.width_weight, 2.0, 5.0)
+    assert torch.allclose(centers, expected_centers) and torch.allclose(widths, expected_widths)
+    assert not torch.allclose(centers, torch.arange(5.0).expand(2, 5))
+    with pytest.raises(ValueError, match="no Gaussian bias"):
+        tiny("lstm-attention", 3, vocab=2000).context.centers_and_widths(x, mask)
+
+
 @pytest.mark.parametrize("context", CONTEXTS)
 def test_every_variant_runs_forward_and_backward(context, swda, tokenizer):
     dialogues, labels = swda

@@ -113,6 +113,16 @@ class LocalContextAttention(nn.Module):
             self.center_weight = nn.Parameter(torch.zeros(config.max_positions, d))
             self.width_weight = nn.Parameter(torch.empty(config.max_positions, d).uniform_(-d**-0.5, d**-0.5))
 
+    def centers_and_widths(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The learned Gaussian's centres and widths [B, L] for utterance vectors x [B, L, d] (what the bias of
+        `forward` is made of; for inspecting what the model learned)."""
+        if not self.gaussian:
+            raise ValueError("plain attention has no Gaussian bias")
+        d = x.shape[-1]
+        k = F.linear(x, self.qkv.weight[d : 2 * d], self.qkv.bias[d : 2 * d])
+        _, centers, widths = lc_attention_bias(k, mask, self.center_weight, self.width_weight, self.max_shift, self.max_width)
+        return centers, widths
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor, return_probs: bool = False, query_positions: torch.Tensor | None = None):
         """x [B, L, d], mask [B, L] (True = real) -> (x + attention(x) [B, L, d], probs [B, H, L, L] or None).
         ``query_positions`` [B, Q] computes only those rows (output [B, Q, d]): online prediction needs one."""
