@@ -163,6 +163,23 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
     raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, act-grid, selection, selection-head-lr, selection-cpu, generation, generation-cpu")
 
 
+# The LC Attention paper's Tables 5 (SwDA) and 6 (DailyDialog): accuracy per (dataset, model, W, P). A grid cell
+# the paper did not run (LC Attention with W = 1) has no number; the recipe's (its best cell's) would mislead.
+PAPER_ACT_GRID = {
+    ("swda", "lstm-blstm", 1, 1): 78.60, ("swda", "lstm-attention", 1, 1): 78.74,
+    ("swda", "lstm-blstm", 1, 3): 79.36, ("swda", "lstm-attention", 1, 3): 79.98,
+    ("swda", "lstm-blstm", 1, 5): 80.00, ("swda", "lstm-attention", 1, 5): 80.12,
+    ("swda", "lstm-blstm", 5, 5): 78.50, ("swda", "lstm-attention", 5, 5): 79.43, ("swda", "lc-attention", 5, 5): 80.27,
+    ("swda", "lstm-blstm", 10, 5): 78.31, ("swda", "lstm-attention", 10, 5): 79.00, ("swda", "lc-attention", 10, 5): 80.34,
+    ("swda", "lstm-blstm", 20, 5): 78.55, ("swda", "lstm-attention", 20, 5): 78.57, ("swda", "lc-attention", 20, 5): 80.17,
+    ("dailydialog", "lstm-blstm", 1, 1): 84.88, ("dailydialog", "lstm-attention", 1, 1): 85.10,
+    ("dailydialog", "lstm-blstm", 1, 2): 85.06, ("dailydialog", "lstm-attention", 1, 2): 85.36,
+    ("dailydialog", "lstm-blstm", 1, 3): 84.97, ("dailydialog", "lstm-attention", 1, 3): 85.05,
+    ("dailydialog", "lstm-blstm", 5, 2): 85.01, ("dailydialog", "lstm-attention", 5, 2): 85.26, ("dailydialog", "lc-attention", 5, 2): 85.81,
+    ("dailydialog", "lstm-blstm", 10, 2): 84.97, ("dailydialog", "lstm-attention", 10, 2): 85.13, ("dailydialog", "lc-attention", 10, 2): 85.72,
+}
+
+
 def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:
     out = runs_dir / experiment.id / f"seed{seed}"
     if (out / "result.json").exists():
@@ -245,6 +262,8 @@ def main() -> None:
             print(f"{e.id}: not collected, unfinished runs: {', '.join(missing)}", flush=True)
             continue
         record = collect(e.id, runs, allow_partial=True, extra=e.extra)
+        if "window" in e.extra:  # a cell of the W x P grid: the paper's number for that cell, if it ran it
+            record["paper"] = PAPER_ACT_GRID.get((e.dataset, e.model, e.extra["window"], e.extra["padding"]))
         if e.id.startswith("lr-"):
             sweep.setdefault(e.model, {}).setdefault(e.extra["lr"], {})[e.dataset] = record["extra"]["validation"][0]
             continue
