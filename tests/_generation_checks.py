@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
+from typer.testing import CliRunner
+
+from turnformer.cli import app
+
+TINY_SETTINGS = ("model_config.d_model=16", "model_config.heads=2", "model_config.ff=32", "model_config.layers=1",
+                 "train.epochs=1", "train.warmup_steps=1", "data.min_count=1")
 
 
 def fit(model, batch, steps: int, lr: float = 1e-2) -> float:
@@ -25,3 +34,17 @@ def assert_learns_its_training_responses(model, batch, steps: int) -> None:
     assert float(model.loss(batch).detach()) < first / 10
     references, hypotheses = model.predict(batch)
     assert sum(r == h for r, h in zip(references, hypotheses)) >= len(batch) - 1
+
+
+def train_on_files_from_the_command_line(model_id: str, dialogues, tmp_path: Path, *extra_settings: str) -> tuple[Path, Path]:
+    """`turnformer train --task generation --dataset file` of a tiny `model_id` on `dialogues` (every split);
+    returns (the conversations file, the run folder)."""
+    conversations = tmp_path / "c.jsonl"
+    conversations.write_text("".join(json.dumps({"id": d.id, "turns": [{"speaker": t.speaker, "text": t.text} for t in d.turns]}) + "\n"
+                                     for d in dialogues))
+    out = tmp_path / "run"
+    files = [arg for split in ("train", "validation", "test") for arg in (f"--{split}-file", str(conversations))]
+    trained = CliRunner().invoke(app, ["train", "--task", "generation", "--model", model_id, "--dataset", "file", *files, "--out", str(out),
+                                       *[arg for s in (*TINY_SETTINGS, *extra_settings) for arg in ("--set", s)]])
+    assert trained.exit_code == 0, trained.output
+    return conversations, out

@@ -14,7 +14,7 @@ from turnformer.models.generator_base import repeat_state
 from turnformer.tasks.generation import (GENERATION_MODELS, SPECIALS, ResponseGenerator, Vocabulary, build_generator,
                                          encode_instances, make_generation_batches, make_instances)
 
-from _generation_checks import fit
+from _generation_checks import fit, train_on_files_from_the_command_line
 from test_phaed import DIALOGUES, SMALL  # contexts with and without queries and earlier responses
 
 MAX_WORDS = 5
@@ -156,16 +156,7 @@ def test_the_state_must_have_the_batch_on_dim_0_and_beams_at_least_one(vocab, mo
 
 def test_generate_and_evaluate_with_a_beam_from_the_command_line(tmp_path):
     runner = CliRunner()
-    conversations = tmp_path / "c.jsonl"
-    conversations.write_text("".join(json.dumps({"id": d.id, "turns": [{"speaker": t.speaker, "text": t.text} for t in d.turns]}) + "\n"
-                                     for d in DIALOGUES))
-    out = tmp_path / "run"
-    files = [arg for split in ("train", "validation", "test") for arg in (f"--{split}-file", str(conversations))]
-    tiny_settings = ["model_config.d_model=16", "model_config.heads=2", "model_config.ff=32", "model_config.layers=1",
-                     "model_config.max_response_words=8", "train.epochs=1", "train.warmup_steps=1", "data.min_count=1"]
-    trained_run = runner.invoke(app, ["train", "--task", "generation", "--model", "transformer", "--dataset", "file", *files,
-                                      "--out", str(out), *[arg for s in tiny_settings for arg in ("--set", s)]])
-    assert trained_run.exit_code == 0, trained_run.output
+    conversations, out = train_on_files_from_the_command_line("transformer", DIALOGUES, tmp_path, "model_config.max_response_words=8")
 
     replies = tmp_path / "replies.jsonl"
     generate = ["generate", "--checkpoint", str(out), "--input", str(conversations)]

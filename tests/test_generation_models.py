@@ -12,7 +12,7 @@ from turnformer.models.transformer_generator import IGNORE, GeneratorConfig, Tra
 from turnformer.tasks.generation import (EOU, SOU, SPEAKER_R, Vocabulary, encode_instance, make_generation_batches,
                                          make_instances, reply_speaker)
 
-from _generation_checks import assert_learns_its_training_responses
+from _generation_checks import assert_learns_its_training_responses, train_on_files_from_the_command_line
 
 runner = CliRunner()
 
@@ -152,16 +152,7 @@ def test_every_generator_trains_and_replies_from_the_command_line(model_id, tmp_
     """On the user's own conversation files: a model without a file recipe of its own uses its benchmark
     recipe with the files; DRA models parse with spaCy into a cache under TURNFORMER_CACHE."""
     monkeypatch.setenv("TURNFORMER_CACHE", str(tmp_path / "cache"))
-    conversations = tmp_path / "c.jsonl"
-    conversations.write_text("".join(json.dumps({"id": d.id, "turns": [{"speaker": t.speaker, "text": t.text} for t in d.turns]}) + "\n"
-                                     for d in DIALOGUES))
-    out = tmp_path / "run"
-    files = [arg for split in ("train", "validation", "test") for arg in (f"--{split}-file", str(conversations))]
-    tiny_settings = ["model_config.d_model=16", "model_config.heads=2", "model_config.ff=32", "model_config.layers=1",
-                     "train.epochs=1", "train.warmup_steps=1", "data.min_count=1"]
-    trained = runner.invoke(app, ["train", "--task", "generation", "--model", model_id, "--dataset", "file", *files, "--out", str(out),
-                                  *[arg for s in tiny_settings for arg in ("--set", s)]])
-    assert trained.exit_code == 0, trained.output
+    conversations, out = train_on_files_from_the_command_line(model_id, DIALOGUES, tmp_path)
     run = json.loads((out / "run.json").read_text())
     assert run["recipe"]["model"] == model_id and run["recipe"]["dataset"] == "file"
     replies = tmp_path / "replies.jsonl"
