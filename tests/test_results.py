@@ -21,3 +21,4 @@ def test_a_result_is_written_atomically_and_tabled_beside_the_paper(tmp_path):
     assert "| accuracy | 83.70 ± 0.29 | 85.81 | 3 |" in table      # the std to the mean's precision
     assert "| r4_at_1 | 0.613 ± 0.004 | 0.923 | 3 |" in table
     assert table.index("## dialogue-act") < table.index("## response-selection") and "- `sel-x`: note = n" in table
+    assert "- `acts-x`" not in table   # no extra (or only lists and tables): no empty line for it

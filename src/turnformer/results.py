@@ -100,7 +100,8 @@ def render_markdown(results: list[dict[str, Any]]) -> str:
             )
         lines.append("")
         for r in rows:
-            if r.get("extra"):
-                lines.append(f"- `{r['experiment']}`: " + ", ".join(f"{k} = {_fmt(v) if isinstance(v, float) else v}" for k, v in r["extra"].items() if not isinstance(v, (dict, list))))
+            scalars = [f"{k} = {_fmt(v) if isinstance(v, float) else v}" for k, v in (r.get("extra") or {}).items() if not isinstance(v, (dict, list))]
+            if scalars:  # lists and tables of `extra` stay in the results file
+                lines.append(f"- `{r['experiment']}`: " + ", ".join(scalars))
         lines += ["", ""]
     return "\n".join(lines).rstrip() + "\n"
