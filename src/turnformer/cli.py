@@ -305,7 +305,7 @@ def train(
         "phaed-no-recurrence), gpt2-scratch."
     ),
     dataset: str = typer.Option("meld", help="Benchmark name, or 'file' with --train-file/--validation-file/--test-file. "
-                                "A benchmark without a recipe for the task and model gets the model's DailyDialog recipe."),
+                                "Generation on a benchmark without a recipe of its own uses the model's DailyDialog recipe."),
     recipe: Optional[Path] = typer.Option(None, help="Recipe TOML (default: recipes/TASK-DATASET-MODEL.toml)."),
     out: Path = typer.Option(..., help="Run folder: checkpoints (last/, best/), run.json, result.json."),
     seed: int = typer.Option(1),
@@ -320,16 +320,13 @@ def train(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Fine-tune a model; the test score is taken at the best validation epoch."""
-    from turnformer.recipes import find_recipe, load_recipe, recipe_for_dataset
+    from turnformer.recipes import load_recipe, recipe_for_dataset
 
     files = {"train_file": train_file, "validation_file": validation_file, "test_file": test_file}
     try:
         trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
-        retarget = None  # a benchmark without a recipe of its own: the model's DailyDialog recipe, on this benchmark
-        if recipe is not None or dataset == "file":
-            path = recipe or find_recipe(task, model, "file")
-        else:
-            path, retarget = recipe_for_dataset(task, model, dataset)
+        # retarget: a generation benchmark without a recipe of its own runs the model's DailyDialog recipe on itself
+        path, retarget = (recipe, None) if recipe is not None else recipe_for_dataset(task, model, dataset)
         overrides = list(set_) + [f'{k}="{v}"' for k, v in files.items() if v is not None]
         if dataset == "file":
             overrides.insert(0, 'dataset="file"')

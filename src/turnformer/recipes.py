@@ -38,24 +38,24 @@ def recipe_for_dataset(task: str, model: str, dataset: str) -> tuple[Path, str |
     """The recipe for training `model` on benchmark `dataset`, and the dataset name the caller must set in it
     (None: the recipe's own ``dataset`` stands).
 
-    recipes/TASK-DATASET-MODEL.toml when it exists (as `find_recipe`). A benchmark of the data registry
-    without a recipe of its own for this task and model (EmpatheticDialogues, PERSONA-CHAT...) gets the
-    model's DailyDialog recipe, recipes/TASK-dailydialog-MODEL.toml, to be run with ``dataset`` set to
-    the benchmark's name. ``file``, unknown names and models without a DailyDialog recipe go to
-    `find_recipe` (its fallback for ``file``, or its "no recipe" error)."""
-    if dataset == "file" or (RECIPES_DIR / f"{task}-{dataset}-{model}.toml").exists():
-        return find_recipe(task, model, dataset), None
+    recipes/TASK-DATASET-MODEL.toml, found under the benchmark's registry name too (``daily_dialog``). A
+    generation benchmark without a recipe of its own (EmpatheticDialogues, PERSONA-CHAT...) gets the model's
+    DailyDialog recipe, to be run with ``dataset`` set to the benchmark: generation reads speakers and texts
+    alone, so its settings carry over, while a classification recipe names its own corpus's labels. Anything
+    else goes to `find_recipe` (its fallback for ``file``, or its "no recipe" error)."""
     from turnformer.data.registry import get_info  # late import: the registry imports every loader
 
     try:
-        info = get_info(dataset)
+        info = get_info(dataset) if dataset != "file" else None
     except DialogueError:
+        info = None
+    if info is None:
         return find_recipe(task, model, dataset), None
     own = RECIPES_DIR / f"{task}-{info.name}-{model}.toml"
-    if own.exists():  # an alias of a benchmark that has recipes (daily_dialog)
+    if own.exists():
         return own, None
-    fallback = RECIPES_DIR / f"{task}-{FALLBACK_DATASET}-{model}.toml"
-    if not fallback.exists():
+    fallback = RECIPES_DIR / f"generation-{FALLBACK_DATASET}-{model}.toml"
+    if task != "generation" or not fallback.exists():
         return find_recipe(task, model, dataset), None
     return fallback, info.name
 

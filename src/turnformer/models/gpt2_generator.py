@@ -23,7 +23,6 @@ gives this model ``layers = 2N``: as many layers, about 14% fewer layer paramete
 
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 

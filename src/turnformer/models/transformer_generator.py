@@ -11,7 +11,6 @@ beam search by `beam_search`.
 
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 
