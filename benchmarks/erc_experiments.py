@@ -32,7 +32,8 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   four ablations and its c_max sweep (1..5, 10 context turns) with the first seed. Test perplexity at the best
   validation perplexity, with BLEU and Distinct of greedy responses. A GPU job at these sizes.
 - ``generation-cpu``: the same main rows and ablations at the size in ``GENERATION_CPU`` (first 1,000 training and
-  100 validation / test conversations, width 128, 2 layers), which trains on the 2-core CPU.
+  100 validation / test conversations, width 128, 2 layers), which trains on the 2-core CPU, and PHAED's c_max
+  sweep at that size (0..5, 10 context turns, the first seed).
 - ``figure4``: DialogXL on SwDA acts, memory length 100..1000, on a documented subset of the
   training conversations (``--swda-train``, whole validation and test sets), one seed.
 
@@ -154,7 +155,12 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
 
         return [Experiment(f"generation-dailydialog-{model}-cpu", model, "dailydialog", seeds if model in GENERATION_MAIN else seeds[:1],
                            overrides(model), limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task="generation",
-                           extra={"scale": GENERATION_CPU}) for model in (*GENERATION_MAIN, *PHAED_ABLATIONS)]
+                           extra={"scale": GENERATION_CPU}) for model in (*GENERATION_MAIN, *PHAED_ABLATIONS)] + [
+            # PHAED's Figure 6 at this size: c_max 0 (no recurrence) to 5, 10 context turns as in the GPU plan
+            Experiment(f"generation-dailydialog-phaed-cmax{c}-cpu", "phaed", "dailydialog", seeds[:1],
+                       (*overrides("phaed"), f"model_config.c_max={c}", "data.max_context_turns=10"),
+                       limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task="generation",
+                       extra={"scale": GENERATION_CPU, "c_max": c, "max_context_turns": 10}) for c in range(6)]
     if name == "selection-cpu":  # what fits the 2-core CPU: 4 of MiniLM's 6 layers frozen, 128 tokens, 1,500 training items
         return [Experiment(f"response-selection-mutual-{model}-cpu", model, "mutual", seeds[:1],
                            ("model_config.frozen_layers=4", "model_config.max_length=128", "train.epochs=2"), limit_train=1500,

@@ -96,6 +96,29 @@ def test_reader_errors_name_file_line_field(tmp_path, line, pattern):
     assert str(info.value).startswith(str(path))
 
 
+def test_integer_speaker_ids_are_read_as_strings_and_counted(tmp_path):
+    path = write_lines(tmp_path / "conv.jsonl", conv({"speaker": 7, "text": "Hi"}, {"speaker": 0, "text": "Yo"}))
+    (d,) = read_jsonl(path)
+    assert [t.speaker for t in d.turns] == ["7", "0"]
+    assert read_jsonl(path).report.counts == {"integer_speaker": 2}
+    for bad, message in ((True, "expected a non-empty string \\(or an integer id\\), got True"), (1.5, ".*got 1.5"),
+                         ("", "missing speaker")):
+        write_lines(path, conv({"speaker": bad, "text": "Hi"}))
+        with pytest.raises(DialogueError, match=r"conv\.jsonl:1: turns\[0\]\.speaker: " + message):
+            read_jsonl(path)
+
+
+def test_two_conversations_with_one_id_are_refused_by_reader_and_writer(tmp_path):
+    path = write_lines(tmp_path / "conv.jsonl", conv(HI, id="a"), conv(HI, id="b"), "", conv(HI, id="a"), conv(HI), conv(HI))
+    with pytest.raises(DialogueError, match=r"conv\.jsonl:4: id: 'a' is already the id of the conversation on line 1"):
+        read_jsonl(path)
+    one = Dialogue(turns=(Turn("A", "Hi"),), id="a")
+    with pytest.raises(DialogueError, match=r"dialogue 2: id 'a' is already the id of dialogue 0"):
+        write_jsonl([one, Dialogue(turns=(Turn("A", "Hi"),)), one], tmp_path / "out.jsonl")
+    assert not (tmp_path / "out.jsonl").exists()
+    assert write_jsonl([Dialogue(turns=(Turn("A", "Hi"),))] * 2, tmp_path / "out.jsonl") == 2   # no id: no clash
+
+
 def test_unknown_label_names_allowed_set(tmp_path):
     sets = {"emotion": ["joy", "sad", "neutral"]}
     path = write_lines(tmp_path / "conv.jsonl", conv({**HI, "labels": {"emotion": "joy", "act": "anything"}}),
@@ -167,7 +190,7 @@ _dialogue = st.builds(
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(_dialogue, max_size=6))
+@given(st.lists(_dialogue, max_size=6, unique_by=lambda d: d.id if d.id is not None else id(d)))
 def test_write_read_round_trip(dialogues):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "round.jsonl"
@@ -181,3 +204,29 @@ def test_write_read_round_trip(dialogues):
         write_jsonl(back, path)  # and writing what was read gives the same bytes
         assert path.read_bytes() == raw
         assert os.listdir(tmp) == ["round.jsonl"]
+
+
+# ----------------------------------------------------------------------------------- turnformer data stats FILE
+def test_data_stats_counts_conversation_files_as_splits(tmp_path):
+    from typer.testing import CliRunner
+
+    from turnformer.cli import app
+
+    train = write_lines(tmp_path / "train.jsonl", conv({**HI, "emotion": "joy"}, {"speaker": 2, "text": "Yo", "emotion": "sad"}),
+                        "", conv({**HI, "emotion": "joy"}))
+    test = write_lines(tmp_path / "test.jsonl", conv(HI, {"speaker": "B", "text": "Yo", "emotion": "sad"}))
+    result = CliRunner().invoke(app, ["data", "stats", str(train), str(test), "--json"])
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.output)
+    assert stats["splits"]["train"] == {"dialogues": 2, "utterances": 3, "label_kind": "emotion", "labels": {"joy": 2, "sad": 1},
+                                        "report": {"blank_line": 1, "integer_speaker": 1}}
+    assert stats["splits"]["test"]["labels"] == {"sad": 1, "unlabelled": 1}
+    table = CliRunner().invoke(app, ["data", "stats", str(train)])
+    assert table.exit_code == 0 and "blank_line: 1" in table.output and "joy" in table.output
+    bad = write_lines(tmp_path / "bad.jsonl", conv(HI), "{oops")
+    result = CliRunner().invoke(app, ["data", "stats", str(bad)])
+    assert result.exit_code == 2 and "bad.jsonl:2: malformed JSON" in result.output
+    result = CliRunner().invoke(app, ["data", "stats", str(train), str(tmp_path / "sub" / "train.jsonl")])
+    assert result.exit_code == 2 and "two files are named 'train'" in result.output
+    result = CliRunner().invoke(app, ["data", "stats", str(train), str(tmp_path / "dev.jsonl")])
+    assert result.exit_code == 2 and "dev.jsonl: file not found" in result.output

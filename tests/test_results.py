@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from turnformer.results import load_results, make_result, render_markdown, write_result
 
 
@@ -22,3 +24,32 @@ def test_a_result_is_written_atomically_and_tabled_beside_the_paper(tmp_path):
     assert "| r4_at_1 | 0.613 ± 0.004 | 0.923 | 3 |" in table
     assert table.index("## dialogue-act") < table.index("## response-selection") and "- `sel-x`: note = n" in table
     assert "- `acts-x`" not in table   # no extra (or only lists and tables): no empty line for it
+
+
+def load_phaed_memory_plot():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "phaed_memory_plot.py"
+    spec = importlib.util.spec_from_file_location("phaed_memory_plot", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_phaed_memory_sweep_is_read_per_suffix_and_plotted(tmp_path):
+    bench = load_phaed_memory_plot()
+    for c_max, suffix, perplexity in ((1, "-cpu", 90.0), (2, "-cpu", 88.0), (0, "-cpu", 91.0), (1, "", 30.0)):
+        extra = {"bleu_1": [9.0 + c_max], "bleu_2": [4.0], "distinct_1": [0.14], "distinct_2": [0.17 + c_max / 100]}
+        write_result(make_result(f"generation-dailydialog-phaed-cmax{c_max}{suffix}", task="generation", dataset="dailydialog",
+                                 split="test", model="phaed", metric="perplexity", scores=[perplexity], seeds=[1], extra=extra), tmp_path)
+    sweep = bench.load_sweep("-cpu", tmp_path)
+    assert list(sweep) == [0, 1, 2] and sweep[2]["perplexity"] == 88.0 and sweep[2]["bleu_1"] == 11.0
+    assert abs(sweep[2]["distinct_2"] - 19.0) < 1e-9   # fractions become points, like BLEU
+    assert list(bench.load_sweep("", tmp_path)) == [1]   # the GPU sweep's files are not mixed with the CPU one's
+    out = tmp_path / "figure.png"
+    bench.plot(sweep, out, "test")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "generation-dailydialog-phaed-cmax1-cpu.json").unlink()
+    with pytest.raises(SystemExit, match="c_max = 1"):
+        bench.load_sweep("-cpu", tmp_path)

@@ -59,14 +59,18 @@ def list_cmd() -> None:
 
 @data_app.command("stats")
 def stats_cmd(
-    name: str = typer.Argument(..., help="Dataset name (turnformer data list)."),
+    names: list[str] = typer.Argument(..., help="Dataset name (turnformer data list), or conversation files (.jsonl), "
+                                      "each counted as a split named after the file.", metavar="NAME|FILE..."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
-    """Dialogues, utterances and label counts per split (they should match the published counts)."""
-    from turnformer.data.stats import dataset_stats, print_stats
+    """Dialogues, utterances and label counts per split (a benchmark's should match the published counts)."""
+    from turnformer.data.stats import dataset_stats, files_stats, print_stats
 
-    stats = _run(dataset_stats, name, data_dir)
+    if len(names) > 1 or names[0].endswith(".jsonl") or Path(names[0]).is_file():
+        stats = _run(files_stats, names)
+    else:
+        stats = _run(dataset_stats, names[0], data_dir)
     if as_json:
         sys.stdout.write(json.dumps(stats, ensure_ascii=False) + "\n")
         return

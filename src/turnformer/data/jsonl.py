@@ -5,13 +5,14 @@
     {"id": "c1", "turns": [{"speaker": "A", "text": "Hi!", "labels": {"emotion": "joy"}},
                            {"speaker": "B", "text": "Hello.", "id": "c1-2"}], "meta": {"source": "mine"}}
 
-* ``turns`` (required): a non-empty list; each turn needs ``speaker`` (non-empty string) and ``text``
+* ``turns`` (required): a non-empty list; each turn needs ``speaker`` (a non-empty string; an integer id is
+  read as its string and counted, ``integer_speaker``) and ``text``
   (a string that is not blank), and may have ``labels`` (an object mapping a label kind to a label
   string) and ``id`` (a string).
 * Convenience: a turn's top-level string fields ``emotion``, ``act`` and ``sentiment`` are read as
   labels of that kind (``{"speaker": "A", "text": "Hi", "emotion": "joy"}``). If ``labels`` names the
   same kind, the two must agree. The writer always writes ``labels``.
-* ``id`` (optional string) and ``meta`` (optional object, any JSON) belong to the conversation.
+* ``id`` (optional string, unique in its file) and ``meta`` (optional object, any JSON) belong to the conversation.
 * Blank lines are skipped and counted in the load report; other unknown fields are ignored and counted
   (``unknown_field``), never silently.
 
@@ -91,8 +92,14 @@ def parse_dialogue(
         speaker = t.get("speaker")
         if speaker is None:
             raise _err(where, f"{at}.speaker", "missing speaker")
-        if not isinstance(speaker, str) or not speaker.strip():
-            raise _err(where, f"{at}.speaker", f"missing speaker (expected a non-empty string, got {speaker!r})")
+        if isinstance(speaker, int) and not isinstance(speaker, bool):  # numeric speaker ids are common in exports
+            if report is not None:
+                report.add("integer_speaker", f"{where}: {at}.speaker: integer id {speaker} read as the string {str(speaker)!r}")
+            speaker = str(speaker)
+        if not isinstance(speaker, str):
+            raise _err(where, f"{at}.speaker", f"expected a non-empty string (or an integer id), got {speaker!r}")
+        if not speaker.strip():
+            raise _err(where, f"{at}.speaker", f"missing speaker (blank: {speaker!r})")
         if "text" not in t:
             raise _err(where, f"{at}.text", "missing text")
         text = t["text"]
@@ -145,6 +152,7 @@ def read_jsonl(
     path = Path(path)
     report = report if report is not None else LoadReport(source=str(path))
     out = DialogueList(report=report)
+    line_of_id: dict[str, int] = {}  # predictions are keyed by conversation id: two conversations cannot share one
     for lineno, line in iter_lines(path, report):
         where = f"{path}:{lineno}"
         if not line.strip():
@@ -154,7 +162,12 @@ def read_jsonl(
             obj = json.loads(line)
         except json.JSONDecodeError as err:
             raise DialogueError(f"{where}: malformed JSON (column {err.colno}): {err.msg}") from None
-        out.append(parse_dialogue(obj, where, label_sets, report))
+        dialogue = parse_dialogue(obj, where, label_sets, report)
+        if dialogue.id is not None:
+            if dialogue.id in line_of_id:
+                raise _err(where, "id", f"{dialogue.id!r} is already the id of the conversation on line {line_of_id[dialogue.id]}")
+            line_of_id[dialogue.id] = lineno
+        out.append(dialogue)
     return out
 
 
@@ -189,8 +202,14 @@ def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str
     """
     path = Path(path)
     lines = []
+    index_of_id: dict[str, int] = {}
     for i, d in enumerate(dialogues):
-        line = dumps_dialogue(_as_dialogue(d, i))
+        dialogue = _as_dialogue(d, i)
+        if dialogue.id is not None:  # the reader refuses two conversations with one id: never write such a file
+            if dialogue.id in index_of_id:
+                raise DialogueError(f"dialogue {i}: id {dialogue.id!r} is already the id of dialogue {index_of_id[dialogue.id]}")
+            index_of_id[dialogue.id] = i
+        line = dumps_dialogue(dialogue)
         try:
             lines.append(line.encode("utf-8"))
         except UnicodeEncodeError as err:

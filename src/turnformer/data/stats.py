@@ -12,17 +12,22 @@
 ``labels`` is the distribution of the dataset's primary label kind (emotion for DailyDialog, MELD
 and EmoryNLP; act for SwDA; the answer letter A-D for MuTual, whose hidden test answers count as
 ``"hidden"``), with every label of the label set listed, zero counts included, in label-set order.
-For MuTual, ``dialogues`` counts items and ``utterances`` their context turns.
+For MuTual, ``dialogues`` counts items and ``utterances`` their context turns. A conversation file in the
+generic JSONL format is one split named after the file (`files_stats` takes several), its first label kind
+primary, every label it uses listed.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+from turnformer.data.jsonl import read_jsonl
 from turnformer.data.registry import get_info, load_split
-from turnformer.dialogue import ResponseSelectionItem
+from turnformer.data.report import DatasetSplit
+from turnformer.dialogue import DialogueError, ResponseSelectionItem
 
 HIDDEN = "hidden"
 UNLABELLED = "unlabelled"
@@ -98,6 +103,29 @@ def print_stats(stats: dict[str, Any], console=None) -> None:
 
 
 def dataset_stats(name: str, data_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Counts for every split of benchmark `name`, in the shape shown in the module docstring."""
+    """Counts for every split of benchmark `name`, in the shape shown in the module docstring.
+    A conversation file (generic JSONL) counts as one split, named after the file."""
+    if name.endswith(".jsonl") or Path(name).is_file():
+        return files_stats([name])
     info = get_info(name)
     return {"dataset": info.name, "splits": {split: split_stats(load_split(info.name, split, data_dir)) for split in info.splits}}
+
+
+def file_split(path: str | os.PathLike[str]) -> DatasetSplit:
+    """A generic JSONL conversation file as a split: its label kinds and sets are those its turns carry."""
+    dialogues = read_jsonl(path)
+    kinds = list(dict.fromkeys(kind for d in dialogues for t in d.turns for kind in t.labels))
+    sets = {kind: sorted({t.labels[kind] for d in dialogues for t in d.turns if kind in t.labels}) for kind in kinds}
+    return DatasetSplit(name=str(path), split=Path(path).stem, items=list(dialogues), report=dialogues.report,
+                        label_kinds=tuple(kinds), label_sets=sets)
+
+
+def files_stats(paths: list[str | os.PathLike[str]]) -> dict[str, Any]:
+    """Counts of conversation files, each a split named after its file (``train.jsonl`` -> ``train``)."""
+    splits = {}
+    for path in paths:
+        name = Path(path).stem
+        if name in splits:
+            raise DialogueError(f"{path}: two files are named {name!r}; give each split its own name")
+        splits[name] = split_stats(file_split(path))
+    return {"dataset": ", ".join(str(p) for p in paths), "splits": splits}
