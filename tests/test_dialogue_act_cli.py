@@ -38,6 +38,14 @@ def test_train_evaluate_predict_online(data_dir, tmp_path):
     assert all(r["label"] in {"inform", "question", "directive", "commissive"} for r in rows)
     assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-3 for r in rows)
 
+    # an over-long utterance is cut to what the model reads, and the user is told which; the table stays readable
+    long_text = "very " * 400 + "long"
+    (tmp_path / "long.jsonl").write_text(json.dumps({"turns": [{"speaker": "A", "text": "Hi."}, {"speaker": "B", "text": long_text}]}) + "\n")
+    shown = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(tmp_path / "long.jsonl")])
+    assert shown.exit_code == 0, shown.output
+    assert "1 utterance(s) longer than the model's 64 word pieces were cut to their start: #0 turn 1" in " ".join(shown.output.split())
+    assert shown.output.count("very") < 40 and "…" in shown.output and "│ -" in shown.output   # no id: "-"
+
 
 @pytest.mark.parametrize("args, message", [
     (["--task", "dialogue-act", "--model", "dialogxl"], "unknown dialogue-act model 'dialogxl'"),

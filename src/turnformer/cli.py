@@ -456,14 +456,33 @@ def predict(
          "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()}}
         for dialogue, predictions in zip(dialogues, per_turn) for i, (turn, p) in enumerate(zip(dialogue.turns, predictions))
     ]
+    report_truncated(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=task == "erc")
     if out is not None:
         write_jsonl(rows, out)
         err.print(f"wrote {len(rows)} predictions to {out}")
         return
     table = Table("dialogue", "turn", "speaker", "text", run["recipe"].get("label_kind", "label"), "p")
     for r in rows:
-        table.add_row(str(r["dialogue"]), str(r["turn"]), r["speaker"], r["text"], r["label"], f"{r['probabilities'][r['label']]:.2f}")
+        table.add_row(str(r["dialogue"]) if r["dialogue"] is not None else "-", str(r["turn"]), r["speaker"], shorten(r["text"]),
+                      r["label"], f"{r['probabilities'][r['label']]:.2f}")
     console.print(table)
+
+
+def shorten(text: str, width: int = 100) -> str:
+    """A long utterance on one terminal line or two: its start, then an ellipsis (the JSONL output keeps it whole)."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def report_truncated(dialogues, tokenizer, max_tokens: int, with_specials: bool) -> None:
+    """Say on stderr which utterances were longer than the model reads (it sees their first `max_tokens` word pieces)."""
+    texts = [t.text for d in dialogues for t in d.turns]
+    lengths = iter(len(ids) for ids in tokenizer(texts, add_special_tokens=with_specials, verbose=False)["input_ids"])
+    cut = [f"{d.id if d.id is not None else f'#{n}'} turn {i}" for n, d in enumerate(dialogues) for i, _ in enumerate(d.turns)
+           if next(lengths) > max_tokens]
+    if cut:
+        shown = ", ".join(cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
+        err.print(f"note: {len(cut)} utterance(s) longer than the model's {max_tokens} word pieces were cut to their start: {shown}")
 
 
 @app.command()

@@ -47,7 +47,7 @@ def encode_dialogues(dialogues: Sequence[Dialogue], tokenizer, labels: Sequence[
     no word piece becomes [UNK]) and label ids per turn (-100 where unlabelled); plus a report."""
     label_to_id = {label: i for i, label in enumerate(labels)}
     texts = [t.text for d in dialogues for t in d.turns]
-    full = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    full = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
     report = {"truncated_utterances": 0, "unlabelled_utterances": 0, "empty_utterances": 0}
     token_ids, label_ids, k = [], [], 0
     for d in dialogues:

@@ -53,7 +53,7 @@ def encode_conversations(
     label_to_id = {label: i for i, label in enumerate(labels)}
     special = set(getattr(tokenizer, "all_special_ids", []))
     texts = [t.text for d in dialogues for t in d.turns]
-    full = tokenizer(texts, add_special_tokens=True)["input_ids"] if texts else []
+    full = tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"] if texts else []
     report = EncodeReport()
     encoded, k = [], 0
     for d in dialogues:
