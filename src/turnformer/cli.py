@@ -521,7 +521,7 @@ def generate(
         return
     table = Table("conversation", "last turn", "reply")
     for d, r in zip(dialogues, rows):
-        table.add_row(r["id"], f"{d.turns[-1].speaker}: {d.turns[-1].text}", f"{r['speaker']}: {r['response']}")
+        table.add_row(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")
     console.print(table)
 
 
@@ -560,7 +560,7 @@ def predict_selection(model, tokenizer, spec: str, out: Optional[Path], submissi
     if submission is None:
         table = Table("item", "best", "reply", "scores")
         for r in rows:
-            table.add_row(str(r["id"]), str(r["best"]), r["best_text"], " ".join(f"{x:.2f}" for x in r["scores"]))
+            table.add_row(str(r["id"]), str(r["best"]), shorten(r["best_text"]), " ".join(f"{x:.2f}" for x in r["scores"]))
         console.print(table)
 
 
