@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _benchmark_scripts import load_benchmark_script
 
 from turnformer.backbones import random_backbone, tiny_config
 from turnformer.models.baselines import (
@@ -228,19 +229,8 @@ def test_training_reduces_loss_and_predicts_labelled_utterances(make):
 # ---------------------------------------------------------------- benchmarks/memory_waste.py
 
 
-def load_benchmark():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_waste.py"
-    spec = importlib.util.spec_from_file_location("memory_waste_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_benchmark_bookkeeping_matches_models():
-    bench = load_benchmark()
+    bench = load_benchmark_script("memory_waste")
     convs = conversations(seed=7, turns=(5, 2, 7, 4, 4, 9, 1))
     batches = make_batches(convs, 3, PAD)
     grouped = bench.batches_like_training([c.turn_ids for c in convs], 3)
@@ -272,7 +262,7 @@ class _WordTokenizer:
 
     cls_token_id, sep_token_id, pad_token_id = CLS, SEP, PAD
 
-    def __call__(self, texts, add_special_tokens=True):
+    def __call__(self, texts, add_special_tokens=True, verbose=True):
         return {"input_ids": [[CLS] + [5 + len(w) for w in text.split()] + [SEP] for text in texts]}
 
 
@@ -283,7 +273,7 @@ def test_benchmark_script_runs_on_a_tiny_split(tmp_path, monkeypatch):
 
     from turnformer.dialogue import Dialogue, Turn
 
-    bench = load_benchmark()
+    bench = load_benchmark_script("memory_waste")
     dialogues = [
         Dialogue([Turn("a", "one two three " * k), Turn("b", "four five"), Turn("a", "six")][: 1 + k % 3], id=str(k))
         for k in range(1, 8)

@@ -125,7 +125,7 @@ def test_head_counts_must_match_backbone():
 class _CharTokenizer:
     """Characters as token ids, [CLS] ... [SEP]: enough to drive a session without weights."""
 
-    def __call__(self, text, add_special_tokens=True):
+    def __call__(self, text, add_special_tokens=True, verbose=True):
         return {"input_ids": [CLS] + [5 + ord(c) % 50 for c in text] + [SEP]}
 
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import torch
+from _benchmark_scripts import load_benchmark_script
 
 from turnformer.backbones import random_backbone, tiny_config
 from turnformer.dialogue import Dialogue, Turn
@@ -17,20 +15,12 @@ CLS, SEP, PAD = 1, 2, 0
 LABELS = ["joy", "sadness", "neutral"]
 
 
-def load_benchmark():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "erc_speed.py"
-    spec = importlib.util.spec_from_file_location("erc_speed_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 class WordTokenizer:
     """Words as token ids, [CLS] ... [SEP] when asked; one text or a list of texts."""
 
     cls_token_id, sep_token_id, pad_token_id = CLS, SEP, PAD
 
-    def __call__(self, text, add_special_tokens=True):
+    def __call__(self, text, add_special_tokens=True, verbose=True):
         def one(s):
             ids = [5 + len(w) % 50 for w in s.split()]
             return [CLS] + ids + [SEP] if add_special_tokens else ids
@@ -56,7 +46,7 @@ def models():
 
 
 def test_training_overhead_structure():
-    bench = load_benchmark()
+    bench = load_benchmark_script("erc_speed")
     dialogxl, _ = models()
     encoded, _ = encode_conversations(dialogues(), WordTokenizer(), "emotion", LABELS, 16)
     batches = bench.spread(make_batches(encoded, 2, PAD), 2)
@@ -69,7 +59,7 @@ def test_training_overhead_structure():
 
 
 def test_streaming_latency_structure(tmp_path):
-    bench = load_benchmark()
+    bench = load_benchmark_script("erc_speed")
     dialogxl, concat = models()
     turns = bench.chain_turns(dialogues(), 12)
     assert len(turns) == 12 and len({s for s, _ in turns}) >= 2
@@ -86,7 +76,7 @@ def test_streaming_latency_structure(tmp_path):
 
 def test_concat_stream_packs_what_concat_context_packs():
     """The streamed row for utterance t is the row ConcatContext builds for (conversation, t)."""
-    bench = load_benchmark()
+    bench = load_benchmark_script("erc_speed")
     _, concat = models()
     tok = WordTokenizer()
     long = Dialogue(dialogues(1)[0].turns * 6, id="long")  # 12 turns, 37 tokens: truncated to 24

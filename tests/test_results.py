@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _benchmark_scripts import load_benchmark_script
 
 from turnformer.results import load_results, make_result, render_markdown, write_result
 
@@ -26,19 +27,8 @@ def test_a_result_is_written_atomically_and_tabled_beside_the_paper(tmp_path):
     assert "- `acts-x`" not in table   # no extra (or only lists and tables): no empty line for it
 
 
-def load_phaed_memory_plot():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "phaed_memory_plot.py"
-    spec = importlib.util.spec_from_file_location("phaed_memory_plot", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_phaed_memory_sweep_is_read_per_suffix_and_plotted(tmp_path):
-    bench = load_phaed_memory_plot()
+    bench = load_benchmark_script("phaed_memory_plot")
     for c_max, suffix, perplexity in ((1, "-cpu", 90.0), (2, "-cpu", 88.0), (0, "-cpu", 91.0), (1, "", 30.0)):
         extra = {"bleu_1": [9.0 + c_max], "bleu_2": [4.0], "distinct_1": [0.14], "distinct_2": [0.17 + c_max / 100]}
         write_result(make_result(f"generation-dailydialog-phaed-cmax{c_max}{suffix}", task="generation", dataset="dailydialog",
