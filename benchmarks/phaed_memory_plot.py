@@ -26,10 +26,9 @@ def load_sweep(suffix: str, results_dir: Path = RESULTS) -> dict[int, dict[str, 
             continue
         record = json.loads(path.read_text())
         values = {"perplexity": record["mean"]}
-        for name in METRICS[1:]:
+        for name in METRICS[1:]:  # BLEU and Distinct, both in percent
             scores = record["extra"][name]
-            # Distinct is stored as a fraction, BLEU in points: both plotted in points
-            values[name] = sum(scores) / len(scores) * (100 if name.startswith("distinct") else 1)
+            values[name] = sum(scores) / len(scores)
         sweep[int(c_max)] = values
     if 1 not in sweep:
         raise SystemExit(f"no results file for c_max = 1 (generation-dailydialog-phaed-cmax1{suffix}.json in {results_dir}); "

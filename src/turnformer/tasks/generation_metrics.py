@@ -32,7 +32,8 @@ def bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]
 
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    scorer = BLEU(max_ngram_order=max_order, tokenize="none")
+    # force: the input is our word tokens on purpose; sacrebleu would warn that it looks tokenised
+    scorer = BLEU(max_ngram_order=max_order, tokenize="none", force=True)
     return float(scorer.corpus_score([" ".join(h) for h in hypotheses], [[" ".join(r) for r in references]]).score)
 
 
