@@ -39,7 +39,8 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
         scores.append(best["test"]["perplexity"] if generation else best["test"]["primary"])
         if "accuracy" in best["test"]:
             accuracy.append(best["test"]["accuracy"])
-        for key in ("R4@2", "R10@2", "R10@5", "MRR", "MAP", "bleu_1", "bleu_2", "bleu_3", "bleu_4", "distinct_1", "distinct_2"):
+        for key in ("R4@2", "R10@2", "R10@5", "MRR", "MAP", "bleu_1", "bleu_2", "bleu_3", "bleu_4", "distinct_1", "distinct_2",
+                    "embedding_average", "embedding_extrema", "embedding_greedy"):
             if key in best["test"]:
                 ranking.setdefault(key, []).append(best["test"][key])
         if "online_accuracy" in best["test"]:  # dialogue acts: the same model scored online too

@@ -384,13 +384,10 @@ def evaluate(
             return
         if task == "generation":
             from turnformer.tasks.generation import evaluate_split as evaluate_generation
-            from turnformer.tasks.generation_metrics import minilm_word_vectors
+            from turnformer.tasks.generation_metrics import available_word_vectors
 
-            try:  # embedding metrics where MiniLM's word-piece table is installed
-                vectors = minilm_word_vectors()
-            except (ImportError, OSError):
-                vectors = None
-            console.print_json(data=evaluate_generation(model, tokenizer, run, split, data_dir, limit_dialogues, vectors, beam))
+            console.print_json(data=evaluate_generation(model, tokenizer, run, split, data_dir, limit_dialogues,
+                                                        available_word_vectors(), beam))
             return
         recipe, labels = run["recipe"], run["labels"]
         splits, _ = load_erc_data(recipe, data_dir)

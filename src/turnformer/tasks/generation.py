@@ -316,6 +316,7 @@ def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bo
                      time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Train a generation recipe (teacher forcing); the epoch is chosen by validation perplexity.
     The vocabulary is saved in run.json. Checkpoints and resume work as for every other task."""
+    from turnformer.tasks.generation_metrics import available_word_vectors
     from turnformer.training import TrainConfig, set_seed, train
 
     set_seed(seed)
@@ -331,8 +332,11 @@ def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bo
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports,
                 "vocabulary": vocab.to_dict()}
     (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
-    # every epoch: validation perplexity (the epoch choice), test perplexity and greedy-decoding metrics
-    return train(model, batches["train"], lambda m, split: evaluate_generation(m, batches[split], vocab, decode=split == "test"),
+    # every epoch: validation perplexity (the epoch choice), test perplexity and greedy-decoding metrics (the
+    # embedding ones where MiniLM's word vectors are installed)
+    vectors = available_word_vectors()
+    return train(model, batches["train"],
+                 lambda m, split: evaluate_generation(m, batches[split], vocab, decode=split == "test", word_vectors=vectors),
                  config, label_map={"task": "generation"})
 
 

@@ -98,6 +98,14 @@ def minilm_word_vectors(backbone: str = "all-MiniLM-L6-v2") -> WordVectors:
     return lookup
 
 
+def available_word_vectors() -> WordVectors | None:
+    """`minilm_word_vectors` where all-MiniLM-L6-v2 is installed, else None (the embedding metrics are then left out)."""
+    try:
+        return minilm_word_vectors()
+    except (ImportError, OSError):  # not installed, or unreadable (BackboneLoadError is an OSError)
+        return None
+
+
 def perplexity(total_negative_log_likelihood: float, tokens: int) -> float:
     return math.exp(total_negative_log_likelihood / tokens) if tokens else float("nan")
 
