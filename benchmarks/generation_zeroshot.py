@@ -3,7 +3,7 @@
     python benchmarks/generation_zeroshot.py [--eval-dialogues 100] [--limit 200] [--max-new-tokens 40] [--threads 2]
 
 -> ``generation-dailydialog-smollm2-zeroshot-cpu.json``: word-level test perplexity (see
-`turnformer.models.smollm2`), BLEU-1..4 and Distinct-1/2 of its greedy replies, on the instances of the first
+`turnformer.models.smollm2`), BLEU-1..4, Distinct-1/2 and the embedding metrics of its greedy replies, on the instances of the first
 ``--eval-dialogues`` test conversations (the ``generation-cpu`` plan's test set), the first ``--limit`` of them
 (in conversation order). References and replies are mapped through the vocabulary of the plan's 1,000
 training conversations (rare words -> [UNK]), as the trained models are scored. No training: one "seed".
@@ -20,6 +20,7 @@ from turnformer.data import load_split
 from turnformer.models.smollm2 import GGUF_FILE, evaluate_pretrained_lm, load_smollm2
 from turnformer.results import make_result, write_result
 from turnformer.tasks.generation import Vocabulary, make_instances
+from turnformer.tasks.generation_metrics import available_word_vectors
 
 
 def main() -> None:
@@ -40,7 +41,8 @@ def main() -> None:
     start = time.perf_counter()
     model, tokenizer = load_smollm2()
     loaded = time.perf_counter()
-    metrics = evaluate_pretrained_lm(instances, model, tokenizer, args.batch_size, args.max_new_tokens, vocab=vocab)
+    metrics = evaluate_pretrained_lm(instances, model, tokenizer, args.batch_size, args.max_new_tokens, vocab=vocab,
+                                     word_vectors=available_word_vectors())
     done = time.perf_counter()
     record = make_result(
         "generation-dailydialog-smollm2-zeroshot-cpu", task="generation", dataset="dailydialog", split="test",
@@ -48,7 +50,7 @@ def main() -> None:
         backbone=f"SmolLM2-135M-Instruct ({GGUF_FILE}, dequantised to float32)",
         config={"eval_dialogues": args.eval_dialogues, "instances": len(instances), "max_new_tokens": args.max_new_tokens,
                 "vocabulary_from_train_dialogues": args.train_dialogues, "threads": args.threads},
-        extra={**{k: v for k, v in metrics.items() if k.startswith(("bleu", "distinct"))}, "sample": metrics["sample"],
+        extra={**{k: v for k, v in metrics.items() if k.startswith(("bleu", "distinct", "embedding"))}, "sample": metrics["sample"],
                "load_seconds": loaded - start, "seconds_per_instance": (done - loaded) / len(instances),
                "note": "zero-shot; perplexity per our word (+ end of turn), see turnformer.models.smollm2"},
     )
