@@ -67,10 +67,7 @@ def stats_cmd(
     """Dialogues, utterances and label counts per split (a benchmark's should match the published counts)."""
     from turnformer.data.stats import dataset_stats, files_stats, print_stats
 
-    if len(names) > 1 or names[0].endswith(".jsonl") or Path(names[0]).is_file():
-        stats = _run(files_stats, names)
-    else:
-        stats = _run(dataset_stats, names[0], data_dir)
+    stats = _run(files_stats, names) if len(names) > 1 else _run(dataset_stats, names[0], data_dir)  # one name: a benchmark or a file
     if as_json:
         sys.stdout.write(json.dumps(stats, ensure_ascii=False) + "\n")
         return
