@@ -11,7 +11,7 @@
 
     python benchmarks/generation_rescore.py --split validation [--models transformer,transformer-dra,...]
     python benchmarks/generation_rescore.py --split test --models transformer,...,phaed-no-recurrence
-                                            [--runs-dir runs/gen] [--suffix -cpu] [--limit-dialogues 100]
+                                            [--runs-dir runs/gen] [--suffix=-cpu] [--limit-dialogues 100]
 
 Word vectors: all-MiniLM-L6-v2's word pieces (`turnformer.tasks.generation_metrics.minilm_word_vectors`).
 ``--limit-dialogues`` must match the runs' evaluation limit (the ``generation-cpu`` plan scores the first 100

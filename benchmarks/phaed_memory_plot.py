@@ -4,7 +4,7 @@ Reads the results files of a c_max sweep (``generation-dailydialog-phaed-cmaxC[S
 ``erc_experiments.py --plan generation`` or ``--plan generation-cpu``) and plots, as the paper does, the change of
 each metric against c_max = 1: perplexity, BLEU-1/2 and Distinct-1/2 of greedy responses.
 
-    python benchmarks/phaed_memory_plot.py --suffix -cpu --out docs/generation-phaed-memory-length.png
+    python benchmarks/phaed_memory_plot.py --suffix=-cpu --out docs/generation-phaed-memory-length.png
 """
 
 from __future__ import annotations
