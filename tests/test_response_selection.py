@@ -247,7 +247,7 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     assert rows[0]["ranking"][0] == rows[0]["best"] and len(rows[0]["scores"]) == 4
 
     wrong = runner.invoke(app, ["predict", "--task", "erc", "--checkpoint", str(out), "--input", "mutual:test", *common])
-    assert wrong.exit_code != 0 and "response-selection model" in wrong.output
+    assert wrong.exit_code != 0 and "is a model for response-selection" in wrong.output
 
     ranker = ResponseRanker.from_checkpoint(out)
     scores = ranker.rank([("m", "where are you going ?"), ("f", "to the bank .")], ["why ?", ("f", "see you !")])

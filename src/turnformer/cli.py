@@ -20,6 +20,7 @@ from turnformer.backbones.cli import backbone_app
 from turnformer.data.cli import data_app
 from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.tasks.erc import load_trained
+from turnformer.training import CheckpointError
 
 app = typer.Typer(help="Multi-turn, multi-party dialogue modelling with structure-aware Transformers.", no_args_is_help=True)
 plot_app = typer.Typer(help="Figures: attention masks of a conversation.", no_args_is_help=True)
@@ -28,6 +29,9 @@ app.add_typer(backbone_app, name="backbone", help="Offline backbones: load and c
 app.add_typer(plot_app, name="plot")
 console = Console()
 err = Console(stderr=True)
+
+# What a user's input can raise: each ends the command with its one-line message (KeyError: a field of a run or item).
+USER_ERRORS = (DialogueError, ValueError, OSError, KeyError, CheckpointError)
 
 DataDir = typer.Option(None, "--data-dir", help="Benchmark folder (default: $TURNFORMER_DATA, else ~/.cache/turnformer/data).")
 
@@ -43,13 +47,32 @@ def load_input(spec: str, data_dir: Optional[Path]) -> list[Dialogue]:
 
     path = Path(spec)
     if path.exists():
-        return read_jsonl(path)
+        dialogues = read_jsonl(path)
+        if not dialogues:
+            raise DialogueError(f"{spec}: no conversations in the file")
+        return dialogues
     name, _, split = spec.partition(":")
     if name in DATASETS:
         items = load_split(name, split or "test", data_dir).items
         dialogues = [getattr(item, "context", item) for item in items]  # response selection: the context
         return dialogues
     raise DialogueError(f"{spec}: no such file, and not a dataset split (NAME:SPLIT with NAME in {', '.join(DATASETS)})")
+
+
+def check_output_file(path: Optional[Path], option: str = "--out") -> None:
+    """Fail before any work when an output file cannot be written; create its folder."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise DialogueError(f"{option} {path}: a folder; give a file name, e.g. {path / 'predictions.jsonl'}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def check_counts(options: dict[str, Optional[int]]) -> None:
+    """Limits such as --limit-train are counts of dialogues: 1 or more when given."""
+    for option, value in options.items():
+        if value is not None and value < 1:
+            raise DialogueError(f"{option} {value}: give a number of dialogues, 1 or more")
 
 
 def write_jsonl(rows: list[dict], out: Path) -> None:
@@ -101,7 +124,7 @@ def plot_masks_command(
 
             tok = load_tokenizer(tokenizer)
         view = mask_view(chosen, [k for k in kinds.split(",") if k.strip()], window=window, level=level, tokenizer=tok, query_utterance=query_utterance)
-    except (DialogueError, ValueError, FileNotFoundError, OSError) as e:
+    except USER_ERRORS as e:
         fail(str(e))
     if out is not None:
         plot_masks(view, out, title=f"dialogue {chosen.id or dialogue or 0}")
@@ -138,7 +161,7 @@ def plot_attention_command(
         if utterance is not None and not 0 <= utterance < len(chosen):
             raise DialogueError(f"--utterance {utterance} out of range: dialogue {chosen.id!r} has {len(chosen)} utterances (0..{len(chosen) - 1})")
         if checkpoint is not None:
-            model, tokenizer, _ = load_trained(checkpoint)
+            _, model, tokenizer, _ = load_any_trained(checkpoint)
             if not isinstance(model, DialogXL):
                 raise DialogueError(f"--checkpoint {checkpoint}: a {type(model).__name__} run; attention plots need a DialogXL run")
         else:
@@ -148,7 +171,7 @@ def plot_attention_command(
             config = {"heads": [int(c) for c in counts], "window": window}
             model, tokenizer = build_erc_model("dialogxl", config, ["untrained"], backbone)
         view = attention_view(model, tokenizer, chosen, len(chosen) - 1 if utterance is None else utterance)
-    except (DialogueError, ValueError, OSError, KeyError) as e:
+    except USER_ERRORS as e:
         fail(str(e))
     if out is not None:
         plot_attention(view, out)
@@ -176,9 +199,9 @@ def plot_act_attention_command(
         for path in checkpoint:
             task, model, tokenizer, run = load_any_trained(path)
             if task != "dialogue-act":
-                raise DialogueError(f"--checkpoint {path}: a {task} run; this plot needs a dialogue-act attention model")
+                raise DialogueError(f"--checkpoint {path}: a run for {task}; this plot needs a dialogue-act attention model")
             panels.append((run["recipe"]["model"], utterance_attention(model, tokenizer, chosen, start, length)))
-    except (DialogueError, ValueError, OSError, KeyError) as e:
+    except USER_ERRORS as e:
         fail(str(e))
     shown = chosen.turns[start : start + panels[0][1].shape[0]]
     labels = [f"{start + i} {t.speaker}: {t.text[:28]}" for i, t in enumerate(shown)]
@@ -207,7 +230,7 @@ def demo(
         print_stats(dataset_stats(dataset, data_dir), console)
         recipe = load_recipe(find_recipe("erc", "dialogxl", dataset), [f"train.epochs={epochs}"])
         splits, labels = load_erc_data(recipe, data_dir)
-    except (DialogueError, FileNotFoundError, OSError) as e:
+    except USER_ERRORS as e:
         fail(str(e))
     sample = next((d for d in splits["test"] if 5 <= len(d) <= 8 and len(set(d.speakers)) >= 2), splits["test"][0])
 
@@ -245,6 +268,9 @@ def demo(
         console.print(f"  [bold]{turn.speaker}[/bold]: {turn.text}  -> [cyan]{p['label']}[/cyan] "
                       f"({p['probabilities'][p['label']]:.2f}) / {turn.labels.get(recipe.get('label_kind', 'emotion'))}", highlight=False)
 
+TASKS = ("erc", "dialogue-act", "response-selection", "generation")
+
+
 def task_trainer(task: str, model: str):
     """The training function of a task, after checking that it knows the model."""
     if task == "erc":
@@ -270,7 +296,7 @@ def task_trainer(task: str, model: str):
         if model not in GENERATION_MODELS:
             raise DialogueError(f"unknown generation model {model!r}; known: {', '.join(GENERATION_MODELS)}")
         return train_generation
-    raise DialogueError(f"task {task!r} is not available yet; available: erc, dialogue-act, response-selection, generation")
+    raise DialogueError(f"task {task!r} is not available yet; available: {', '.join(TASKS)}")
 
 
 def load_any_trained(checkpoint: Path):
@@ -304,8 +330,9 @@ def train(
         "transformer-dra, dialogbert, dialogbert-dra, phaed (and phaed-no-speaker-tokens, phaed-no-turn-emb, phaed-no-turn-attn, "
         "phaed-no-recurrence), gpt2-scratch."
     ),
-    dataset: str = typer.Option("meld", help="Benchmark name, or 'file' with --train-file/--validation-file/--test-file. "
-                                "Generation on a benchmark without a recipe of its own uses the model's DailyDialog recipe."),
+    dataset: Optional[str] = typer.Option(None, help="Benchmark name (default meld), or 'file' with --train-file/--validation-file/"
+                                          "--test-file (which imply it). Generation on a benchmark without a recipe of its own "
+                                          "uses the model's DailyDialog recipe."),
     recipe: Optional[Path] = typer.Option(None, help="Recipe TOML (default: recipes/TASK-DATASET-MODEL.toml)."),
     out: Path = typer.Option(..., help="Run folder: checkpoints (last/, best/), run.json, result.json."),
     seed: int = typer.Option(1),
@@ -323,17 +350,23 @@ def train(
     from turnformer.recipes import load_recipe, recipe_for_dataset
 
     files = {"train_file": train_file, "validation_file": validation_file, "test_file": test_file}
+    given_files = [k for k, v in files.items() if v is not None]
+    if given_files and dataset not in (None, "file"):
+        fail(f"--{given_files[0].replace('_', '-')} is for your own data: drop --dataset {dataset}, or write --dataset file")
+    dataset = dataset or ("file" if given_files else "meld")
     try:
         trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
         # retarget: a generation benchmark without a recipe of its own runs the model's DailyDialog recipe on itself
         path, retarget = (recipe, None) if recipe is not None else recipe_for_dataset(task, model, dataset)
-        overrides = list(set_) + [f'{k}="{v}"' for k, v in files.items() if v is not None]
+        # absolute, so that `evaluate` finds the files from any folder (a JSON string is a TOML basic string)
+        overrides = list(set_) + [f"{k}={json.dumps(str(v.resolve()))}" for k, v in files.items() if v is not None]
         if dataset == "file":
             overrides.insert(0, 'dataset="file"')
         elif retarget is not None:
             overrides.insert(0, f'dataset="{retarget}"')
             err.print(f"no recipe {task}-{retarget}-{model}.toml: using {path.name} with dataset = {retarget!r} "
                       "(its settings, without its published scores)", highlight=False, soft_wrap=True)
+        check_counts({"--limit-dialogues": limit_dialogues, "--limit-train": limit_train, "--limit-eval": limit_eval})
         limits = {split: limit_dialogues for split in ("train", "validation", "test")} if limit_dialogues else {}
         if limit_train:
             limits["train"] = min(limit_train, limits.get("train", limit_train))
@@ -342,8 +375,10 @@ def train(
         loaded = load_recipe(path, overrides)
         if retarget is not None or dataset == "file":  # a benchmark recipe's published scores are not this data's
             loaded = {k: v for k, v in loaded.items() if not k.startswith("paper")}
+        if resume and not (out / "last").is_dir():
+            err.print(f"note: --resume: {out} holds no checkpoint yet; starting from the beginning", highlight=False, soft_wrap=True)
         result = trainer(loaded, out, seed, data_dir, resume, time_budget, limits or None)
-    except (DialogueError, ValueError, OSError) as e:
+    except USER_ERRORS as e:
         fail(str(e))
     summary = {
         "best_epoch": result.best_epoch, "validation_at_best": result.best_validation and result.best_validation.get("primary"),
@@ -364,14 +399,17 @@ def evaluate(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Score a trained model on a split of its recipe's dataset."""
-    from turnformer.tasks.erc import encode_conversations, evaluate as evaluate_erc, load_erc_data, make_batches
+    from turnformer.tasks.erc import check_split, encode_conversations, evaluate as evaluate_erc, load_erc_data, make_batches
     from turnformer.tasks.metrics import confusion_matrix_plot
     from turnformer.training import predict_all
 
     try:
+        check_counts({"--limit-dialogues": limit_dialogues})
         task, model, tokenizer, run = load_any_trained(checkpoint)
         if beam > 1 and task != "generation":
-            raise DialogueError(f"--beam is for generation models; {checkpoint} is a {task} model")
+            raise DialogueError(f"--beam is for generation models; {checkpoint} is a model for {task}")
+        if confusion is not None and task != "erc":
+            raise DialogueError(f"--confusion is for emotion-recognition (erc) models; {checkpoint} is a model for {task}")
         if task == "dialogue-act":
             from turnformer.tasks.dialogue_act import evaluate_split
 
@@ -390,12 +428,11 @@ def evaluate(
                                                         available_word_vectors(), beam))
             return
         recipe, labels = run["recipe"], run["labels"]
-        splits, _ = load_erc_data(recipe, data_dir)
-        if split not in splits:
-            raise DialogueError(f"unknown split {split!r}; known: {', '.join(splits)}")
+        check_split(split)
+        splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=labels)
         encoded, _ = encode_conversations(splits[split], tokenizer, recipe.get("label_kind", "emotion"), labels, model.config.max_utterance_tokens)
         batches = make_batches(encoded, 8, tokenizer.pad_token_id)
-    except (DialogueError, ValueError, OSError, KeyError) as e:
+    except USER_ERRORS as e:
         fail(str(e))
     metrics = evaluate_erc(model, batches, labels, recipe["dataset"])
     if confusion is not None:
@@ -421,19 +458,23 @@ def predict(
     from turnformer.tasks.erc import encode_conversations, make_batch
 
     try:
+        check_output_file(out)
+        check_output_file(submission, "--submission")
         task, model, tokenizer, run = load_any_trained(checkpoint)
+        if task_ is not None and task_ not in TASKS:
+            raise DialogueError(f"--task {task_}: unknown task; known: {', '.join(TASKS)}")
         if task_ is not None and task_ != task:
-            raise DialogueError(f"--task {task_}: {checkpoint} is a {task} model")
+            raise DialogueError(f"--task {task_}: {checkpoint} is a model for {task}")
         if task == "generation":
             raise DialogueError(f"{checkpoint} is a generation model: use `turnformer generate`")
         if submission is not None and task != "response-selection":
-            raise DialogueError(f"--submission is for response-selection models; {checkpoint} is a {task} model")
+            raise DialogueError(f"--submission is for response-selection models; {checkpoint} is a model for {task}")
         if task == "response-selection":
             return predict_selection(model, tokenizer, input, out, submission, data_dir)
         dialogues = load_input(input, data_dir)
         if online and task != "dialogue-act":
-            raise DialogueError(f"--online is for dialogue-act models; {checkpoint} is a {task} model (streaming: DialogXLSession)")
-    except (DialogueError, ValueError, OSError, KeyError) as e:
+            raise DialogueError(f"--online is for dialogue-act models; {checkpoint} is a model for {task} (streaming: DialogXLSession)")
+    except USER_ERRORS as e:
         fail(str(e))
     labels = run["labels"]
     if task == "dialogue-act":
@@ -500,12 +541,13 @@ def generate(
     from turnformer.tasks.generation import ResponseGenerator, reply_speaker
 
     try:
+        check_output_file(out)
         task = checkpoint_paths(checkpoint)[1]["recipe"].get("task", "erc")
         if task != "generation":
-            raise DialogueError(f"{checkpoint} is a {task} model, not a generation model")
+            raise DialogueError(f"{checkpoint} is a model for {task}, not a generation model")
         bot = ResponseGenerator.from_checkpoint(checkpoint, beam)
         dialogues = load_input(input, data_dir) if input is not None else None
-    except (DialogueError, ValueError, OSError, KeyError) as e:
+    except USER_ERRORS as e:
         fail(str(e))
     if dialogues is None:
         return chat(bot)

@@ -74,7 +74,38 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[st
     recipe.setdefault("model_config", {})
     recipe.setdefault("train", {})
     recipe["recipe_path"] = str(path)
-    return apply_overrides(recipe, overrides or [])
+    recipe = apply_overrides(recipe, overrides or [])
+    check_train_settings(recipe["train"], f"{path.name}{' with --set' if overrides else ''}")
+    return recipe
+
+
+# The [train] settings the tasks read: type and least value (official_lr documents the paper's rate, unread).
+TRAIN_SETTINGS: dict[str, tuple[type, float]] = {
+    "epochs": (int, 1), "batch_size": (int, 1), "eval_batch_size": (int, 1), "warmup_steps": (int, 0),
+    "save_every_steps": (int, 1), "lr": (float, 0), "head_lr": (float, 0), "official_lr": (float, 0),
+    "weight_decay": (float, 0), "grad_clip": (float, 0),
+}
+SCHEDULERS = ("linear", "constant")
+
+
+def check_train_settings(train: dict[str, Any], source: str) -> None:
+    """Refuse, naming the setting, an unknown [train] key or a value of the wrong type or range."""
+    if not isinstance(train, dict):
+        raise DialogueError(f"{source}: [train] must be a table of settings")
+    for key, value in train.items():
+        if key == "scheduler":
+            if value not in SCHEDULERS:
+                raise DialogueError(f"{source}: train.scheduler = {value!r}; known: {', '.join(SCHEDULERS)}")
+            continue
+        if key not in TRAIN_SETTINGS:
+            raise DialogueError(f"{source}: unknown setting train.{key}; known: {', '.join(sorted([*TRAIN_SETTINGS, 'scheduler']))}")
+        kind, least = TRAIN_SETTINGS[key]
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if key == "head_lr" and value is None:
+            continue
+        if not numeric or (kind is int and not isinstance(value, int)) or value < least:
+            wanted = "a whole number" if kind is int else "a number"
+            raise DialogueError(f"{source}: train.{key} = {value!r}; expected {wanted}, {least:g} or more")
 
 
 def apply_overrides(recipe: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

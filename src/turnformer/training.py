@@ -405,7 +405,7 @@ class _Trainer:
         last = out_dir / "last"
         if not config.resume:
             if last.exists() and self.acc.is_main_process:
-                logger.warning("%s holds a checkpoint; starting afresh and overwriting it (resume=True continues it)", last)
+                logger.warning("%s holds a checkpoint; starting afresh and overwriting it (resume=True, or --resume, continues it)", last)
             return None
         if not last.exists():
             if self.acc.is_main_process:
@@ -615,7 +615,7 @@ class _Trainer:
         _record(st.history, self._partial_entry(epoch))
         self._save("last")
         if self.acc.is_main_process:
-            logger.warning("stopped early: %s; %s/last holds the position (resume=True continues)", st.stop_reason,
+            logger.warning("stopped early: %s; %s/last holds the position (resume=True, or --resume, continues)", st.stop_reason,
                            self.config.out_dir)
 
     def _partial_entry(self, epoch: int) -> dict[str, Any]:

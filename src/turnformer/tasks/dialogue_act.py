@@ -23,7 +23,7 @@ import torch
 
 from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, WindowBatch, build_lc_model
-from turnformer.tasks.erc import SPLITS, checkpoint_paths, load_erc_data
+from turnformer.tasks.erc import SPLITS, check_split, checkpoint_paths, load_erc_data
 from turnformer.tasks.metrics import accuracy
 
 DIALOGUE_ACT_MODELS = MODEL_IDS
@@ -185,9 +185,8 @@ def load_trained(checkpoint):
 def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, data_dir=None) -> dict:
     """Accuracy of a trained model on a split of its recipe's dataset, offline and (P > 0) online."""
     recipe = {**run["recipe"], "label_kind": run["recipe"].get("label_kind", "act")}
-    splits, _ = load_erc_data(recipe, data_dir)
-    if split not in splits:
-        raise DialogueError(f"unknown split {split!r}; known: {', '.join(splits)}")
+    check_split(split)
+    splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=run["labels"])
     window, padding, _ = _windows(recipe)
     ids, ys, _ = encode_dialogues(splits[split], tokenizer, run["labels"], model.config.max_utterance_tokens, recipe["label_kind"])
     settings = ("offline", "online") if padding > 0 else ("offline",)

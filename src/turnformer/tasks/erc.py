@@ -123,32 +123,48 @@ def evaluate(model, batches: Sequence[ConversationBatch], labels: Sequence[str],
 SPLITS = ("train", "validation", "test")
 
 
-def read_split_files(recipe: dict) -> dict[str, list[Dialogue]]:
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise DialogueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+
+
+def read_split_files(recipe: dict, only: Sequence[str] = SPLITS, label_sets: dict[str, list[str]] | None = None) -> dict[str, list[Dialogue]]:
     """The conversations of a ``dataset = "file"`` recipe: its ``train_file``, ``validation_file`` and
-    ``test_file`` (generic JSONL)."""
+    ``test_file`` (generic JSONL), or those of the splits in ``only``. With ``label_sets``, a label
+    outside them is an error that names the file and line."""
     from turnformer.data import read_jsonl
 
     splits = {}
-    for split in SPLITS:
+    for split in only:
         path = recipe.get(f"{split}_file")
         if not path:
             raise DialogueError(f"recipe {recipe.get('recipe_path')}: dataset 'file' needs {split}_file")
-        splits[split] = list(read_jsonl(path))
+        splits[split] = list(read_jsonl(path, label_sets))
+        if not splits[split]:
+            raise DialogueError(f"{path}: no conversations in the {split} file")
     return splits
 
 
-def load_erc_data(recipe: dict, data_dir=None) -> tuple[dict[str, list[Dialogue]], list[str]]:
-    """The three splits of a recipe's dataset, and its label set (fixed by the benchmark, or,
-    for a user's file, the labels seen in its training split)."""
+def load_erc_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS,
+                  labels: Sequence[str] | None = None) -> tuple[dict[str, list[Dialogue]], list[str] | None]:
+    """The splits of a recipe's dataset (all three, or those in ``only``), and its label set: fixed by the
+    benchmark, or, for a user's file, ``labels`` (a trained model's), the recipe's, or those seen in its
+    training split (None when that split is not read)."""
     from turnformer.data import load_split
 
     kind = recipe.get("label_kind", "emotion")
     if recipe["dataset"] == "file":
-        splits = read_split_files(recipe)
-        labels = recipe.get("labels") or label_set_from_data(splits["train"], kind)
-        return splits, list(labels)
-    loaded = {split: load_split(recipe["dataset"], split, data_dir) for split in SPLITS}
-    return {s: list(ds.dialogues) for s, ds in loaded.items()}, loaded["train"].label_set(kind)
+        labels = list(labels or recipe.get("labels") or [])
+        splits = {}
+        if not labels and "train" in only:
+            splits = read_split_files(recipe, ["train"])
+            labels = label_set_from_data(splits["train"], kind)
+        # every other split is checked against the training labels as it is read: an error names its file and line
+        rest = [split for split in only if split not in splits]
+        splits.update(read_split_files(recipe, rest, {kind: labels} if labels else None))
+        return {split: splits[split] for split in only}, labels or None
+    loaded = {split: load_split(recipe["dataset"], split, data_dir) for split in only}
+    return {s: list(ds.dialogues) for s, ds in loaded.items()}, next(iter(loaded.values())).label_set(kind)
 
 
 ERC_MODELS = ("dialogxl", "concat-context", "segment-recurrence")
@@ -175,6 +191,9 @@ def build_erc_model(model_id: str, model_config: dict, labels: list[str], backbo
         return build_baseline(model_id, model_config, labels, backbone)
     encoder, tokenizer = load_backbone(backbone)
     config = DialogXLConfig.from_dict({**model_config, "num_labels": len(labels), "backbone": backbone})
+    positions = getattr(encoder.config, "max_position_embeddings", None)  # None: relative positions (XLNet)
+    if positions is not None and config.max_utterance_tokens > positions:
+        raise DialogueError(f"model_config.max_utterance_tokens = {config.max_utterance_tokens} is over the backbone's {positions} positions")
     model = DialogXL(config, encoder, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
     return model, tokenizer
 
@@ -225,7 +244,12 @@ def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = Fa
 def checkpoint_paths(checkpoint) -> tuple[Path, dict]:
     """A run folder or one of its checkpoints (best/, last/) -> (weights folder, run.json)."""
     checkpoint = Path(checkpoint)
+    from turnformer.training import MODEL_FILE
+
     weights = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
+    if (checkpoint / "run.json").exists() and not (weights / MODEL_FILE).exists():
+        latest = " (its latest is in last/: pass that folder to use it)" if (checkpoint / "last").is_dir() else ""
+        raise DialogueError(f"{checkpoint}: a run without a best checkpoint yet: training has not finished an epoch{latest}")
     for folder in (checkpoint, checkpoint.parent):
         if (folder / "run.json").exists():
             try:

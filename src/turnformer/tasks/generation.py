@@ -28,6 +28,7 @@ from typing import Iterable, Sequence
 import torch
 
 from turnformer.dialogue import Dialogue, DialogueError, Turn
+from turnformer.tasks.erc import SPLITS, check_split, read_split_files
 
 PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R = "[PAD]", "[UNK]", "[SOU]", "[EOU]", "[SPEAKER-Q]", "[SPEAKER-R]"
 SPECIALS = (PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R)
@@ -166,7 +167,6 @@ GENERATION_MODELS: dict[str, tuple[str, str, dict]] = {
     "phaed-no-recurrence": ("phaed", "PHAED", {"c_max": 0}),
     "gpt2-scratch": ("gpt2_generator", "GPT2Generator", {}),
 }
-SPLITS = ("train", "validation", "test")
 
 
 def encode_instance(instance: GenerationInstance, vocab: Vocabulary, speaker_tokens: bool = True, parse=None):
@@ -268,16 +268,20 @@ def generate_responses(model, batches, vocab: Vocabulary, beam_size: int = 1) ->
     return references, hypotheses
 
 
-def load_generation_data(recipe: dict, data_dir=None) -> dict[str, list[Dialogue]]:
-    """The conversations of each split: a benchmark (``dataset = "dailydialog"``, ``"empathetic-dialogues"``,
+def load_generation_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS) -> dict[str, list[Dialogue]]:
+    """The conversations of each split (or of those in ``only``): a benchmark (``dataset = "dailydialog"``, ``"empathetic-dialogues"``,
     ``"personachat"``...; only the turns' speakers and texts are read, no labels) or the user's JSONL
     files (``dataset = "file"`` with ``train_file``, ``validation_file``, ``test_file``)."""
     from turnformer.data import load_split
-    from turnformer.tasks.erc import read_split_files
 
     if recipe["dataset"] == "file":
-        return read_split_files(recipe)
-    return {split: list(load_split(recipe["dataset"], split, data_dir).dialogues) for split in SPLITS}
+        return read_split_files(recipe, only)
+    return {split: list(load_split(recipe["dataset"], split, data_dir).dialogues) for split in only}
+
+
+def require_pairs(instances: Sequence, split: str) -> None:
+    if not instances:
+        raise DialogueError(f"{split} split: no (context, response) pairs: a conversation needs two turns or more")
 
 
 def build_generator(model_id: str, model_config: dict, vocab: Vocabulary):
@@ -304,6 +308,7 @@ def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | Non
     for split, convs in dialogues.items():
         report = GenerationReport()
         instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)), report)
+        require_pairs(instances, split)
         encoded = encode_instances(instances, vocab, model)
         size = int(settings.get("batch_size", 64)) if split == "train" else int(settings.get("eval_batch_size", 128))
         batches[split] = make_generation_batches(encoded, size)
@@ -360,9 +365,11 @@ def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=Non
     """Perplexity, BLEU-1..4, Distinct-1/2 (and the embedding metrics with `word_vectors`) of the responses
     (greedy, or beam search with ``beam_size > 1``) on a split of the run's data (its first `limit` conversations)."""
     recipe = run["recipe"]
-    convs = load_generation_data(recipe, data_dir)[split][:limit]
+    check_split(split)
+    convs = load_generation_data(recipe, data_dir, [split])[split][:limit]
     data = recipe.get("data", {})
     instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
+    require_pairs(instances, split)
     encoded = encode_instances(instances, vocab, model)
     metrics = evaluate_generation(model, make_generation_batches(encoded, 128), vocab, True, word_vectors, beam_size)
     del metrics["primary"]

@@ -9,7 +9,8 @@ Data (``recipe["dataset"]``):
   in the run's history ``validation`` is the held-out sample and ``test`` is MuTual's dev set. (The paper
   picks the epoch on dev itself; ``holdout = 0`` does that too.)
 * ``file``: ``train_file``, ``validation_file`` and ``test_file`` in the tab-separated Ubuntu / Douban /
-  E-commerce format (`turnformer.data.selection_tsv`).
+  E-commerce format (`turnformer.data.selection_tsv`), or JSONL conversations with ``meta.candidates``
+  and ``meta.answer`` (told apart by their content).
 
 Every candidate of an item becomes one sequence ``[CLS] u_1 [SEP] ... u_n [SEP] response [SEP]``
 (`turnformer.structure.pack_token_ids`: at most ``max_turns`` turns, the response included, then
@@ -66,6 +67,8 @@ def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionIt
     answer = dialogue.meta.get("answer")
     if answer is not None and (not isinstance(answer, int) or isinstance(answer, bool)):
         raise DialogueError(f"{where}: meta.answer: expected a candidate index or null, got {answer!r}")
+    if answer is not None and not 0 <= answer < len(turns):
+        raise DialogueError(f"{where}: meta.answer = {answer}: out of range for {len(turns)} candidates (0..{len(turns) - 1})")
     return ResponseSelectionItem(context=dialogue, candidates=turns, answer=answer, id=dialogue.id)
 
 
@@ -79,7 +82,6 @@ def next_speaker(dialogue: Dialogue) -> str:
 def load_selection_data(recipe: dict, data_dir=None) -> dict[str, list[ResponseSelectionItem]]:
     """Train / validation / test items of a recipe's dataset (see the module docstring)."""
     from turnformer.data import load_split
-    from turnformer.data.selection_tsv import read_selection_tsv
 
     dataset = recipe["dataset"]
     if dataset == "file":
@@ -88,7 +90,9 @@ def load_selection_data(recipe: dict, data_dir=None) -> dict[str, list[ResponseS
             path = recipe.get(f"{split}_file")
             if not path:
                 raise DialogueError(f"recipe {recipe.get('recipe_path')}: dataset 'file' needs {split}_file")
-            splits[split] = read_selection_tsv(path)
+            splits[split] = read_selection_file(Path(path))
+            if not any(sum(item.gold() or ()) for item in splits[split]):
+                raise DialogueError(f"{path}: no item has a right candidate (label 1): the {split} split cannot be scored")
         return splits
     if dataset not in ("mutual", "mutual-plus"):
         raise DialogueError(f"response selection runs on mutual, mutual-plus or a file (dataset = 'file'), not {dataset!r}")
@@ -176,6 +180,8 @@ def evaluate(model: MDFN, batches: Sequence[SelectionBatch]) -> dict:
     if not labelled:
         return {"primary": float("nan"), "labelled": 0}
     metrics = ranking_metrics([s for _, s in labelled], [g for g, _ in labelled])
+    if not metrics["groups"]:  # labelled, but no candidate marked right (a TSV with only 0 labels): nothing to rank
+        return {"primary": float("nan"), **metrics}
     recall_at_1 = next(v for k, v in metrics.items() if k.endswith("@1") and k.startswith("R"))
     return {"primary": recall_at_1, **metrics}
 
@@ -304,17 +310,27 @@ def rank(dialogue, candidates, checkpoint) -> list[float]:
     return ResponseRanker.from_checkpoint(checkpoint).rank(dialogue, candidates)
 
 
+def read_selection_file(path: Path) -> list[ResponseSelectionItem]:
+    """Items of a file, told by its content (its name may say .csv or nothing): JSON objects, one a line, with
+    ``meta.candidates``, or tab-separated ``label \t context ... \t response`` lines."""
+    from turnformer.data import read_jsonl
+    from turnformer.data.selection_tsv import read_selection_tsv
+
+    with open(path, encoding="utf-8", errors="replace") as f:
+        first = next((line for line in f if line.strip()), "")
+    if first.lstrip().startswith("{"):
+        return [dialogue_to_item(d, f"{path}: dialogue {d.id or i}") for i, d in enumerate(read_jsonl(path))]
+    return read_selection_tsv(path)
+
+
 def load_items(spec: str, data_dir=None) -> list[ResponseSelectionItem]:
     """Items to rank: a benchmark split ``NAME:SPLIT`` (mutual, mutual-plus), a tab-separated file
     (Ubuntu format), or a JSONL file of conversations with ``meta.candidates``."""
-    from turnformer.data import DATASETS, load_split, read_jsonl
-    from turnformer.data.selection_tsv import read_selection_tsv
+    from turnformer.data import DATASETS, load_split
 
     path = Path(spec)
     if path.exists():
-        if path.suffix.lower() in (".tsv", ".txt"):
-            return read_selection_tsv(path)
-        return [dialogue_to_item(d, f"{path}: dialogue {d.id or i}") for i, d in enumerate(read_jsonl(path))]
+        return read_selection_file(path)
     name, _, split = spec.partition(":")
     if name in DATASETS:
         items = load_split(name, split or "test", data_dir).items

@@ -1,0 +1,195 @@
+"""Bad input and awkward use of the commands end with a one-line error (exit 2) that names the file, option
+or setting at fault, before any long work; nothing is lost or half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from turnformer.cli import app
+from turnformer.data import write_jsonl
+from turnformer.dialogue import Dialogue, DialogueError, Turn
+
+runner = CliRunner()
+
+
+def _dialogue(i: int, turns: int = 3, label: str | None = None) -> Dialogue:
+    texts = ["great news, I passed!", "my dog died", "that is wonderful", "it is raining again"]
+    return Dialogue(tuple(Turn("Ann" if j % 2 else "Bob", texts[(i + j) % 4],
+                               {"emotion": label or ("joy" if (i + j) % 2 else "sadness")}) for j in range(turns)), id=f"d{i}")
+
+
+def _write(folder: Path, name: str, dialogues) -> Path:
+    path = folder / name
+    write_jsonl(list(dialogues), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("conversations")
+    return {"train": _write(folder, "train.jsonl", [_dialogue(i) for i in range(6)]),
+            "validation": _write(folder, "validation.jsonl", [_dialogue(i) for i in range(6, 8)]),
+            "test": _write(folder, "test.jsonl", [_dialogue(i) for i in range(8, 10)])}
+
+
+def _tiny(backbone) -> list[str]:
+    settings = [f'backbone="{backbone}"', "model_config.heads=[1,1,1,1]", "train.batch_size=2", "train.epochs=1"]
+    return [arg for s in settings for arg in ("--set", s)]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_backbone_dir, files, tmp_path_factory):
+    """A one-epoch DialogXL run trained from inside the data folder with relative file names."""
+    out = tmp_path_factory.mktemp("run") / "run"
+    here = Path.cwd()
+    os.chdir(files["train"].parent)
+    try:
+        result = runner.invoke(app, ["train", "--train-file", "train.jsonl", "--validation-file", "validation.jsonl",
+                                     "--test-file", "test.jsonl", "--out", str(out), *_tiny(tiny_backbone_dir)])
+    finally:
+        os.chdir(here)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_file_options_imply_dataset_file_and_evaluate_works_from_anywhere(trained_run, files, tmp_path, monkeypatch):
+    recipe = json.loads((trained_run / "run.json").read_text())["recipe"]
+    assert recipe["dataset"] == "file" and recipe["test_file"] == str(files["test"].resolve())
+    monkeypatch.chdir(tmp_path)  # another folder: the run's files are found by their absolute paths
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--split", "validation"])
+    assert result.exit_code == 0, result.output
+    assert 0 <= json.loads(result.stdout)["weighted_f1"] <= 100
+
+
+def test_file_options_with_a_benchmark_are_refused(files, tmp_path):
+    result = runner.invoke(app, ["train", "--dataset", "meld", "--train-file", str(files["train"]), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "--train-file is for your own data: drop --dataset meld" in result.output
+    result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "needs validation_file" in result.output  # the file recipe, not MELD
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("train.lr=abc", "train.lr = 'abc'; expected a number"),
+    ("train.batch_size=0", "train.batch_size = 0; expected a whole number, 1 or more"),
+    ("train.epoch=3", "unknown setting train.epoch; known: batch_size, epochs"),
+    ('train.scheduler="cosine"', "train.scheduler = 'cosine'; known: linear, constant"),
+])
+def test_bad_settings_name_the_key(files, tmp_path, setting, message):
+    result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
+                                 "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), "--set", setting])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("option", ["--limit-train", "--limit-dialogues", "--limit-eval"])
+def test_limits_must_be_positive(files, tmp_path, option):
+    result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
+                                 "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), option, "0"])
+    assert result.exit_code == 2 and f"{option} 0: give a number of dialogues, 1 or more" in result.output
+
+
+def test_unknown_label_and_empty_split_name_the_file(tiny_backbone_dir, files, tmp_path):
+    odd = _write(tmp_path, "odd-test.jsonl", [_dialogue(20), _dialogue(21, label="anger")])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    common = ["--train-file", str(files["train"]), *_tiny(tiny_backbone_dir)]
+    result = runner.invoke(app, ["train", *common, "--validation-file", str(files["validation"]), "--test-file", str(odd),
+                                 "--out", str(tmp_path / "a")])
+    assert result.exit_code == 2 and f"{odd}:2" in result.output and "unknown label 'anger'" in result.output
+    result = runner.invoke(app, ["train", *common, "--validation-file", str(empty), "--test-file", str(files["test"]),
+                                 "--out", str(tmp_path / "b")])
+    assert result.exit_code == 2 and f"{empty}: no conversations in the validation file" in result.output
+    assert not (tmp_path / "b" / "last").exists()  # refused before training
+
+
+def test_utterance_length_over_the_backbone_positions(tiny_backbone_dir, files, tmp_path):
+    result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
+                                 "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), *_tiny(tiny_backbone_dir),
+                                 "--set", "model_config.max_utterance_tokens=1000"])
+    assert result.exit_code == 2 and "max_utterance_tokens = 1000 is over the backbone's 128 positions" in result.output
+
+
+def test_checkpoint_problems(trained_run, files, tmp_path):
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "run.json").write_text((trained_run / "run.json").read_text())
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(unfinished)])
+    assert result.exit_code == 2 and "without a best checkpoint yet" in result.output
+
+    corrupt = tmp_path / "corrupt"
+    (corrupt / "best").mkdir(parents=True)
+    (corrupt / "run.json").write_text((trained_run / "run.json").read_text())
+    for item in (trained_run / "best").iterdir():
+        (corrupt / "best" / item.name).write_bytes(item.read_bytes())
+    (corrupt / "best" / "model.safetensors").write_bytes(b"not a safetensors file")
+    for command in (["evaluate"], ["predict", "--input", str(files["test"])]):
+        result = runner.invoke(app, [*command, "--checkpoint", str(corrupt)])
+        assert result.exit_code == 2 and "model.safetensors" in result.output and "Traceback" not in result.output, result.output
+
+
+def test_predict_outputs_and_inputs(trained_run, files, tmp_path):
+    nested = tmp_path / "new" / "folder" / "predictions.jsonl"
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", str(nested)])
+    assert result.exit_code == 0, result.output
+    assert len(nested.read_text().splitlines()) == 6 and not list(nested.parent.glob("*.tmp"))
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "a folder; give a file name" in result.output and not list(tmp_path.glob("*.tmp"))
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(empty)])
+    assert result.exit_code == 2 and f"{empty}: no conversations in the file" in result.output
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--task", "emotions"])
+    assert result.exit_code == 2 and "--task emotions: unknown task; known: erc, dialogue-act" in result.output
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--task", "dialogue-act"])
+    assert result.exit_code == 2 and "is a model for erc" in result.output
+
+
+def test_resume_without_a_checkpoint_says_so(tiny_backbone_dir, files, tmp_path):
+    result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
+                                 "--test-file", str(files["test"]), "--out", str(tmp_path / "fresh"), "--resume",
+                                 *_tiny(tiny_backbone_dir)])
+    assert result.exit_code == 0, result.output
+    assert "holds no checkpoint yet; starting from the beginning" in result.output
+
+
+def test_generation_needs_two_turn_conversations(tmp_path):
+    one_turn = _write(tmp_path, "one.jsonl", [_dialogue(i, turns=1) for i in range(4)])
+    two_turns = _write(tmp_path, "two.jsonl", [_dialogue(i, turns=2) for i in range(4)])
+    result = runner.invoke(app, ["train", "--task", "generation", "--model", "transformer", "--train-file", str(two_turns),
+                                 "--validation-file", str(one_turn), "--test-file", str(two_turns), "--out", str(tmp_path / "g")])
+    assert result.exit_code == 2 and "validation split: no (context, response) pairs" in result.output
+
+    tiny = ["model_config.d_model=16", "model_config.ff=32", "model_config.layers=1", "train.epochs=1", "train.warmup_steps=0"]
+    out = tmp_path / "generator"
+    result = runner.invoke(app, ["train", "--task", "generation", "--model", "transformer", "--train-file", str(two_turns),
+                                 "--validation-file", str(two_turns), "--test-file", str(two_turns), "--out", str(out),
+                                 *[arg for s in tiny for arg in ("--set", s)]])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--limit-dialogues", "0"])
+    assert result.exit_code == 2 and "--limit-dialogues 0: give a number of dialogues" in result.output
+    result = runner.invoke(app, ["plot", "attention", "--checkpoint", str(out), "--input", str(two_turns), "--json"])
+    assert result.exit_code == 2 and "a TransformerGenerator run; attention plots need a DialogXL run" in result.output
+
+
+def test_response_selection_files(tmp_path):
+    from turnformer.tasks.response_selection import dialogue_to_item, read_selection_file
+
+    csv_named = tmp_path / "pairs.csv"  # tab-separated, whatever the name says
+    csv_named.write_text("1\thello there\thi !\n0\thello there\tgo away\n")
+    items = read_selection_file(csv_named)
+    assert [item.gold() for item in items] == [(1, 0)]  # one context, two candidates
+    negatives = tmp_path / "negatives.tsv"
+    negatives.write_text("0\thello there\tgo away\n")
+    result = runner.invoke(app, ["train", "--task", "response-selection", "--model", "mdfn", "--train-file", str(csv_named),
+                                 "--validation-file", str(negatives), "--test-file", str(csv_named), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and f"{negatives}: no item has a right candidate" in result.output
+
+    dialogue = Dialogue((Turn("A", "hi"),), id="x", meta={"candidates": [{"speaker": "B", "text": "hello"}], "answer": 3})
+    with pytest.raises(DialogueError, match="meta.answer = 3: out of range for 1 candidates"):
+        dialogue_to_item(dialogue, "f.jsonl: dialogue x")
