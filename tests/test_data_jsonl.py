@@ -230,3 +230,14 @@ def test_data_stats_counts_conversation_files_as_splits(tmp_path):
     assert result.exit_code == 2 and "two files are named 'train'" in result.output
     result = CliRunner().invoke(app, ["data", "stats", str(train), str(tmp_path / "dev.jsonl")])
     assert result.exit_code == 2 and "dev.jsonl: file not found" in result.output
+    deep = write_lines(tmp_path / "deep.jsonl", "[" * 100_000 + "]" * 100_000)
+    result = CliRunner().invoke(app, ["data", "stats", str(deep)])
+    assert result.exit_code == 2 and "deep.jsonl:1: JSON nested too deeply" in result.output
+    for path in (bad, deep):
+        path.unlink()
+    folder = CliRunner().invoke(app, ["data", "stats", str(tmp_path), "--json"])  # a folder: its .jsonl files
+    assert folder.exit_code == 0, folder.output
+    assert json.loads(folder.output)["splits"] == stats["splits"]
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(app, ["data", "stats", str(tmp_path / "empty")])
+    assert result.exit_code == 2 and "a folder with no .jsonl conversation files" in result.output

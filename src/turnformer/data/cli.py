@@ -67,7 +67,18 @@ def stats_cmd(
     """Dialogues, utterances and label counts per split (a benchmark's should match the published counts)."""
     from turnformer.data.stats import dataset_stats, files_stats, print_stats
 
-    stats = _run(files_stats, names) if len(names) > 1 else _run(dataset_stats, names[0], data_dir)  # one name: a benchmark or a file
+    paths = []
+    for name in names:  # a folder stands for its .jsonl files
+        folder = Path(name)
+        if folder.is_dir():
+            found = sorted(str(p) for p in folder.glob("*.jsonl"))
+            if not found:
+                _fail(f"{folder}: a folder with no .jsonl conversation files")
+            paths.extend(found)
+        else:
+            paths.append(name)
+    one_name = len(names) == 1 and paths == names  # a benchmark or a file
+    stats = _run(dataset_stats, paths[0], data_dir) if one_name else _run(files_stats, paths)
     if as_json:
         sys.stdout.write(json.dumps(stats, ensure_ascii=False) + "\n")
         return

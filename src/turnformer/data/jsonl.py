@@ -162,6 +162,8 @@ def read_jsonl(
             obj = json.loads(line)
         except json.JSONDecodeError as err:
             raise DialogueError(f"{where}: malformed JSON (column {err.colno}): {err.msg}") from None
+        except RecursionError:
+            raise DialogueError(f"{where}: JSON nested too deeply to be a conversation") from None
         dialogue = parse_dialogue(obj, where, label_sets, report)
         if dialogue.id is not None:
             if dialogue.id in line_of_id:
