@@ -19,7 +19,7 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
 - ``acts``: the dialogue-act models (LC Attention, its three LSTM baselines, the fine-tuned MiniLM) on SwDA and DailyDialog
   acts (the LC Attention paper's Tables 4 and 6; recipes/dialogue-act-DATASET-MODEL.toml).
 - ``act-grid``: the W x P grid of the dialogue-act context models (W in 1, 5, 10 and P in 0..3 on DailyDialog;
-  W in 1, 5, 10, 20 and P in 0..5 on SwDA), the first seed, 3 epochs.
+  W in 1, 5, 10, 20 and P in 0..5 on SwDA), over ``--grid-seeds`` (default: seed 1), 3 epochs.
 - ``selection``: response selection (recipes/response-selection-DATASET-MODEL.toml): the plain encoder and MDFN
   on MuTual and MuTual-plus over ``--seeds``, and MDFN's five ablations on MuTual with the first seed.
 - ``selection-head-lr``: the plain encoder and MDFN on MuTual over ``--seeds``, the layers above the encoder
@@ -85,7 +85,8 @@ class Experiment:
     task: str = "erc"
 
 
-def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swda_train: int) -> list[Experiment]:
+def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swda_train: int,
+         grid_seeds: tuple[int, ...] = (1,)) -> list[Experiment]:
     if name == "lr-sweep":
         return [
             Experiment(f"lr-{dataset}-{model}-{lr}", model, dataset, seeds[:1], (f"train.lr={lr}",), extra={"lr": lr})
@@ -124,9 +125,9 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
             # the fine-tuned all-MiniLM-L6-v2 row keeps its recipe's 2 epochs (about 20 times slower per utterance)
             Experiment(f"dialogue-act-{dataset}-minilm-utterance", "minilm-utterance", dataset, seeds, task="dialogue-act")
             for dataset in ("swda", "dailydialog")]
-    if name == "act-grid":  # the LC Attention paper's Tables 5 and 6: window W x context padding P, one seed, 3 epochs
+    if name == "act-grid":  # the LC Attention paper's Tables 5 and 6: window W x context padding P, --grid-seeds, 3 epochs
         grids = {"dailydialog": ((1, 5, 10), range(4)), "swda": ((1, 5, 10, 20), range(6))}
-        return [Experiment(f"dialogue-act-{dataset}-{model}-w{w}-p{p}", model, dataset, seeds[:1],
+        return [Experiment(f"dialogue-act-{dataset}-{model}-w{w}-p{p}", model, dataset, grid_seeds,
                            ("train.epochs=3", f"window={w}", f"context_padding={p}"), task="dialogue-act", extra={"window": w, "padding": p})
                 for dataset, (windows, paddings) in grids.items() for model in ("lc-attention", "lstm-attention", "lstm-blstm")
                 for w in windows for p in paddings]
@@ -224,6 +225,7 @@ def main() -> None:
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/erc"))
     parser.add_argument("--seeds", default="1,2,3", help="Seeds of DialogXL and its variants.")
     parser.add_argument("--baseline-seeds", default=None, help="Seeds of the baselines (default: --seeds).")
+    parser.add_argument("--grid-seeds", default="1", help="Seeds of the act-grid cells (fewer than the main rows').")
     parser.add_argument("--swda-train", type=int, default=120, help="Training conversations of SwDA for figure4.")
     parser.add_argument("--deadline", type=float, default=None, help="Seconds from now by which every run stops.")
     parser.add_argument("--prune", action="store_true", help="Delete a run's checkpoints when it ends (keep its records).")
@@ -239,7 +241,8 @@ def main() -> None:
     seeds = tuple(int(s) for s in args.seeds.split(","))
     baseline_seeds = tuple(int(s) for s in args.baseline_seeds.split(",")) if args.baseline_seeds else seeds
     deadline = time.time() + args.deadline if args.deadline else None
-    experiments = [e for name in args.plan for e in plan(name, seeds, baseline_seeds, args.swda_train)]
+    experiments = [e for name in args.plan for e in plan(name, seeds, baseline_seeds, args.swda_train,
+                                                                 tuple(int(s) for s in args.grid_seeds.split(",")))]
     if args.datasets:
         experiments = [e for e in experiments if e.dataset in args.datasets.split(",")]
     if args.models:
