@@ -268,6 +268,7 @@ def demo(
         console.print(f"  [bold]{turn.speaker}[/bold]: {turn.text}  -> [cyan]{p['label']}[/cyan] "
                       f"({p['probabilities'][p['label']]:.2f}) / {turn.labels.get(recipe.get('label_kind', 'emotion'))}", highlight=False)
 
+
 TASKS = ("erc", "dialogue-act", "response-selection", "generation")
 
 
