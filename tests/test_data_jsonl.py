@@ -241,3 +241,22 @@ def test_data_stats_counts_conversation_files_as_splits(tmp_path):
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(app, ["data", "stats", str(tmp_path / "empty")])
     assert result.exit_code == 2 and "a folder with no .jsonl conversation files" in result.output
+
+
+def test_turns_in_every_form_and_what_is_refused(tmp_path):
+    from turnformer.dialogue import as_turn
+
+    pairs = [("A", "hi"), ("B", "ok")]
+    expected = Dialogue.from_turns(pairs)
+    assert Dialogue.from_turns([{"speaker": "A", "text": "hi"}, Turn("B", "ok")]) == expected
+    assert as_turn("yes", "candidates[0]", default_speaker="B") == Turn("B", "yes")
+    for bad, message in ((["hi", "ok"], r"turns\[0\]: expected a \(speaker, text\) pair"),
+                         ([("A", "hi", "x")], r"turns\[0\]: expected"), ("hi", "expected a list of turns, got str"),
+                         ([("A", "hi"), ("B", None)], r"turns\[1\]: text: text must be a string")):
+        with pytest.raises(DialogueError, match=message):
+            Dialogue.from_turns(bad)
+    surrogate = write_lines(tmp_path / "s.jsonl", '{"turns": [{"speaker": "A", "text": "a\\ud800b"}]}')
+    with pytest.raises(DialogueError, match=r"s.jsonl:1: turns\[0\].text: not valid Unicode"):
+        read_jsonl(surrogate)
+    with pytest.raises(TypeError, match="expected a list of label names, got str"):
+        read_jsonl(surrogate, label_sets={"emotion": "joy"})

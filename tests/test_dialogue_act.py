@@ -266,3 +266,18 @@ def test_minilm_utterance_baseline_trains_and_loads_back(tmp_path, data_dir, tin
     assert loaded.config.utterance_encoder == "pretrained" and run["recipe"]["model"] == "minilm-utterance"
     session = DialogueActSession(loaded, tokenizer, run["labels"], padding=0)
     assert session.add("A", "could you pass the salt ?")["label"] in run["labels"]
+
+
+def test_streaming_session_checks_its_input(tokenizer):
+    from turnformer.dialogue import DialogueError
+
+    model = tiny("lc-attention", 3, max_positions=8)
+    with pytest.raises(ValueError, match="2 labels for a model of 3 classes"):
+        DialogueActSession(model, tokenizer, ["a", "b"], padding=2)
+    for padding in (-1, 8, None):  # a sub-dialogue of padding + 1 utterances must fit the bias's 8 positions
+        with pytest.raises(ValueError, match=f"padding {padding!r}: expected a whole number"):
+            DialogueActSession(model, tokenizer, ["a", "b", "c"], padding=padding)
+    session = DialogueActSession(model, tokenizer, ["a", "b", "c"], padding=7)
+    assert all(session.add("A", f"utterance number {i}")["label"] in "abc" for i in range(20))
+    with pytest.raises(DialogueError, match="utterance 20: text: expected a non-empty string"):
+        session.add("A", 42)

@@ -155,3 +155,17 @@ def test_conversation_positions_continue_and_stay_in_the_backbone_range():
     assert positions[0].tolist() == [5, 6, 7, 8]  # inside the range: the running position itself
     assert positions[1].tolist() == [120, 121, 122, 123]
     assert positions[2].tolist() == [124, 125, 126, 127]  # past it: the utterance takes the last positions
+
+
+def test_streaming_session_checks_its_input():
+    from turnformer.dialogue import DialogueError
+    from turnformer.models.dialogxl import DialogXLSession
+
+    with pytest.raises(ValueError, match="1 labels for a model of 3 classes"):
+        DialogXLSession(tiny_dialogxl(), _CharTokenizer(), ["a"])
+    session = DialogXLSession(tiny_dialogxl(), _CharTokenizer(), ["a", "b", "c"])
+    session.add("Ross", "hi")
+    with pytest.raises(DialogueError, match="utterance 1: text: text must be a string, got int"):
+        session.add("Ross", 42)
+    with pytest.raises(DialogueError, match="utterance 1: speaker: missing or empty speaker"):
+        session.add(None, "hello")

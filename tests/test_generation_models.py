@@ -7,7 +7,7 @@ import torch
 from typer.testing import CliRunner
 
 from turnformer.cli import app
-from turnformer.dialogue import Dialogue
+from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.models.transformer_generator import IGNORE, GeneratorConfig, TransformerGenerator
 from turnformer.tasks.generation import (EOU, SOU, SPEAKER_R, Vocabulary, encode_instance, make_generation_batches,
                                          make_instances, reply_speaker)
@@ -161,3 +161,17 @@ def test_every_generator_trains_and_replies_from_the_command_line(model_id, tmp_
     assert len(replies.read_text().splitlines()) == len(DIALOGUES)
     if model_id.endswith("-dra"):
         assert any((tmp_path / "cache").rglob("*.sqlite"))
+
+
+def test_generator_takes_turns_in_every_form_and_checks_the_speakers(vocab_and_batch):
+    from turnformer.tasks.generation import ResponseGenerator
+
+    vocab = vocab_and_batch[0]
+    bot = ResponseGenerator(tiny(vocab), vocab, 4, 50)
+    pairs = [("A", "hi , how are you ?"), ("B", "fine , thanks . and you ?")]
+    mappings = [{"speaker": s, "text": t} for s, t in pairs]
+    assert bot.respond(pairs) == bot.respond(mappings) == bot.respond(Dialogue.from_turns(pairs))
+    with pytest.raises(DialogueError, match="speakers: expected a list of 2 speakers"):
+        bot.respond_all([pairs, pairs], ["A"])
+    with pytest.raises(DialogueError, match=r"dialogue: turns\[1\]: expected a \(speaker, text\) pair"):
+        bot.respond([("A", "hi"), "ok"])

@@ -257,3 +257,17 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
 def test_submission_format(tmp_path):
     write_submission([{"id": "test_1", "ranking": [2, 0, 3, 1]}], tmp_path / "s.txt")
     assert (tmp_path / "s.txt").read_text() == "test_1\tC\tA\tD\tB\n"
+
+
+def test_ranker_takes_candidates_in_every_form_and_names_a_bad_one(tiny_backbone_dir):
+    model, tokenizer = build_mdfn("mdfn", {"max_length": 96, "dropout": 0.0}, str(tiny_backbone_dir))
+    ranker = ResponseRanker(model.eval(), tokenizer)
+    context = [{"speaker": "m", "text": "where is the bank ?"}, {"speaker": "f", "text": "next to the school ."}]
+    as_pairs = ranker.rank([("m", "where is the bank ?"), ("f", "next to the school .")], [("m", "thanks !"), ("m", "I like tea .")])
+    as_mappings = ranker.rank(context, [{"speaker": "m", "text": "thanks !"}, {"speaker": "m", "text": "I like tea ."}])
+    assert as_pairs == as_mappings and as_pairs[0] != as_pairs[1]  # two different replies, two scores
+    assert ranker.rank(context, ["thanks !", "I like tea ."]) == as_pairs  # texts: spoken by the next speaker, m
+    with pytest.raises(DialogueError, match="candidates: expected a list of candidate responses, got str"):
+        ranker.rank(context, "yes")
+    with pytest.raises(DialogueError, match=r"candidates\[1\]: text: empty utterance"):
+        ranker.rank(context, ["ok", " "])

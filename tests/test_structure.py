@@ -287,3 +287,15 @@ def test_truncation_keeps_the_closing_special_tokens():
     assert truncate_keeping_end_specials([cls, *words, sep], 5, {cls, sep}) == [cls, 1, 2, 3, sep]  # BERT
     assert truncate_keeping_end_specials([*words, sep, cls], 5, {cls, sep}) == [1, 2, 3, sep, cls]  # XLNet
     assert truncate_keeping_end_specials([*words], 4, set()) == [1, 2, 3, 10]  # no specials: the last token stays
+
+
+def test_packing_limits_must_leave_room_for_words():
+    from turnformer.structure.packing import truncate_keeping_end_specials
+
+    special = SpecialTokens(pad=0, bos=1, suffix=2)
+    for limit in ({"max_length": 0}, {"max_turns": -1}):
+        with pytest.raises(ValueError, match="expected 1 or more"):
+            pack_token_ids([[[5, 6, 7]]], [[0]], special, **limit)
+    assert truncate_keeping_end_specials([1, 5, 6, 7, 2], 3, {1, 2}) == [1, 5, 2]
+    with pytest.raises(ValueError, match="no room for a word"):
+        truncate_keeping_end_specials([1, 5, 6, 7, 2], 1, {1, 2})

@@ -39,6 +39,11 @@ class Turn:
             raise DialogueError(f"{_where(source, 'text')}: text must be a string, got {type(self.text).__name__}")
         if not self.text.strip():
             raise DialogueError(f"{_where(source, 'text')}: empty utterance")
+        if not self.text.isascii():  # a lone surrogate (from a JSON escape) would break the tokenizer much later
+            try:
+                self.text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise DialogueError(f"{_where(source, 'text')}: not valid Unicode ({e.reason} at character {e.start})") from None
         if not isinstance(self.labels, Mapping):
             raise DialogueError(f"{_where(source, 'labels')}: labels must be a mapping of kind -> label")
         for kind, label in self.labels.items():
@@ -113,9 +118,38 @@ class Dialogue:
         return out
 
     @classmethod
-    def from_turns(cls, turns: Iterable[tuple[str, str]], id: str | None = None) -> "Dialogue":
-        """Convenience: ``Dialogue.from_turns([("A", "hi"), ("B", "hello")])``."""
-        return cls(turns=tuple(Turn(speaker=s, text=t) for s, t in turns), id=id)
+    def from_turns(cls, turns: Iterable[Any], id: str | None = None) -> "Dialogue":
+        """Convenience: ``Dialogue.from_turns([("A", "hi"), ("B", "hello")])``; a turn may also be a `Turn`
+        or a ``{"speaker": ..., "text": ...}`` mapping (the JSONL format's)."""
+        where = f"dialogue {id!r}" if id is not None else "dialogue"
+        if isinstance(turns, str | bytes | Mapping) or not isinstance(turns, Iterable):
+            raise DialogueError(f"{where}: expected a list of turns, got {type(turns).__name__}")
+        return cls(turns=tuple(as_turn(t, f"{where}: turns[{i}]") for i, t in enumerate(turns)), id=id)
+
+
+def as_turn(value: Any, source: str, default_speaker: str | None = None) -> Turn:
+    """A `Turn` from a Turn, a (speaker, text) pair, a {"speaker", "text"[, "labels"]} mapping or, where a
+    ``default_speaker`` is given, a bare text; anything else is an error naming ``source``."""
+    if isinstance(value, Turn):
+        return value
+    if isinstance(value, Mapping):
+        speaker, text, labels = value.get("speaker"), value.get("text"), value.get("labels") or {}
+    elif isinstance(value, str) and default_speaker is not None:
+        speaker, text, labels = default_speaker, value, {}
+    elif isinstance(value, tuple | list) and len(value) == 2:
+        (speaker, text), labels = value, {}
+    else:
+        raise DialogueError(f"{source}: expected a (speaker, text) pair, a {{\"speaker\", \"text\"}} mapping or a Turn, "
+                            f"got {type(value).__name__} {str(value)[:40]!r}")
+    try:
+        return Turn(speaker=speaker, text=text, labels=labels)
+    except DialogueError as e:
+        raise DialogueError(f"{source}: {e}") from None
+
+
+def as_dialogue(value: Any) -> Dialogue:
+    """A `Dialogue` as given, or built from a list of turns (`Dialogue.from_turns`)."""
+    return value if isinstance(value, Dialogue) else Dialogue.from_turns(value)
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,10 @@ def parse_dialogue(
         turn_id = t.get("id")
         if turn_id is not None and not isinstance(turn_id, str):
             raise _err(where, f"{at}.id", f"expected a string, got {turn_id!r}")
-        turns.append(Turn(speaker=speaker, text=text, labels=labels, id=turn_id))
+        try:
+            turns.append(Turn(speaker=speaker, text=text, labels=labels, id=turn_id))
+        except DialogueError as e:  # what only the Turn checks (invalid Unicode): with the line and turn
+            raise DialogueError(f"{where}: {at}.{e}") from None
     return Dialogue(turns=tuple(turns), id=dlg_id, meta=meta)
 
 
@@ -149,6 +152,9 @@ def read_jsonl(
     With `label_sets` (``{"emotion": ["joy", ...]}``), labels of a listed kind must be in its list;
     kinds not listed are not checked.
     """
+    for kind, allowed in (label_sets or {}).items():
+        if isinstance(allowed, str) or not isinstance(allowed, list | tuple | set | frozenset):  # a string would match substrings
+            raise TypeError(f"label_sets[{kind!r}]: expected a list of label names, got {type(allowed).__name__}")
     path = Path(path)
     report = report if report is not None else LoadReport(source=str(path))
     out = DialogueList(report=report)

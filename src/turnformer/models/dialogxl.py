@@ -31,6 +31,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from turnformer.dialogue import as_turn
 from turnformer.backbones import StructuredEncoder, XLNetStructuredEncoder
 from turnformer.structure import TokenMeta, dialogxl_layout
 from turnformer.structure.packing import truncate_keeping_end_specials
@@ -271,6 +272,8 @@ class DialogXLSession:
     """
 
     def __init__(self, model: DialogXL, tokenizer, labels: Sequence[str]):
+        if len(labels) != model.config.num_labels:
+            raise ValueError(f"{len(labels)} labels for a model of {model.config.num_labels} classes")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.labels = list(labels)
@@ -283,10 +286,7 @@ class DialogXLSession:
 
     @torch.no_grad()
     def add(self, speaker: str, text: str) -> dict:
-        if not speaker or not speaker.strip():
-            raise ValueError("missing speaker")
-        if not text or not text.strip():
-            raise ValueError("empty utterance")
+        as_turn((speaker, text), f"utterance {self.turn}")  # a DialogueError naming the utterance and field
         ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
         limit = self.model.config.max_utterance_tokens
         truncated = len(ids) > limit

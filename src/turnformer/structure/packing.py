@@ -145,6 +145,9 @@ def pack_token_ids(
     """
     if len(turn_token_ids) != len(turn_speakers):
         raise ValueError("turn_token_ids and turn_speakers must have one entry per dialogue")
+    for name, value in (("max_length", max_length), ("max_turns", max_turns)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} = {value}: expected 1 or more (None: no limit)")
     rows = []
     for d, (turns, speakers) in enumerate(zip(turn_token_ids, turn_speakers)):
         if len(turns) != len(speakers):
@@ -275,4 +278,6 @@ def truncate_keeping_end_specials(ids: list[int], limit: int, special: set[int])
     while tail < len(ids) - 1 and ids[len(ids) - 1 - tail] in special:
         tail += 1
     tail = max(tail, 1)
+    if limit <= tail:
+        raise ValueError(f"a limit of {limit} tokens leaves no room for a word beside the {tail} special token(s) at the end")
     return ids[: limit - tail] + ids[len(ids) - tail :]

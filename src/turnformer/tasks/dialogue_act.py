@@ -216,17 +216,24 @@ class DialogueActSession:
     online prediction, so the same answer). The cost per utterance does not grow with the conversation."""
 
     def __init__(self, model: LCAttentionModel, tokenizer, labels: Sequence[str], padding: int):
+        if len(labels) != model.config.num_labels:
+            raise ValueError(f"{len(labels)} labels for a model of {model.config.num_labels} classes")
+        if not isinstance(padding, int) or not 0 <= padding < model.config.max_positions:
+            raise ValueError(f"padding {padding!r}: expected a whole number of preceding utterances, 0 to "
+                             f"{model.config.max_positions - 1} (the model's max_positions - 1)")
         self.model, self.tokenizer, self.labels, self.padding = model.eval(), tokenizer, list(labels), padding
         self.reset()
 
     def reset(self) -> None:
         self.vectors: deque[torch.Tensor] = deque(maxlen=self.padding + 1)
+        self.added = 0  # utterances so far, to name one in an error
 
     @torch.no_grad()
     def add(self, speaker: str | None, text: str) -> dict:
         """The act of the next utterance (the speaker is echoed back; the model does not use it)."""
-        if not text or not text.strip():
-            raise ValueError("empty utterance")
+        if not isinstance(text, str) or not text.strip():
+            raise DialogueError(f"utterance {self.added}: text: expected a non-empty string, got {text!r:.40}")
+        self.added += 1
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: self.model.config.max_utterance_tokens]
         device = next(self.model.parameters()).device
         tokens = torch.tensor([ids or [self.tokenizer.unk_token_id]], device=device)

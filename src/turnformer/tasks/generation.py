@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from turnformer.dialogue import Dialogue, DialogueError, Turn
+from turnformer.dialogue import Dialogue, DialogueError, Turn, as_dialogue
 from turnformer.tasks.erc import SPLITS, check_split, read_split_files
 
 PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R = "[PAD]", "[UNK]", "[SOU]", "[EOU]", "[SPEAKER-Q]", "[SPEAKER-R]"
@@ -403,11 +403,14 @@ class ResponseGenerator:
         return self.respond_all([dialogue], [speaker])[0]
 
     def respond_all(self, dialogues, speakers=None) -> list[str]:
+        """One reply per dialogue (a Dialogue or a list of turns), spoken by ``speakers[i]`` (None: `reply_speaker`)."""
+        dialogues = [as_dialogue(d) for d in dialogues]
+        speakers = [None] * len(dialogues) if speakers is None else speakers
+        if isinstance(speakers, str) or len(speakers) != len(dialogues):
+            raise DialogueError(f"speakers: expected a list of {len(dialogues)} speakers (or None), one per dialogue")
         instances = []
-        for i, dialogue in enumerate(dialogues):
-            if not isinstance(dialogue, Dialogue):
-                dialogue = Dialogue.from_turns(list(dialogue))
-            speaker = (speakers or [None] * len(dialogues))[i] or reply_speaker(dialogue)
+        for dialogue, speaker in zip(dialogues, speakers):
+            speaker = speaker or reply_speaker(dialogue)
             # the reply is a placeholder turn: make_instances builds its context and roles
             (instance,) = [x for x in make_instances([Dialogue((*dialogue.turns, Turn(speaker=speaker, text=".")))],
                                                      self.max_context_turns, self.max_words)

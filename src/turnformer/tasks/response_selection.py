@@ -25,12 +25,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, as_dialogue, as_turn
 from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, SelectionBatch, build_mdfn
 from turnformer.structure import SpecialTokens, pack_token_ids
 from turnformer.tasks.erc import SPLITS, checkpoint_paths
@@ -290,17 +290,13 @@ class ResponseRanker:
         return cls(model, tokenizer)
 
     def rank(self, dialogue, candidates) -> list[float]:
-        if not isinstance(dialogue, Dialogue):
-            dialogue = Dialogue.from_turns(list(dialogue))
-        turns = []
-        for c in candidates:
-            if isinstance(c, Turn):
-                turns.append(c)
-            elif isinstance(c, str):
-                turns.append(Turn(speaker=next_speaker(dialogue), text=c))
-            else:
-                speaker, text = c
-                turns.append(Turn(speaker=speaker, text=text))
+        """Scores of the candidates (texts, spoken by the next speaker; (speaker, text) pairs; {"speaker", "text"}
+        mappings; or Turns) as replies to the dialogue (a Dialogue or a list of turns)."""
+        dialogue = as_dialogue(dialogue)
+        if isinstance(candidates, str | bytes | Mapping) or not isinstance(candidates, Iterable):
+            raise DialogueError(f"candidates: expected a list of candidate responses, got {type(candidates).__name__}")
+        reply = next_speaker(dialogue)
+        turns = [as_turn(c, f"candidates[{i}]", default_speaker=reply) for i, c in enumerate(candidates)]
         item = ResponseSelectionItem(context=dialogue, candidates=turns, id=dialogue.id or "input")
         return score_items(self.model, self.tokenizer, [item])[0]
 
