@@ -258,5 +258,9 @@ def test_turns_in_every_form_and_what_is_refused(tmp_path):
     surrogate = write_lines(tmp_path / "s.jsonl", '{"turns": [{"speaker": "A", "text": "a\\ud800b"}]}')
     with pytest.raises(DialogueError, match=r"s.jsonl:1: turns\[0\].text: not valid Unicode"):
         read_jsonl(surrogate)
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps([{"turns": [{"speaker": "A", "text": "hi"}]}], indent=2))
+    with pytest.raises(DialogueError, match="pretty.json:1: malformed JSON .* write one conversation per line"):
+        read_jsonl(pretty)
     with pytest.raises(TypeError, match="expected a list of label names, got str"):
         read_jsonl(surrogate, label_sets={"emotion": "joy"})

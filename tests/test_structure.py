@@ -299,3 +299,11 @@ def test_packing_limits_must_leave_room_for_words():
     assert truncate_keeping_end_specials([1, 5, 6, 7, 2], 3, {1, 2}) == [1, 5, 2]
     with pytest.raises(ValueError, match="no room for a word"):
         truncate_keeping_end_specials([1, 5, 6, 7, 2], 1, {1, 2})
+
+
+def test_paper_layouts_by_dataset_name():
+    from turnformer.structure.layouts import dialogxl_layout_for
+
+    assert dialogxl_layout_for("MELD") == dialogxl_layout_for("meld")
+    with pytest.raises(ValueError, match="no DialogXL head layout for 'swda'; known: iemocap, meld"):
+        dialogxl_layout_for("swda")

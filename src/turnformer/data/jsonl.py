@@ -167,7 +167,9 @@ def read_jsonl(
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
-            raise DialogueError(f"{where}: malformed JSON (column {err.colno}): {err.msg}") from None
+            hint = ("; the file looks like one JSON document: write one conversation per line (JSON Lines)"
+                    if lineno == 1 and line.strip() in ("[", "{") else "")
+            raise DialogueError(f"{where}: malformed JSON (column {err.colno}): {err.msg}{hint}") from None
         except RecursionError:
             raise DialogueError(f"{where}: JSON nested too deeply to be a conversation") from None
         dialogue = parse_dialogue(obj, where, label_sets, report)

@@ -66,7 +66,10 @@ def dialogxl_layout(
 
 
 def dialogxl_layout_for(dataset: str) -> HeadLayout:
-    counts, window = DIALOGXL_HEADS[dataset]
+    """The paper's head counts and window for one of its datasets (any letter case)."""
+    if dataset.lower() not in DIALOGXL_HEADS:
+        raise ValueError(f"no DialogXL head layout for {dataset!r}; known: {', '.join(DIALOGXL_HEADS)}")
+    counts, window = DIALOGXL_HEADS[dataset.lower()]
     return dialogxl_layout(*counts, window=window)
 
 
