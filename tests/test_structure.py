@@ -304,6 +304,6 @@ def test_packing_limits_must_leave_room_for_words():
 def test_paper_layouts_by_dataset_name():
     from turnformer.structure.layouts import dialogxl_layout_for
 
-    assert dialogxl_layout_for("MELD") == dialogxl_layout_for("meld")
+    assert [heads for _, heads in dialogxl_layout_for("MELD").groups] == [5, 5, 1, 1]
     with pytest.raises(ValueError, match="no DialogXL head layout for 'swda'; known: iemocap, meld"):
         dialogxl_layout_for("swda")
