@@ -128,7 +128,8 @@ def check_split(split: str) -> None:
         raise DialogueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
 
 
-def read_split_files(recipe: dict, only: Sequence[str] = SPLITS, label_sets: dict[str, list[str]] | None = None) -> dict[str, list[Dialogue]]:
+def read_split_files(recipe: dict, only: Sequence[str] = SPLITS,
+                     label_sets: dict[str, list[str]] | None = None) -> dict[str, list[Dialogue]]:
     """The conversations of a ``dataset = "file"`` recipe: its ``train_file``, ``validation_file`` and
     ``test_file`` (generic JSONL), or those of the splits in ``only``. With ``label_sets``, a label
     outside them is an error that names the file and line."""
@@ -243,9 +244,9 @@ def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = Fa
 
 def checkpoint_paths(checkpoint) -> tuple[Path, dict]:
     """A run folder or one of its checkpoints (best/, last/) -> (weights folder, run.json)."""
-    checkpoint = Path(checkpoint)
     from turnformer.training import MODEL_FILE
 
+    checkpoint = Path(checkpoint)
     weights = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
     if (checkpoint / "run.json").exists() and not (weights / MODEL_FILE).exists():
         latest = " (its latest is in last/: pass that folder to use it)" if (checkpoint / "last").is_dir() else ""
