@@ -238,11 +238,14 @@ def main() -> None:
                              "(a cut run then still has every main row).")
     args = parser.parse_args()
 
-    seeds = tuple(int(s) for s in args.seeds.split(","))
-    baseline_seeds = tuple(int(s) for s in args.baseline_seeds.split(",")) if args.baseline_seeds else seeds
+    def seed_list(text: str) -> tuple[int, ...]:
+        return tuple(int(s) for s in text.split(","))
+
+    seeds = seed_list(args.seeds)
+    baseline_seeds = seed_list(args.baseline_seeds) if args.baseline_seeds else seeds
     deadline = time.time() + args.deadline if args.deadline else None
-    experiments = [e for name in args.plan for e in plan(name, seeds, baseline_seeds, args.swda_train,
-                                                                 tuple(int(s) for s in args.grid_seeds.split(",")))]
+    experiments = [e for name in args.plan
+                   for e in plan(name, seeds, baseline_seeds, args.swda_train, seed_list(args.grid_seeds))]
     if args.datasets:
         experiments = [e for e in experiments if e.dataset in args.datasets.split(",")]
     if args.models:

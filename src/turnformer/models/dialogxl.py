@@ -31,8 +31,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from turnformer.dialogue import as_turn
 from turnformer.backbones import StructuredEncoder, XLNetStructuredEncoder
+from turnformer.dialogue import as_turn
 from turnformer.structure import TokenMeta, dialogxl_layout
 from turnformer.structure.packing import truncate_keeping_end_specials
 
