@@ -7,10 +7,10 @@ import torch
 from typer.testing import CliRunner
 
 from turnformer.cli import app
-from turnformer.dialogue import Dialogue, DialogueError
+from turnformer.dialogue import Dialogue, DialogueError, next_speaker
 from turnformer.models.transformer_generator import IGNORE, GeneratorConfig, TransformerGenerator
 from turnformer.tasks.generation import (EOU, SOU, SPEAKER_R, Vocabulary, encode_instance, make_generation_batches,
-                                         make_instances, reply_speaker)
+                                         make_instances)
 
 from _generation_checks import assert_learns_its_training_responses, train_on_files_from_the_command_line
 
@@ -97,13 +97,13 @@ def test_a_tiny_generator_learns_its_training_responses(vocab_and_batch):
     assert_learns_its_training_responses(tiny(vocab), batch, steps=150)
 
 
-def test_config_checks_and_reply_speaker():
+def test_config_checks_and_next_speaker():
     with pytest.raises(ValueError, match="divisible"):
         GeneratorConfig(vocab_size=10, d_model=10, heads=3)
     with pytest.raises(ValueError, match="unknown GeneratorConfig settings"):
         GeneratorConfig.from_dict({"vocab_size": 10, "depth": 2})
-    assert reply_speaker(DIALOGUES[0]) == "B"
-    assert reply_speaker(Dialogue.from_turns([("A", "hello"), ("A", "anyone ?")])) == "A-partner"
+    assert next_speaker(DIALOGUES[0]) == "B"
+    assert next_speaker(Dialogue.from_turns([("A", "hello"), ("A", "anyone ?")])) == "A's partner"
     vocab = Vocabulary.build(DIALOGUES, min_count=1)
     model = tiny(vocab, max_positions=8)
     (batch,) = make_generation_batches([encode_instance(x, vocab) for x in make_instances(DIALOGUES)], 8)

@@ -538,8 +538,9 @@ def generate(
     with --beam N), or chat."""
     from rich.table import Table
 
+    from turnformer.dialogue import next_speaker
     from turnformer.tasks.erc import checkpoint_paths
-    from turnformer.tasks.generation import ResponseGenerator, reply_speaker
+    from turnformer.tasks.generation import ResponseGenerator
 
     try:
         check_output_file(out)
@@ -553,7 +554,7 @@ def generate(
     if dialogues is None:
         return chat(bot)
     replies = bot.respond_all(dialogues, [speaker] * len(dialogues))
-    rows = [{"id": d.id if d.id is not None else str(i), "speaker": speaker or reply_speaker(d), "response": r}
+    rows = [{"id": d.id if d.id is not None else str(i), "speaker": speaker or next_speaker(d), "response": r}
             for i, (d, r) in enumerate(zip(dialogues, replies))]
     if out is not None:
         write_jsonl(rows, out)

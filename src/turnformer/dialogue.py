@@ -152,6 +152,14 @@ def as_dialogue(value: Any) -> Dialogue:
     return value if isinstance(value, Dialogue) else Dialogue.from_turns(value)
 
 
+def next_speaker(dialogue: Dialogue) -> str:
+    """Who speaks next: the most recent speaker other than the last one (in a two-party conversation, the last
+    speaker's partner); in a monologue, a new speaker named after the last one."""
+    last = dialogue.turns[-1].speaker
+    others = [t.speaker for t in reversed(dialogue.turns) if t.speaker != last]
+    return others[0] if others else f"{last}'s partner"
+
+
 @dataclass(frozen=True)
 class ResponseSelectionItem:
     """A context with candidate responses (MuTual, Ubuntu...). `answer` is None when hidden.

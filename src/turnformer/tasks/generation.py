@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from turnformer.dialogue import Dialogue, DialogueError, Turn, as_dialogue
+from turnformer.dialogue import Dialogue, DialogueError, Turn, as_dialogue, next_speaker
 from turnformer.tasks.erc import SPLITS, check_split, read_split_files
 
 PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R = "[PAD]", "[UNK]", "[SOU]", "[EOU]", "[SPEAKER-Q]", "[SPEAKER-R]"
@@ -403,14 +403,14 @@ class ResponseGenerator:
         return self.respond_all([dialogue], [speaker])[0]
 
     def respond_all(self, dialogues, speakers=None) -> list[str]:
-        """One reply per dialogue (a Dialogue or a list of turns), spoken by ``speakers[i]`` (None: `reply_speaker`)."""
+        """One reply per dialogue (a Dialogue or a list of turns), spoken by ``speakers[i]`` (None: `next_speaker`)."""
         dialogues = [as_dialogue(d) for d in dialogues]
         speakers = [None] * len(dialogues) if speakers is None else speakers
         if isinstance(speakers, str) or len(speakers) != len(dialogues):
             raise DialogueError(f"speakers: expected a list of {len(dialogues)} speakers (or None), one per dialogue")
         instances = []
         for dialogue, speaker in zip(dialogues, speakers):
-            speaker = speaker or reply_speaker(dialogue)
+            speaker = speaker or next_speaker(dialogue)
             # the reply is a placeholder turn: make_instances builds its context and roles
             (instance,) = [x for x in make_instances([Dialogue((*dialogue.turns, Turn(speaker=speaker, text=".")))],
                                                      self.max_context_turns, self.max_words)
@@ -422,14 +422,7 @@ class ResponseGenerator:
         return [" ".join(h) for h in hypotheses]
 
 
-def reply_speaker(dialogue: Dialogue) -> str:
-    """Who answers the last turn: the speaker before the last one (a monologue: a new speaker)."""
-    speakers = [t.speaker for t in dialogue.turns]
-    earlier = [s for s in reversed(speakers) if s != speakers[-1]]
-    return earlier[0] if earlier else f"{speakers[-1]}-partner"
-
-
 __all__ = ["EOU", "GENERATION_MODELS", "PAD", "SOU", "SPEAKER_Q", "SPEAKER_R", "SPECIALS", "UNK", "GenerationInstance",
            "GenerationReport", "ResponseGenerator", "Utterance", "Vocabulary", "build_generator", "encode_instance", "encode_instances",
            "evaluate_generation", "evaluate_perplexity", "evaluate_split", "generate_responses", "load_generation_data", "load_trained",
-           "make_generation_batches", "make_instances", "prepare_generation", "reply_speaker", "train_generation", "words"]
+           "make_generation_batches", "make_instances", "prepare_generation", "train_generation", "words"]

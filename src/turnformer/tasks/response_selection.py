@@ -30,7 +30,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, as_dialogue, as_turn
+from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, as_dialogue, as_turn,
+                                 next_speaker)
 from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, SelectionBatch, build_mdfn
 from turnformer.structure import SpecialTokens, pack_token_ids
 from turnformer.tasks.erc import SPLITS, checkpoint_paths
@@ -70,13 +71,6 @@ def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionIt
     if answer is not None and not 0 <= answer < len(turns):
         raise DialogueError(f"{where}: meta.answer = {answer}: out of range for {len(turns)} candidates (0..{len(turns) - 1})")
     return ResponseSelectionItem(context=dialogue, candidates=turns, answer=answer, id=dialogue.id)
-
-
-def next_speaker(dialogue: Dialogue) -> str:
-    """Who speaks next in a two-party conversation: the last speaker's partner (or a new speaker)."""
-    last = dialogue.turns[-1].speaker
-    others = [s for s in dict.fromkeys(t.speaker for t in reversed(dialogue.turns)) if s != last]
-    return others[0] if others else f"{last}'s partner"
 
 
 def load_selection_data(recipe: dict, data_dir=None) -> dict[str, list[ResponseSelectionItem]]:
