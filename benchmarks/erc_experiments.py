@@ -63,6 +63,7 @@ from turnformer.results import make_result, write_result  # noqa: E402
 LEARNING_RATES = ("2e-5", "5e-5", "1e-4")
 ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no-global")
 MEMORY_LENGTHS = tuple(range(100, 1001, 100))
+PREDICTED_PER_BATCH = 320  # the dialogue-act recipes' batch: sub-dialogues per batch x window
 GENERATION_MAIN = ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")
 PHAED_ABLATIONS = ("phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence")
 # What trains on the 2-core CPU in about 5 minutes a run: the first 1,000 training conversations, the first 100
@@ -127,8 +128,12 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
             for dataset in ("swda", "dailydialog")]
     if name == "act-grid":  # the LC Attention paper's Tables 5 and 6: window W x context padding P, --grid-seeds, 3 epochs
         grids = {"dailydialog": ((1, 5, 10), range(4)), "swda": ((1, 5, 10, 20), range(6))}
+        # every cell keeps the recipes' ~320 predicted utterances per batch (W x sub-dialogues), so that a cell differs
+        # from another in its windowing only, not in its number of updates
         return [Experiment(f"dialogue-act-{dataset}-{model}-w{w}-p{p}", model, dataset, grid_seeds,
-                           ("train.epochs=3", f"window={w}", f"context_padding={p}"), task="dialogue-act", extra={"window": w, "padding": p})
+                           ("train.epochs=3", f"window={w}", f"context_padding={p}",
+                            f"train.batch_size={PREDICTED_PER_BATCH // w}"),
+                           task="dialogue-act", extra={"window": w, "padding": p, "batch_size": PREDICTED_PER_BATCH // w})
                 for dataset, (windows, paddings) in grids.items() for model in ("lc-attention", "lstm-attention", "lstm-blstm")
                 for w in windows for p in paddings]
     if name == "selection":  # MDFN's Tables 4, 7 and 9: the plain encoder and MDFN on MuTual and MuTual-plus, the ablations on MuTual

@@ -43,3 +43,17 @@ def test_phaed_memory_sweep_is_read_per_suffix_and_plotted(tmp_path):
     (tmp_path / "generation-dailydialog-phaed-cmax1-cpu.json").unlink()
     with pytest.raises(SystemExit, match="c_max = 1"):
         bench.load_sweep("-cpu", tmp_path)
+
+
+def test_act_grid_cells_keep_their_recipes_predicted_utterances_per_batch():
+    """A W x P cell differs from its recipe in the windowing only: W x sub-dialogues per batch stays the recipe's, so
+    that a cell of W = 1 does not take five times the updates of one of W = 5."""
+    from turnformer.recipes import find_recipe, load_recipe
+
+    cells = load_benchmark_script("erc_experiments").plan("act-grid", (1,), (1,), 120)
+    assert {(c.extra["window"], c.extra["padding"]) for c in cells} >= {(1, 0), (5, 2), (10, 5), (20, 5)}
+    for cell in cells:
+        path = find_recipe("dialogue-act", cell.model, cell.dataset)
+        recipe, cell_recipe = load_recipe(path), load_recipe(path, list(cell.overrides))
+        assert (cell_recipe["window"], cell_recipe["context_padding"]) == (cell.extra["window"], cell.extra["padding"])
+        assert cell_recipe["window"] * cell_recipe["train"]["batch_size"] == recipe["window"] * recipe["train"]["batch_size"]
