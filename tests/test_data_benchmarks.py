@@ -43,7 +43,7 @@ def _check_stats(name: str, stats: dict) -> None:
         if name.startswith("mutual"):
             assert sum(s["labels"].values()) == n_dialogues
         else:
-            assert sum(s["labels"].values()) == n_utterances
+            assert sum(s["labels"].values()) + s.get("unlabelled", {}).get(PRIMARY[name], 0) == n_utterances
         assert isinstance(s["report"], dict)
 
 

@@ -220,9 +220,16 @@ def test_data_stats_counts_conversation_files_as_splits(tmp_path):
     stats = json.loads(result.output)
     assert stats["splits"]["train"] == {"dialogues": 2, "utterances": 3, "label_kind": "emotion", "labels": {"joy": 2, "sad": 1},
                                         "report": {"blank_line": 1, "integer_speaker": 1}}
-    assert stats["splits"]["test"]["labels"] == {"sad": 1, "unlabelled": 1}
+    assert stats["splits"]["test"]["labels"] == {"sad": 1}
+    assert stats["splits"]["test"]["unlabelled"] == {"emotion": 1} and "unlabelled" not in stats["splits"]["train"]
     table = CliRunner().invoke(app, ["data", "stats", str(train)])
     assert table.exit_code == 0 and "blank_line: 1" in table.output and "joy" in table.output
+    # a label that happens to be named "unlabelled" is a label like any other
+    (tmp_path / "other").mkdir()
+    odd = write_lines(tmp_path / "other" / "odd.jsonl", conv({**HI, "emotion": "unlabelled"}, {"speaker": "B", "text": "Yo"}))
+    odd_stats = json.loads(CliRunner().invoke(app, ["data", "stats", str(odd), "--json"]).output)["splits"]["odd"]
+    assert odd_stats["labels"] == {"unlabelled": 1} and odd_stats["unlabelled"] == {"emotion": 1}
+    assert "(no label)" in CliRunner().invoke(app, ["data", "stats", str(odd), str(test)]).output
     bad = write_lines(tmp_path / "bad.jsonl", conv(HI), "{oops")
     result = CliRunner().invoke(app, ["data", "stats", str(bad)])
     assert result.exit_code == 2 and "bad.jsonl:2: malformed JSON" in result.output

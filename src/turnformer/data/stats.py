@@ -12,6 +12,7 @@
 ``labels`` is the distribution of the dataset's primary label kind (emotion for DailyDialog, MELD
 and EmoryNLP; act for SwDA; the answer letter A-D for MuTual, whose hidden test answers count as
 ``"hidden"``), with every label of the label set listed, zero counts included, in label-set order.
+Turns without a label of a kind are counted apart, in ``"unlabelled": {kind: n}`` (present when any).
 For MuTual, ``dialogues`` counts items and ``utterances`` their context turns. A conversation file in the
 generic JSONL format is one split named after the file (`files_stats` takes several), its first label kind
 primary, every label it uses listed.
@@ -30,12 +31,11 @@ from turnformer.data.report import DatasetSplit
 from turnformer.dialogue import DialogueError, ResponseSelectionItem
 
 HIDDEN = "hidden"
-UNLABELLED = "unlabelled"
 
 
 def _distribution(counter: Counter, label_set: list[str]) -> dict[str, int]:
     out = {label: counter.get(label, 0) for label in label_set}
-    for label, n in sorted(counter.items()):  # anything outside the set (hidden, unlabelled...)
+    for label, n in sorted(counter.items()):  # anything outside the set (MuTual's hidden answers)
         if label not in out:
             out[label] = n
     return out
@@ -61,7 +61,8 @@ def split_stats(ds) -> dict[str, Any]:
         for d in items:
             for t in d.turns:
                 for k in per_kind:
-                    per_kind[k][t.labels.get(k, UNLABELLED)] += 1
+                    if k in t.labels:
+                        per_kind[k][t.labels[k]] += 1
         if primary:  # "" or None: a corpus without per-turn labels (EmpatheticDialogues, PERSONA-CHAT)
             out["label_kind"] = primary
             out["labels"] = _distribution(per_kind.get(primary, Counter()), ds.label_sets.get(primary, []))
@@ -70,6 +71,10 @@ def split_stats(ds) -> dict[str, Any]:
         others = {k: _distribution(c, ds.label_sets.get(k, [])) for k, c in per_kind.items() if k != primary}
         if others:
             out["other_labels"] = others
+        # turns without a label of a kind are counted apart, so that no label name can be mistaken for them
+        unlabelled = {k: ds.num_utterances - sum(c.values()) for k, c in per_kind.items()}
+        if any(unlabelled.values()):
+            out["unlabelled"] = {k: n for k, n in unlabelled.items() if n}
     out["report"] = dict(sorted(ds.report.counts.items()))
     return out
 
@@ -99,6 +104,8 @@ def print_stats(stats: dict[str, Any], console=None) -> None:
         labels.add_column(split, justify="right")
     for lab in dict.fromkeys(lab for s in splits.values() for lab in s["labels"]):
         labels.add_row(lab, *(str(s["labels"].get(lab, 0)) for s in splits.values()))
+    if any(s.get("unlabelled", {}).get(kind) for s in splits.values()):
+        labels.add_row("(no label)", *(str(s.get("unlabelled", {}).get(kind, 0)) for s in splits.values()), style="dim")
     console.print(labels)
 
 
