@@ -39,13 +39,15 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
 
 A run whose folder already holds result.json is not run again, and an interrupted one continues
 (``--resume``), so the command can be repeated until everything is done. ``--deadline`` gives every
-run a time budget ending that many seconds after the start: runs cut by it are recorded as partial.
+run a time budget ending that many seconds after the start: runs cut by it are recorded as partial,
+and continue from their checkpoint when the command is repeated.
 With ``--workers`` above 1 every run gets one CPU thread (the runs share the machine, or one GPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -192,9 +194,17 @@ PAPER_ACT_GRID = {
 }
 
 
+def finished(out: Path) -> bool:
+    """A run with its result, unless a time budget (--deadline) cut it and its checkpoint is there to go on from."""
+    if not (out / "result.json").exists():
+        return False
+    reason = json.loads((out / "result.json").read_text()).get("stop_reason") or ""
+    return not (reason.startswith("time budget") and (out / "last").is_dir())
+
+
 def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:
     out = runs_dir / experiment.id / f"seed{seed}"
-    if (out / "result.json").exists():
+    if finished(out):
         return out
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "turnformer.cli", "train", "--task", experiment.task, "--model", experiment.model,

@@ -57,3 +57,21 @@ def test_act_grid_cells_keep_their_recipes_predicted_utterances_per_batch():
         recipe, cell_recipe = load_recipe(path), load_recipe(path, list(cell.overrides))
         assert (cell_recipe["window"], cell_recipe["context_padding"]) == (cell.extra["window"], cell.extra["padding"])
         assert cell_recipe["window"] * cell_recipe["train"]["batch_size"] == recipe["window"] * recipe["train"]["batch_size"]
+
+
+def test_a_run_cut_by_the_deadline_continues_when_the_command_is_repeated(tmp_path):
+    bench = load_benchmark_script("erc_experiments")
+
+    def run(name: str, stop_reason: str | None, checkpoint: bool):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "result.json").write_text(json.dumps({"stop_reason": stop_reason, "history": []}))
+        if checkpoint:
+            (out / "last").mkdir()
+        return out
+
+    assert not bench.finished(tmp_path / "never-started")
+    assert bench.finished(run("done", None, checkpoint=True))
+    assert not bench.finished(run("cut", "time budget of 60 s used up at step 3 (epoch 1, batch 3/9)", checkpoint=True))
+    assert bench.finished(run("cut-and-pruned", "time budget of 60 s used up at step 3", checkpoint=False))
+    assert bench.finished(run("max-steps", "max_steps=3 reached at step 3", checkpoint=True))
