@@ -5,6 +5,10 @@ file: the test score at each run's best validation epoch, mean and std over seed
 
 A run cut short (time budget, interrupt) or trained on a subset is refused unless --allow-partial,
 and is then marked as such in the results file.
+
+--max-epoch N scores the runs as if they had stopped after N epochs: the test score at the best validation epoch
+among the first N (the schedules are constant, so longer runs' first epochs are the shorter runs' training). It puts
+runs of different lengths side by side at the same budget.
 """
 
 from __future__ import annotations
@@ -17,8 +21,20 @@ from turnformer.results import make_result, write_result
 from turnformer.tasks.metrics import primary_metric
 
 
-def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extra: dict | None = None) -> dict:
-    """The results record of `runs` (one per seed); raises SystemExit naming a run that cannot count."""
+def best_entry(result: dict, max_epoch: int | None = None) -> tuple[dict | None, bool]:
+    """The history entry of the run's best validation epoch, among its first `max_epoch` finished epochs if given (the
+    earliest of equal scores, as in training), and whether the run is cut short: stopped early, or short of `max_epoch`
+    finished epochs (a run cut after them counts in full)."""
+    if max_epoch is None:
+        return next((h for h in result["history"] if h.get("epoch") == result["best_epoch"]), None), result["stopped_early"]
+    finished = [h for h in result["history"] if h.get("complete") and h["epoch"] <= max_epoch]
+    return max(finished, key=lambda h: (h["validation"]["primary"], -h["epoch"]), default=None), len(finished) < max_epoch
+
+
+def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extra: dict | None = None,
+            max_epoch: int | None = None) -> dict:
+    """The results record of `runs` (one per seed), or of their first `max_epoch` epochs; raises SystemExit naming a
+    run that cannot count."""
     seeds, scores, accuracy, online, validation, best_epochs, seconds, commands = [], [], [], [], [], [], [], []
     ranking: dict[str, list[float]] = {}  # response selection: the other ranking metrics; generation: BLEU, Distinct
     recipe = None
@@ -26,13 +42,13 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
     for run in runs:
         info = json.loads((run / "run.json").read_text())
         result = json.loads((run / "result.json").read_text())
-        if result["stopped_early"] or info.get("limits"):
+        best, cut_short = best_entry(result, max_epoch)
+        if cut_short or info.get("limits"):
             if not allow_partial:
                 raise SystemExit(f"{run}: cut short or trained on a subset; pass --allow-partial to record it as such")
             partial_runs.append({"run": str(run), "stop_reason": result["stop_reason"], "limits": info.get("limits")})
-        if result["best_epoch"] is None:
+        if best is None:
             raise SystemExit(f"{run}: no finished epoch")
-        best = next(h for h in result["history"] if h.get("epoch") == result["best_epoch"])
         recipe = info["recipe"]
         seeds.append(info["seed"])
         generation = info["recipe"]["task"] == "generation"  # primary is minus the perplexity
@@ -46,13 +62,15 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
         if "online_accuracy" in best["test"]:  # dialogue acts: the same model scored online too
             online.append(best["test"]["online_accuracy"])
         validation.append(best["validation"]["perplexity"] if generation else best["validation"]["primary"])
-        best_epochs.append(result["best_epoch"])
-        seconds.append(result["train_seconds"])
+        best_epochs.append(best["epoch"])
+        seconds.append(result["train_seconds"] if max_epoch is None
+                       else sum(h["seconds"] for h in result["history"] if h.get("complete") and h["epoch"] <= max_epoch))
         limits = info.get("limits") or {}
         commands.append(
             f"turnformer train --task {recipe['task']} --model {recipe['model']} --dataset {recipe['dataset']} --seed {info['seed']} --out {run}"
             + (f" --limit-train {limits['train']}" if limits.get("train") else "")
             + (f" --limit-eval {limits['test']}" if limits.get("test") else "")
+            + (f" (its first {max_epoch} epochs)" if max_epoch is not None else "")
         )
     task = recipe["task"]
     # MuTual's test answers are hidden: the "test" of its runs is the dev set (see turnformer.tasks.response_selection)
@@ -64,7 +82,8 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
                 **{k: recipe[k] for k in ("window", "context_padding", "setting", "holdout") if k in recipe}},
         metric=metric, scores=scores, seeds=seeds, paper=recipe.get("paper"),
         extra={**({"accuracy": accuracy} if accuracy else {}), **ranking, "validation": validation, "best_epoch": best_epochs, "train_seconds": seconds,
-               "partial": partial_runs or False, **({"online_accuracy": online} if online else {}), **(extra or {})},
+               "partial": partial_runs or False, **({"online_accuracy": online} if online else {}),
+               **({"max_epoch": max_epoch} if max_epoch is not None else {}), **(extra or {})},
         command="; ".join(commands) + " (recipe values as in config)",
     )
 
@@ -74,8 +93,9 @@ def main() -> None:
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--allow-partial", action="store_true")
+    parser.add_argument("--max-epoch", type=int, default=None, help="Score the runs' first N epochs only.")
     args = parser.parse_args()
-    record = collect(args.experiment, args.runs, args.allow_partial)
+    record = collect(args.experiment, args.runs, args.allow_partial, max_epoch=args.max_epoch)
     print(f"{args.experiment}: {record['mean']:.2f} ± {record['std']:.2f} over seeds {record['seeds']} -> {write_result(record)}")
 
 

@@ -19,7 +19,8 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
 - ``acts``: the dialogue-act models (LC Attention, its three LSTM baselines, the fine-tuned MiniLM) on SwDA and DailyDialog
   acts (the LC Attention paper's Tables 4 and 6; recipes/dialogue-act-DATASET-MODEL.toml).
 - ``act-grid``: the W x P grid of the dialogue-act context models (W in 1, 5, 10 and P in 0..3 on DailyDialog;
-  W in 1, 5, 10, 20 and P in 0..5 on SwDA), over ``--grid-seeds`` (default: seed 1), 3 epochs.
+  W in 1, 5, 10, 20 and P in 0..5 on SwDA), over ``--grid-seeds`` (default: seed 1), 3 epochs. A cell at a model's
+  own recipe cell reads that recipe's ``acts`` runs where they have finished 3 epochs (scored on those epochs).
 - ``selection``: response selection (recipes/response-selection-DATASET-MODEL.toml): the plain encoder and MDFN
   on MuTual and MuTual-plus over ``--seeds``, and MDFN's five ablations on MuTual with the first seed.
 - ``selection-head-lr``: the plain encoder and MDFN on MuTual over ``--seeds``, the layers above the encoder
@@ -60,12 +61,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collect_erc import collect  # noqa: E402
 
+from turnformer.recipes import find_recipe, load_recipe  # noqa: E402
 from turnformer.results import make_result, write_result  # noqa: E402
 
 LEARNING_RATES = ("2e-5", "5e-5", "1e-4")
 ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no-global")
 MEMORY_LENGTHS = tuple(range(100, 1001, 100))
 PREDICTED_PER_BATCH = 320  # the dialogue-act recipes' batch: sub-dialogues per batch x window
+GRID_EPOCHS = 3  # of every W x P cell
 GENERATION_MAIN = ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")
 PHAED_ABLATIONS = ("phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence")
 # What trains on the 2-core CPU in about 5 minutes a run: the first 1,000 training conversations, the first 100
@@ -86,6 +89,9 @@ class Experiment:
     limit_eval: int | None = None
     extra: dict = field(default_factory=dict, hash=False)
     task: str = "erc"
+    max_epoch: int | None = None  # scored on its first epochs only (collect_erc --max-epoch)
+    # a grid cell at its model's recipe cell: that experiment's runs (the same training over its first epochs) count
+    recipe_runs: str | None = None
 
 
 def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swda_train: int,
@@ -130,12 +136,19 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
             for dataset in ("swda", "dailydialog")]
     if name == "act-grid":  # the LC Attention paper's Tables 5 and 6: window W x context padding P, --grid-seeds, 3 epochs
         grids = {"dailydialog": ((1, 5, 10), range(4)), "swda": ((1, 5, 10, 20), range(6))}
+
+        def recipe_cell(dataset: str, model: str) -> tuple[int, int]:
+            recipe = load_recipe(find_recipe("dialogue-act", model, dataset))
+            return recipe["window"], recipe["context_padding"]
+
         # every cell keeps the recipes' ~320 predicted utterances per batch (W x sub-dialogues), so that a cell differs
         # from another in its windowing only, not in its number of updates
         return [Experiment(f"dialogue-act-{dataset}-{model}-w{w}-p{p}", model, dataset, grid_seeds,
-                           ("train.epochs=3", f"window={w}", f"context_padding={p}",
+                           (f"train.epochs={GRID_EPOCHS}", f"window={w}", f"context_padding={p}",
                             f"train.batch_size={PREDICTED_PER_BATCH // w}"),
-                           task="dialogue-act", extra={"window": w, "padding": p, "batch_size": PREDICTED_PER_BATCH // w})
+                           task="dialogue-act", extra={"window": w, "padding": p, "batch_size": PREDICTED_PER_BATCH // w},
+                           max_epoch=GRID_EPOCHS,
+                           recipe_runs=f"dialogue-act-{dataset}-{model}" if (w, p) == recipe_cell(dataset, model) else None)
                 for dataset, (windows, paddings) in grids.items() for model in ("lc-attention", "lstm-attention", "lstm-blstm")
                 for w in windows for p in paddings]
     if name == "selection":  # MDFN's Tables 4, 7 and 9: the plain encoder and MDFN on MuTual and MuTual-plus, the ablations on MuTual
@@ -202,9 +215,25 @@ def finished(out: Path) -> bool:
     return not (reason.startswith("time budget") and (out / "last").is_dir())
 
 
+def finished_epochs(out: Path) -> int:
+    if not (out / "result.json").exists():
+        return 0
+    return sum(1 for h in json.loads((out / "result.json").read_text())["history"] if h.get("complete"))
+
+
+def run_dir(experiment: Experiment, seed: int, runs_dir: Path) -> Path:
+    """Where the experiment's run of `seed` is: a grid cell at its model's recipe cell reads the recipe's run when that
+    has finished the cell's epochs (the schedules are constant, so those epochs are the cell's training), else its own."""
+    if experiment.recipe_runs:
+        recipe_run = runs_dir / experiment.recipe_runs / f"seed{seed}"
+        if finished_epochs(recipe_run) >= experiment.max_epoch:
+            return recipe_run
+    return runs_dir / experiment.id / f"seed{seed}"
+
+
 def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:
-    out = runs_dir / experiment.id / f"seed{seed}"
-    if finished(out):
+    out = run_dir(experiment, seed, runs_dir)
+    if out.parent.name != experiment.id or finished(out):  # a recipe's run that a grid cell reads is not run again
         return out
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "turnformer.cli", "train", "--task", experiment.task, "--model", experiment.model,
@@ -283,12 +312,12 @@ def main() -> None:
 
     sweep = {}
     for e in experiments:
-        runs = [args.runs_dir / e.id / f"seed{s}" for s in e.seeds]
+        runs = [run_dir(e, s, args.runs_dir) for s in e.seeds]
         missing = [str(r) for r in runs if not (r / "result.json").exists()]
         if missing:
             print(f"{e.id}: not collected, unfinished runs: {', '.join(missing)}", flush=True)
             continue
-        record = collect(e.id, runs, allow_partial=True, extra=e.extra)
+        record = collect(e.id, runs, allow_partial=True, extra=e.extra, max_epoch=e.max_epoch)
         if "window" in e.extra:  # a cell of the W x P grid: the paper's number for that cell, if it ran it
             record["paper"] = PAPER_ACT_GRID.get((e.dataset, e.model, e.extra["window"], e.extra["padding"]))
         if e.id.startswith("lr-"):

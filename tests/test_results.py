@@ -75,3 +75,60 @@ def test_a_run_cut_by_the_deadline_continues_when_the_command_is_repeated(tmp_pa
     assert not bench.finished(run("cut", "time budget of 60 s used up at step 3 (epoch 1, batch 3/9)", checkpoint=True))
     assert bench.finished(run("cut-and-pruned", "time budget of 60 s used up at step 3", checkpoint=False))
     assert bench.finished(run("max-steps", "max_steps=3 reached at step 3", checkpoint=True))
+
+
+def _fake_run(out, validation: list[float], test: list[float], stop_reason: str | None = None):
+    """A finished dialogue-act run folder: run.json and a result.json whose history has one entry per epoch."""
+    out.mkdir(parents=True)
+    recipe = {"task": "dialogue-act", "model": "lstm-blstm", "dataset": "dailydialog", "model_config": {}, "train": {"epochs": 5},
+              "window": 1, "context_padding": 2}
+    (out / "run.json").write_text(json.dumps({"seed": 1, "recipe": recipe}))
+    history = [{"epoch": i + 1, "complete": True, "seconds": 10.0, "validation": {"primary": v},
+                "test": {"primary": t, "accuracy": t, "online_accuracy": t - 1}} for i, (v, t) in enumerate(zip(validation, test))]
+    best = max(history, key=lambda h: h["validation"]["primary"])["epoch"]
+    (out / "result.json").write_text(json.dumps({"best_epoch": best, "train_seconds": 50.0, "stopped_early": stop_reason is not None,
+                                                 "stop_reason": stop_reason, "history": history}))
+    return out
+
+
+def test_runs_are_scored_on_their_first_epochs_at_the_best_validation_epoch_among_them(tmp_path):
+    collect = load_benchmark_script("collect_erc").collect
+    run = _fake_run(tmp_path / "five-epochs", validation=[70, 75, 75, 74, 80], test=[71, 72, 90, 73, 85])
+    assert collect("x", [run])["scores"] == [85]
+    first_three = collect("x", [run], max_epoch=3)
+    # epochs 2 and 3 tie on validation: the earlier counts, as in training; the time is that of three epochs
+    assert first_three["scores"] == [72] and first_three["extra"]["best_epoch"] == [2]
+    assert first_three["extra"]["train_seconds"] == [30.0] and first_three["extra"]["max_epoch"] == 3
+    assert first_three["extra"]["online_accuracy"] == [71] and "(its first 3 epochs)" in first_three["command"]
+    # cut by a time budget after its third epoch: complete for the first three, partial for all five
+    cut = _fake_run(tmp_path / "cut", validation=[70, 75, 76], test=[71, 72, 74], stop_reason="time budget of 60 s used up")
+    assert collect("x", [cut], max_epoch=3)["extra"]["partial"] is False
+    with pytest.raises(SystemExit, match="cut short"):
+        collect("x", [cut])
+    with pytest.raises(SystemExit, match="cut short"):
+        collect("x", [cut], max_epoch=4)
+    assert collect("x", [cut], max_epoch=4, allow_partial=True)["extra"]["partial"][0]["run"] == str(cut)
+
+
+def test_a_grid_cell_at_its_recipes_window_and_padding_reads_the_recipes_runs(tmp_path, monkeypatch):
+    from turnformer.recipes import find_recipe, load_recipe
+
+    bench = load_benchmark_script("erc_experiments")
+    cells = bench.plan("act-grid", (1,), (1,), 120, grid_seeds=(1, 2))
+    at_recipe = [c for c in cells if c.recipe_runs]
+    assert {c.recipe_runs for c in at_recipe} == {f"dialogue-act-{d}-{m}" for d in ("swda", "dailydialog")
+                                                   for m in ("lc-attention", "lstm-attention", "lstm-blstm")}
+    for cell in at_recipe:
+        recipe = load_recipe(find_recipe("dialogue-act", cell.model, cell.dataset))
+        assert (recipe["window"], recipe["context_padding"]) == (cell.extra["window"], cell.extra["padding"])
+    cell = next(c for c in at_recipe if c.id == "dialogue-act-dailydialog-lstm-blstm-w1-p2")
+    # seed 1's recipe run has its three epochs; seed 2's has two so far: the cell trains its own
+    _fake_run(tmp_path / cell.recipe_runs / "seed1", validation=[70, 75, 76, 77, 78], test=[71, 72, 74, 75, 76])
+    _fake_run(tmp_path / cell.recipe_runs / "seed2", validation=[70, 75], test=[71, 72], stop_reason="interrupted")
+    assert bench.run_dir(cell, 1, tmp_path) == tmp_path / cell.recipe_runs / "seed1"
+    assert bench.run_dir(cell, 2, tmp_path) == tmp_path / cell.id / "seed2"
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: pytest.fail("the recipe's run was trained again"))
+    assert bench.run_one(cell, 1, tmp_path, None, single_thread=True, prune=True) == tmp_path / cell.recipe_runs / "seed1"
+    assert (tmp_path / cell.recipe_runs / "seed1" / "result.json").exists()   # --prune leaves the recipe's run alone
+    other = next(c for c in cells if c.id == "dialogue-act-dailydialog-lstm-blstm-w5-p2")
+    assert other.recipe_runs is None and bench.run_dir(other, 1, tmp_path) == tmp_path / other.id / "seed1"
