@@ -175,6 +175,8 @@ def test_generation_needs_two_turn_conversations(tmp_path):
     assert result.exit_code == 2 and "--limit-dialogues 0: give a number of dialogues" in result.output
     result = runner.invoke(app, ["plot", "attention", "--checkpoint", str(out), "--input", str(two_turns), "--json"])
     assert result.exit_code == 2 and "a TransformerGenerator run; attention plots need a DialogXL run" in result.output
+    result = runner.invoke(app, ["generate", "--checkpoint", str(out), "--input", str(two_turns), "--speaker", "  "])
+    assert result.exit_code == 2 and "--speaker '  ': empty" in result.output and "Traceback" not in result.output
 
 
 def test_response_selection_files(tmp_path):
@@ -193,3 +195,43 @@ def test_response_selection_files(tmp_path):
     dialogue = Dialogue((Turn("A", "hi"),), id="x", meta={"candidates": [{"speaker": "B", "text": "hello"}], "answer": 3})
     with pytest.raises(DialogueError, match="meta.answer = 3: out of range for 1 candidates"):
         dialogue_to_item(dialogue, "f.jsonl: dialogue x")
+
+
+def test_figure_paths_are_checked_before_any_work(trained_run, files, tmp_path):
+    """A folder, an unknown format or a file in the way is one error line naming the path; no extension means PNG."""
+    stray = tmp_path / "a-file"
+    stray.write_text("")
+    masks = ["plot", "masks", "--input", str(files["test"]), "--out"]
+    confusion = ["evaluate", "--checkpoint", str(trained_run), "--confusion"]
+    for out, message in ((tmp_path, "is a folder; give a file name"), (tmp_path / "m.txt", "cannot write a figure as '.txt'"),
+                         (stray / "m.png", f"{stray} is a file, not a folder")):
+        for command in (masks, confusion):
+            result = runner.invoke(app, [*command, str(out)])
+            assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+    result = runner.invoke(app, [*masks, str(tmp_path / "no-extension")])
+    assert result.exit_code == 0 and (tmp_path / "no-extension.png").read_bytes()[:4] == b"\x89PNG"
+    assert "no-extension.png" in result.output
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--confusion", str(tmp_path / "cm.svg")])
+    assert result.exit_code == 0 and (tmp_path / "cm.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_predict_names_conversations_without_id_by_their_place(trained_run, tmp_path):
+    no_ids = tmp_path / "no-ids.jsonl"
+    no_ids.write_text("".join(json.dumps({"turns": [{"speaker": "A", "text": "great news"}, {"speaker": "B", "text": "oh no"}]}) + "\n"
+                              for _ in range(2)))
+    out = tmp_path / "p.jsonl"
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(no_ids), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert [(r["dialogue"], r["turn"]) for r in map(json.loads, out.read_text().splitlines())] == [("0", 0), ("0", 1), ("1", 0), ("1", 1)]
+
+
+def test_response_selection_jsonl_with_a_byte_order_mark(tmp_path):
+    from turnformer.tasks.response_selection import prediction_rows, read_selection_file
+
+    item = {"turns": [{"speaker": "A", "text": "hello"}], "meta": {"candidates": [{"speaker": "B", "text": "hi"},
+                                                                                 {"speaker": "B", "text": "bye"}], "answer": 0}}
+    path = tmp_path / "bom.jsonl"
+    path.write_text("\ufeff" + json.dumps(item) + "\n", encoding="utf-8")
+    items = read_selection_file(path)
+    assert len(items) == 1 and items[0].answer == 0 and [c.text for c in items[0].candidates] == ["hi", "bye"]
+    assert prediction_rows(items, [[0.2, 0.1]])[0]["id"] == "0"   # no id: its place in the file

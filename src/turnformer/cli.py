@@ -28,7 +28,7 @@ app.add_typer(data_app, name="data", help="Benchmark datasets: statistics, downl
 app.add_typer(backbone_app, name="backbone", help="Offline backbones: load and check against transformers.")
 app.add_typer(plot_app, name="plot")
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # paths in messages stay whole, to copy
 
 # What a user's input can raise: each ends the command with its one-line message (KeyError: a field of a run or item).
 USER_ERRORS = (DialogueError, ValueError, OSError, KeyError, CheckpointError)
@@ -112,11 +112,12 @@ def plot_masks_command(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Draw (or print) the attention masks of one conversation."""
-    from turnformer.plots import mask_view, plot_masks
+    from turnformer.plots import figure_path, mask_view, plot_masks
 
     if out is None and not as_json:
         fail("give --out FILE.png, --json, or both")
     try:
+        out = figure_path(out) if out is not None else None
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
         tok = None
         if tokenizer != "words" and level == "tokens":
@@ -127,8 +128,7 @@ def plot_masks_command(
     except USER_ERRORS as e:
         fail(str(e))
     if out is not None:
-        plot_masks(view, out, title=f"dialogue {chosen.id or dialogue or 0}")
-        err.print(f"wrote {out}")
+        err.print(f"wrote {plot_masks(view, out, title=f'dialogue {chosen.id or dialogue or 0}')}")
     if as_json:
         sys.stdout.write(json.dumps(view.to_json()) + "\n")
 
@@ -149,7 +149,7 @@ def plot_attention_command(
     """Which earlier tokens each DialogXL head type attends to from one utterance's [CLS] (last
     layer, mean over the heads of each type): the DialogXL paper's Figure 5."""
     from turnformer.models.dialogxl import DialogXL
-    from turnformer.plots import attention_view, plot_attention
+    from turnformer.plots import attention_view, figure_path, plot_attention
     from turnformer.tasks.erc import build_erc_model
 
     if out is None and not as_json:
@@ -157,6 +157,7 @@ def plot_attention_command(
     if (checkpoint is None) == (backbone is None):
         fail("give either --checkpoint RUN_DIR or --backbone NAME")
     try:
+        out = figure_path(out) if out is not None else None
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
         if utterance is not None and not 0 <= utterance < len(chosen):
             raise DialogueError(f"--utterance {utterance} out of range: dialogue {chosen.id!r} has {len(chosen)} utterances (0..{len(chosen) - 1})")
@@ -174,8 +175,7 @@ def plot_attention_command(
     except USER_ERRORS as e:
         fail(str(e))
     if out is not None:
-        plot_attention(view, out)
-        err.print(f"wrote {out}")
+        err.print(f"wrote {plot_attention(view, out)}")
     if as_json:
         sys.stdout.write(json.dumps(view.to_json()) + "\n")
 
@@ -191,9 +191,10 @@ def plot_act_attention_command(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Attention between the utterances of one sub-dialogue, per model (the LC Attention paper's Figure 2)."""
-    from turnformer.plots import plot_utterance_attention, utterance_attention
+    from turnformer.plots import figure_path, plot_utterance_attention, utterance_attention
 
     try:
+        out = figure_path(out)
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
         panels = []
         for path in checkpoint:
@@ -401,11 +402,13 @@ def evaluate(
 ) -> None:
     """Score a trained model on a split of its recipe's dataset."""
     from turnformer.tasks.erc import check_split, encode_conversations, evaluate as evaluate_erc, load_erc_data, make_batches
+    from turnformer.plots import figure_path
     from turnformer.tasks.metrics import confusion_matrix_plot
     from turnformer.training import predict_all
 
     try:
         check_counts({"--limit-dialogues": limit_dialogues})
+        confusion = figure_path(confusion) if confusion is not None else None
         task, model, tokenizer, run = load_any_trained(checkpoint)
         if beam > 1 and task != "generation":
             raise DialogueError(f"--beam is for generation models; {checkpoint} is a model for {task}")
@@ -490,10 +493,11 @@ def predict(
             (encoded,), _ = encode_conversations([dialogue], tokenizer, "", labels, model.config.max_utterance_tokens)
             probs = model.probabilities(make_batch([encoded], tokenizer.pad_token_id))[0]
             per_turn.append([{"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))} for p in probs])
-    rows = [
-        {"dialogue": dialogue.id, "turn": i, "speaker": turn.speaker, "text": turn.text, "label": p["label"],
-         "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()}}
-        for dialogue, predictions in zip(dialogues, per_turn) for i, (turn, p) in enumerate(zip(dialogue.turns, predictions))
+    rows = [  # a conversation without id is named by its place in the input, as `generate` does
+        {"dialogue": dialogue.id if dialogue.id is not None else str(index), "turn": i, "speaker": turn.speaker,
+         "text": turn.text, "label": p["label"], "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()}}
+        for index, (dialogue, predictions) in enumerate(zip(dialogues, per_turn))
+        for i, (turn, p) in enumerate(zip(dialogue.turns, predictions))
     ]
     report_truncated(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=task == "erc")
     if out is not None:
@@ -502,7 +506,7 @@ def predict(
         return
     table = Table("dialogue", "turn", "speaker", "text", run["recipe"].get("label_kind", "label"), "p")
     for r in rows:
-        table.add_row(str(r["dialogue"]) if r["dialogue"] is not None else "-", str(r["turn"]), r["speaker"], shorten(r["text"]),
+        table.add_row(str(r["dialogue"]), str(r["turn"]), r["speaker"], shorten(r["text"]),
                       r["label"], f"{r['probabilities'][r['label']]:.2f}")
     console.print(table)
 
@@ -544,6 +548,8 @@ def generate(
 
     try:
         check_output_file(out)
+        if speaker is not None and not speaker.strip():
+            raise DialogueError(f"--speaker {speaker!r}: empty; give a name, or leave it out for the speaker before the last one")
         task = checkpoint_paths(checkpoint)[1]["recipe"].get("task", "erc")
         if task != "generation":
             raise DialogueError(f"{checkpoint} is a model for {task}, not a generation model")

@@ -15,12 +15,33 @@ from turnformer.structure import TokenMeta, mask_from_name, pack_dialogues
 _WORD = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
 
 
+def figure_path(out: str | Path) -> Path:
+    """The file a figure goes to: `out`, with .png added when it has no extension. A ValueError naming the path says
+    why it cannot be written (a folder, a format matplotlib does not write, a file where a folder should be), before
+    any work is done."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"{out}: is a folder; give a file name, e.g. {out / 'figure.png'}")
+    if not out.suffix:
+        out = out.with_suffix(".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if out.suffix[1:].lower() not in formats:
+        raise ValueError(f"{out}: cannot write a figure as {out.suffix!r}; use one of {', '.join('.' + f for f in sorted(formats))}")
+    blocking = next((parent for parent in out.parents if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise ValueError(f"{out}: {blocking} is a file, not a folder")
+    return out
+
+
 def save_figure(fig, out: str | Path) -> Path:
-    """Lay out, write as PNG (creating the folder) and close a matplotlib figure."""
+    """Lay out, write (creating the folder; PNG unless `out` names another format) and close a matplotlib figure;
+    returns the path written (see `figure_path`)."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    out = Path(out)
+    out = figure_path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -229,7 +229,8 @@ def confusion_matrix_plot(
     normalize: bool = True,
     title: str | None = None,
 ) -> Path:
-    """Draw the confusion matrix (rows: gold, columns: predicted, in ``labels`` order) to a PNG.
+    """Draw the confusion matrix (rows: gold, columns: predicted, in ``labels`` order) to a PNG (or the format
+    ``out_path`` names; see `turnformer.plots.figure_path`); returns the path written.
 
     ``normalize=True`` divides each row by its gold count (``confusion_matrix(normalize="true")``;
     a class absent from ``gold`` gets a row of zeros) and writes ratios in the cells; otherwise
@@ -237,6 +238,8 @@ def confusion_matrix_plot(
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
+    from turnformer.plots import figure_path
 
     gold, pred, labels = _check(gold, pred, labels)
     counts = confusion_matrix(gold, pred, labels=labels)
@@ -263,7 +266,7 @@ def confusion_matrix_plot(
                     color="white" if value > 0.6 * vmax else "black")
     ax.set_title(title if title is not None else ("confusion matrix (rows normalised)" if normalize else "confusion matrix"))
     fig.tight_layout()
-    out = Path(out_path)
+    out = figure_path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110, format="png")
+    fig.savefig(out, dpi=110)
     return out

@@ -306,7 +306,7 @@ def read_selection_file(path: Path) -> list[ResponseSelectionItem]:
     from turnformer.data import read_jsonl
     from turnformer.data.selection_tsv import read_selection_tsv
 
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:  # -sig: a byte-order mark is not content
         first = next((line for line in f if line.strip()), "")
     if first.lstrip().startswith("{"):
         return [dialogue_to_item(d, f"{path}: dialogue {d.id or i}") for i, d in enumerate(read_jsonl(path))]
@@ -332,9 +332,9 @@ def load_items(spec: str, data_dir=None) -> list[ResponseSelectionItem]:
 
 def prediction_rows(items: Sequence[ResponseSelectionItem], scores: Sequence[Sequence[float]]) -> list[dict]:
     rows = []
-    for item, s in zip(items, scores):
+    for index, (item, s) in enumerate(zip(items, scores)):
         order = rank_candidates(s)
-        rows.append({"id": item.id, "scores": [round(float(x), 5) for x in s], "ranking": order, "best": order[0],
+        rows.append({"id": item.id if item.id is not None else str(index),  # an item without id: its place in the file"scores": [round(float(x), 5) for x in s], "ranking": order, "best": order[0],
                      "best_text": item.candidates[order[0]].text, **({"answer": item.answer} if item.answer is not None else {})})
     return rows
 
