@@ -334,7 +334,8 @@ def prediction_rows(items: Sequence[ResponseSelectionItem], scores: Sequence[Seq
     rows = []
     for index, (item, s) in enumerate(zip(items, scores)):
         order = rank_candidates(s)
-        rows.append({"id": item.id if item.id is not None else str(index),  # an item without id: its place in the file"scores": [round(float(x), 5) for x in s], "ranking": order, "best": order[0],
+        item_id = item.id if item.id is not None else str(index)  # an item without id: its place in the file
+        rows.append({"id": item_id, "scores": [round(float(x), 5) for x in s], "ranking": order, "best": order[0],
                      "best_text": item.candidates[order[0]].text, **({"answer": item.answer} if item.answer is not None else {})})
     return rows
 
