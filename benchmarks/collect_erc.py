@@ -95,6 +95,8 @@ def main() -> None:
     parser.add_argument("--allow-partial", action="store_true")
     parser.add_argument("--max-epoch", type=int, default=None, help="Score the runs' first N epochs only.")
     args = parser.parse_args()
+    if args.max_epoch is not None and args.max_epoch < 1:
+        parser.error(f"--max-epoch {args.max_epoch}: give a number of epochs, 1 or more")
     record = collect(args.experiment, args.runs, args.allow_partial, max_epoch=args.max_epoch)
     print(f"{args.experiment}: {record['mean']:.2f} ± {record['std']:.2f} over seeds {record['seeds']} -> {write_result(record)}")
 

@@ -107,7 +107,7 @@ def plot_masks_command(
     query_utterance: Optional[int] = typer.Option(
         None, "--query-utterance", help="DialogXL's view: rows are this utterance's tokens, keys the utterances up to it."
     ),
-    out: Optional[Path] = typer.Option(None, "--out", help="PNG to write."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Figure to write: PNG, or the format its extension names (.svg, .pdf, ...)."),
     as_json: bool = typer.Option(False, "--json", help="Print the masks as JSON."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
@@ -142,7 +142,7 @@ def plot_attention_command(
     backbone: Optional[str] = typer.Option(None, "--backbone", help="Or an untrained DialogXL on this backbone (random classifier)."),
     heads: str = typer.Option("5,5,1,1", "--heads", help="With --backbone: local,global,speaker,listener head counts."),
     window: int = typer.Option(5, "--window", help="With --backbone: the local heads' window."),
-    out: Optional[Path] = typer.Option(None, "--out", help="PNG to write."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Figure to write: PNG, or the format its extension names (.svg, .pdf, ...)."),
     as_json: bool = typer.Option(False, "--json", help="Print the attention weights as JSON."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
@@ -187,7 +187,7 @@ def plot_act_attention_command(
     dialogue: Optional[str] = typer.Option(None, "--dialogue", help="Dialogue id (or index); default the first."),
     start: int = typer.Option(0, "--start", help="First utterance shown."),
     length: int = typer.Option(10, "--length", help="Utterances shown (one sub-dialogue)."),
-    out: Path = typer.Option(..., "--out", help="PNG to write."),
+    out: Path = typer.Option(..., "--out", help="Figure to write: PNG, or the format its extension names (.svg, .pdf, ...)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Attention between the utterances of one sub-dialogue, per model (the LC Attention paper's Figure 2)."""
@@ -395,14 +395,14 @@ def train(
 def evaluate(
     checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
     split: str = typer.Option("test", help="train, validation or test."),
-    confusion: Optional[Path] = typer.Option(None, help="Write a confusion-matrix PNG here."),
+    confusion: Optional[Path] = typer.Option(None, help="Write a confusion-matrix figure here (PNG, or .svg, .pdf, ...)."),
     limit_dialogues: Optional[int] = typer.Option(None, help="Generation: score only the first N conversations."),
     beam: int = typer.Option(1, "--beam", min=1, help="Generation: beam size of the scored responses (1 = greedy)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Score a trained model on a split of its recipe's dataset."""
-    from turnformer.tasks.erc import check_split, encode_conversations, evaluate as evaluate_erc, load_erc_data, make_batches
     from turnformer.plots import figure_path
+    from turnformer.tasks.erc import check_split, encode_conversations, evaluate as evaluate_erc, load_erc_data, make_batches
     from turnformer.tasks.metrics import confusion_matrix_plot
     from turnformer.training import predict_all
 
