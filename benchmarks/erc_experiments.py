@@ -20,7 +20,8 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   acts (the LC Attention paper's Tables 4 and 6; recipes/dialogue-act-DATASET-MODEL.toml).
 - ``act-grid``: the W x P grid of the dialogue-act context models (W in 1, 5, 10 and P in 0..3 on DailyDialog;
   W in 1, 5, 10, 20 and P in 0..5 on SwDA), over ``--grid-seeds`` (default: seed 1), 3 epochs. A cell at a model's
-  own recipe cell reads that recipe's ``acts`` runs where they have finished 3 epochs (scored on those epochs).
+  own recipe cell reads that recipe's ``acts`` runs where they have finished 3 epochs (scored on those epochs); where
+  those runs are gone, the recipe's results file, if its runs trained exactly the cell's 3 epochs, batch and seeds.
 - ``selection``: response selection (recipes/response-selection-DATASET-MODEL.toml): the plain encoder and MDFN
   on MuTual and MuTual-plus over ``--seeds``, and MDFN's five ablations on MuTual with the first seed.
 - ``selection-head-lr``: the plain encoder and MDFN on MuTual over ``--seeds``, the layers above the encoder
@@ -62,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collect_erc import collect  # noqa: E402
 
 from turnformer.recipes import find_recipe, load_recipe  # noqa: E402
-from turnformer.results import make_result, write_result  # noqa: E402
+from turnformer.results import RESULTS_DIR, make_result, write_result  # noqa: E402
 
 LEARNING_RATES = ("2e-5", "5e-5", "1e-4")
 ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no-global")
@@ -231,6 +232,31 @@ def run_dir(experiment: Experiment, seed: int, runs_dir: Path) -> Path:
     return runs_dir / experiment.id / f"seed{seed}"
 
 
+def recipe_record(experiment: Experiment, runs_dir: Path, results_dir: Path = RESULTS_DIR) -> dict | None:
+    """A grid cell at its model's recipe cell whose recipe runs are not all here: its record taken from the recipe's
+    results file, if those runs trained exactly the cell's epochs, windowing and batch, whole, over the cell's seeds
+    (the test score at their best validation epoch is then the cell's). None where the cell must be trained."""
+    path = results_dir / f"{experiment.recipe_runs}.json"
+    if (not experiment.recipe_runs or not path.exists()
+            or all(run_dir(experiment, s, runs_dir).parent.name == experiment.recipe_runs for s in experiment.seeds)):
+        return None
+    recipe = json.loads(path.read_text())
+    config, extra = recipe["config"], experiment.extra
+    same_training = (config["train"]["epochs"] == experiment.max_epoch and config["train"]["batch_size"] == extra["batch_size"]
+                     and (config["window"], config["context_padding"]) == (extra["window"], extra["padding"]))
+    if not same_training or recipe["extra"].get("partial") or not set(experiment.seeds) <= set(recipe["seeds"]):
+        return None
+    index = [recipe["seeds"].index(s) for s in experiment.seeds]
+    per_seed = {k: [v[i] for i in index] for k, v in recipe["extra"].items() if isinstance(v, list) and len(v) == len(recipe["seeds"])}
+    commands = recipe["command"].removesuffix(" (recipe values as in config)").split("; ")
+    return make_result(
+        experiment.id, task=recipe["task"], dataset=recipe["dataset"], split=recipe["split"], model=recipe["model"],
+        backbone=recipe["backbone"], config=config, metric=recipe["metric"], scores=[recipe["scores"][i] for i in index],
+        seeds=experiment.seeds, paper=PAPER_ACT_GRID.get((experiment.dataset, experiment.model, extra["window"], extra["padding"])),
+        extra={**per_seed, "partial": False, "max_epoch": experiment.max_epoch, **extra},
+        command="; ".join(commands[i] for i in index) + f" (recipe values as in config; read from {path.name}, commit {recipe['commit']})")
+
+
 def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:
     out = run_dir(experiment, seed, runs_dir)
     if out.parent.name != experiment.id or finished(out):  # a recipe's run that a grid cell reads is not run again
@@ -300,7 +326,8 @@ def main() -> None:
         if unknown:
             raise SystemExit(f"--experiments: not in the plans: {', '.join(unknown)}")
         experiments = [e for e in experiments if e.id in wanted]
-    jobs = [(e, s) for e in experiments for s in e.seeds]
+    from_recipe_files = {e.id: record for e in experiments if (record := recipe_record(e, args.runs_dir))}
+    jobs = [(e, s) for e in experiments if e.id not in from_recipe_files for s in e.seeds]
     # Longest first (DailyDialog, SwDA), so that the pool does not end waiting on one long run.
     weight = {"dailydialog": 3, "swda": 2}
     # --seed-major: every experiment's first seed before any second one, experiments of one seed (ablations) last
@@ -312,6 +339,11 @@ def main() -> None:
 
     sweep = {}
     for e in experiments:
+        if e.id in from_recipe_files:
+            record = from_recipe_files[e.id]
+            print(f"{e.id}: {record['mean']:.2f} ± {record['std']:.2f} over seeds {record['seeds']}, from the recipe's results"
+                  f" -> {write_result(record)}", flush=True)
+            continue
         runs = [run_dir(e, s, args.runs_dir) for s in e.seeds]
         missing = [str(r) for r in runs if not (r / "result.json").exists()]
         if missing:

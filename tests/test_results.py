@@ -132,3 +132,34 @@ def test_a_grid_cell_at_its_recipes_window_and_padding_reads_the_recipes_runs(tm
     assert (tmp_path / cell.recipe_runs / "seed1" / "result.json").exists()   # --prune leaves the recipe's run alone
     other = next(c for c in cells if c.id == "dialogue-act-dailydialog-lstm-blstm-w5-p2")
     assert other.recipe_runs is None and bench.run_dir(other, 1, tmp_path) == tmp_path / other.id / "seed1"
+
+
+def test_a_grid_cell_at_its_recipe_cell_reads_the_recipes_results_file_when_its_runs_are_gone(tmp_path):
+    bench = load_benchmark_script("erc_experiments")
+    cells = {c.id: c for c in bench.plan("act-grid", (1,), (1,), 120, grid_seeds=(1, 3))}
+    cell = cells["dialogue-act-swda-lstm-blstm-w1-p5"]
+    config = {"model_config": {}, "train": {"epochs": 3, "batch_size": cell.extra["batch_size"]}, "window": 1,
+              "context_padding": 5, "setting": "offline"}
+    commands = [f"turnformer train --task dialogue-act --model lstm-blstm --dataset swda --seed {s} --out r/seed{s}" for s in (1, 2, 3)]
+
+    def recipe_file(**changes):
+        record = make_result(cell.recipe_runs, task="dialogue-act", dataset="swda", split="test", model="lstm-blstm",
+                             backbone="b", config={**config, **changes}, metric="accuracy", scores=[75.0, 76.0, 77.0],
+                             seeds=[1, 2, 3], extra={"validation": [78.0, 79.0, 80.0], "best_epoch": [3, 2, 3], "partial": False},
+                             command="; ".join(commands) + " (recipe values as in config)")
+        write_result(record, tmp_path / "results")
+
+    recipe_file()
+    record = bench.recipe_record(cell, tmp_path / "runs", tmp_path / "results")
+    assert record["seeds"] == [1, 3] and record["scores"] == [75.0, 77.0] and record["extra"]["validation"] == [78.0, 80.0]
+    assert record["extra"]["best_epoch"] == [3, 3] and record["extra"]["window"] == 1 and record["paper"] == 80.0
+    assert "--seed 2" not in record["command"] and "read from dialogue-act-swda-lstm-blstm.json" in record["command"]
+    # cells off their model's recipe cell, and recipe runs that trained more epochs than the cell, are trained instead
+    assert bench.recipe_record(cells["dialogue-act-swda-lstm-blstm-w10-p5"], tmp_path / "runs", tmp_path / "results") is None
+    recipe_file(train={"epochs": 5, "batch_size": cell.extra["batch_size"]})
+    assert bench.recipe_record(cell, tmp_path / "runs", tmp_path / "results") is None
+    # the recipe's runs, where they are here, come first
+    recipe_file()
+    for seed in (1, 3):
+        _fake_run(tmp_path / "runs" / cell.recipe_runs / f"seed{seed}", validation=[70, 75, 76], test=[71, 72, 74])
+    assert bench.recipe_record(cell, tmp_path / "runs", tmp_path / "results") is None
