@@ -116,6 +116,17 @@ def test_speakers_come_from_the_data_and_truncation_keeps_the_response(tiny_back
 
     (short,) = encode_items([item], tokenizer, max_turns=2)  # one context turn + the response
     assert len(short.turns[0]) == 2 and short.speakers[0] == [0, 0]
+    # the two context turns left out (8 word pieces) are counted for each of the two candidate sequences
+    assert (short.dropped_turns, short.dropped_turn_tokens) == (2, 8)
+    _, report = make_selection_batches([short], 4, special_tokens(tokenizer), max_length=64)
+    assert report == {"sequences": 2, "truncated_sequences": 2, "dropped_tokens": 16, "dropped_turns": 4, "truncated_responses": 0}
+
+    # an over-long response: its end is cut (4 word pieces), then the context goes oldest-first ("nine" and its [SEP])
+    long_reply = ResponseSelectionItem(context=Dialogue.from_turns([("m", "nine")]), id="y",
+                                       candidates=[Turn("f", "one two three four five six seven eight")])
+    (batch,), report = make_selection_batches(encode_items([long_reply], tokenizer, max_turns=20), 4, special_tokens(tokenizer), max_length=6)
+    assert tokenizer.convert_ids_to_tokens(batch.input_ids[0].tolist()) == ["[CLS]", "one", "two", "three", "four", "[SEP]"]
+    assert report == {"sequences": 1, "truncated_sequences": 1, "dropped_tokens": 6, "dropped_turns": 0, "truncated_responses": 1}
 
 
 def test_turn_slots_and_pooling_match_a_loop():
@@ -240,6 +251,7 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     predicted = runner.invoke(app, ["predict", "--task", "response-selection", "--checkpoint", str(out), "--input",
                                     "mutual:test", "--submission", str(submission), "--out", str(tmp_path / "ranked.jsonl"), *common])
     assert predicted.exit_code == 0, predicted.output
+    assert "candidate sequences were longer than the model reads (96 tokens, 20 turns)" in predicted.output
     lines = submission.read_text().splitlines()
     assert len(lines) == 886 and lines[0].split("\t")[0] == "test_1"
     assert all(sorted(line.split("\t")[1:]) == ["A", "B", "C", "D"] for line in lines)

@@ -593,10 +593,14 @@ def predict_selection(model, tokenizer, spec: str, out: Optional[Path], submissi
     """Rank the candidates of every item of ``spec``: JSONL rows (id, scores, ranking, best), or a table."""
     from rich.table import Table
 
-    from turnformer.tasks.response_selection import load_items, prediction_rows, score_items, write_submission
+    from turnformer.tasks.response_selection import (load_items, prediction_rows, score_items, truncation_note,
+                                                      write_submission)
 
     items = load_items(spec, data_dir)
-    rows = prediction_rows(items, score_items(model, tokenizer, items))
+    truncation: dict = {}
+    rows = prediction_rows(items, score_items(model, tokenizer, items, truncation=truncation))
+    if note := truncation_note(truncation, model.config):
+        err.print(note)
     if submission is not None:
         write_submission(rows, submission)
         err.print(f"wrote the rankings of {len(rows)} items to {submission}")

@@ -50,6 +50,8 @@ class EncodedItem:
     speakers: list[list[int]]
     relevance: list[int]  # 0/1 per candidate, -1 where hidden
     length: int  # tokens of its longest candidate sequence, before truncation
+    dropped_turns: int = 0  # its oldest context turns beyond max_turns, left out of every candidate sequence
+    dropped_turn_tokens: int = 0  # their word pieces
 
 
 def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionItem:
@@ -110,7 +112,8 @@ def encode_items(items: Sequence[ResponseSelectionItem], tokenizer, max_turns: i
     for item in items:
         context_ids = ids[k : k + len(item.context)]
         k += len(item.context)
-        kept = slice(max(0, len(item.context) - (max_turns - 1)), None)
+        first_kept = max(0, len(item.context) - (max_turns - 1))
+        kept = slice(first_kept, None)
         names = [t.speaker for t in item.context.turns[kept]]
         turns, speakers = [], []
         for candidate in item.candidates:
@@ -121,7 +124,8 @@ def encode_items(items: Sequence[ResponseSelectionItem], tokenizer, max_turns: i
         gold = item.gold()
         relevance = list(gold) if gold is not None else [-1] * len(item.candidates)
         length = max(sum(map(len, t)) + len(t) + 1 for t in turns)
-        out.append(EncodedItem(str(item.id), turns, speakers, relevance, length))
+        out.append(EncodedItem(str(item.id), turns, speakers, relevance, length, dropped_turns=first_kept,
+                               dropped_turn_tokens=sum(map(len, context_ids[:first_kept]))))
     return out
 
 
@@ -132,25 +136,30 @@ def special_tokens(tokenizer) -> SpecialTokens:
 def make_selection_batches(encoded: Sequence[EncodedItem], batch_size: int, special: SpecialTokens, max_length: int,
                            sort_by_length: bool = True) -> tuple[list[SelectionBatch], dict]:
     """Batches of ``batch_size`` items (sorted by length first, unless told not to), and a report of
-    the truncation: sequences cut, tokens dropped, responses cut."""
+    the truncation over all candidate sequences: sequences cut, word pieces dropped (context turns beyond
+    ``max_turns``, oldest tokens beyond ``max_length``, the end of an over-long response), context turns
+    left out, responses cut."""
     order = sorted(range(len(encoded)), key=lambda i: encoded[i].length) if sort_by_length else list(range(len(encoded)))
-    report = {"sequences": 0, "truncated_sequences": 0, "dropped_tokens": 0, "truncated_responses": 0}
+    report = {"sequences": 0, "truncated_sequences": 0, "dropped_tokens": 0, "dropped_turns": 0, "truncated_responses": 0}
     batches = []
     for start in range(0, len(order), batch_size):
         chosen = [encoded[i] for i in order[start : start + batch_size]]
-        turns, speakers = [], []
+        turns, speakers, dropped_before_packing = [], [], []
         for item in chosen:
             for candidate_turns, candidate_speakers in zip(item.turns, item.speakers):
-                response = candidate_turns[-1]
+                response, dropped = candidate_turns[-1], item.dropped_turn_tokens
                 if len(response) > max_length - 2:  # [CLS] response [SEP] must fit
                     report["truncated_responses"] += 1
+                    dropped += len(response) - (max_length - 2)
                     candidate_turns = [*candidate_turns[:-1], response[: max_length - 2]]
                 turns.append(candidate_turns)
                 speakers.append(candidate_speakers)
+                dropped_before_packing.append(dropped)
+                report["dropped_turns"] += item.dropped_turns
         packed = pack_token_ids(turns, speakers, special, max_length=max_length)
         report["sequences"] += len(turns)
-        report["truncated_sequences"] += sum(1 for n in packed.truncated if n)
-        report["dropped_tokens"] += sum(packed.truncated)
+        report["truncated_sequences"] += sum(1 for n, m in zip(packed.truncated, dropped_before_packing) if n or m)
+        report["dropped_tokens"] += sum(packed.truncated) + sum(dropped_before_packing)
         width = max(len(item.turns) for item in chosen)
         groups = torch.full((len(chosen), width), -1, dtype=torch.long)
         relevance = torch.full((len(chosen), width), -1, dtype=torch.long)
@@ -252,11 +261,15 @@ def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None)
 
 
 @torch.no_grad()
-def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], batch_size: int = 16) -> list[list[float]]:
-    """Scores of every item's candidates (higher = better), in the items' order."""
+def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], batch_size: int = 16,
+                truncation: dict | None = None) -> list[list[float]]:
+    """Scores of every item's candidates (higher = better), in the items' order. ``truncation``, if
+    given, is filled with the truncation report (see `make_selection_batches`)."""
     model.eval()
     encoded = encode_items(items, tokenizer, model.config.max_turns)
-    batches, _ = make_selection_batches(encoded, batch_size, special_tokens(tokenizer), model.config.max_length, sort_by_length=False)
+    batches, report = make_selection_batches(encoded, batch_size, special_tokens(tokenizer), model.config.max_length, sort_by_length=False)
+    if truncation is not None:
+        truncation.update(report)
     device = next(model.parameters()).device
     scores: list[list[float]] = []
     for batch in batches:
@@ -330,6 +343,19 @@ def load_items(spec: str, data_dir=None) -> list[ResponseSelectionItem]:
     raise DialogueError(f"{spec}: no such file, and not a dataset split (NAME:SPLIT, e.g. mutual:test)")
 
 
+def truncation_note(report: dict, config) -> str | None:
+    """One line on what the model did not read, or None when every candidate sequence was read whole."""
+    if not report.get("truncated_sequences"):
+        return None
+    parts = [f"{report['dropped_tokens']} tokens dropped"]
+    if report.get("dropped_turns"):
+        parts.append(f"{report['dropped_turns']} oldest context turns beyond the {config.max_turns} turns read")
+    if report.get("truncated_responses"):
+        parts.append(f"{report['truncated_responses']} over-long candidate responses cut at their end")
+    return (f"note: {report['truncated_sequences']} of {report['sequences']} candidate sequences were longer than the model reads "
+            f"({config.max_length} tokens, {config.max_turns} turns) and were cut oldest-first: " + "; ".join(parts))
+
+
 def prediction_rows(items: Sequence[ResponseSelectionItem], scores: Sequence[Sequence[float]]) -> list[dict]:
     rows = []
     for index, (item, s) in enumerate(zip(items, scores)):
@@ -352,5 +378,5 @@ def write_submission(rows: Sequence[dict], path: Path) -> None:
 
 
 __all__ = ["RESPONSE_SELECTION_MODELS", "ResponseRanker", "dialogue_to_item", "encode_items", "evaluate", "evaluate_split", "load_items",
-           "load_selection_data", "load_trained", "make_selection_batches", "prediction_rows", "rank", "score_items",
+           "load_selection_data", "load_trained", "make_selection_batches", "prediction_rows", "rank", "score_items", "truncation_note",
            "train_response_selection", "write_submission"]
