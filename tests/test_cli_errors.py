@@ -158,6 +158,21 @@ def test_resume_without_a_checkpoint_says_so(tiny_backbone_dir, files, tmp_path)
     assert "holds no checkpoint yet; starting from the beginning" in result.output
 
 
+def test_resume_on_other_data_warns(tiny_backbone_dir, files, tmp_path):
+    out = tmp_path / "run"
+    common = ["--validation-file", str(files["validation"]), "--test-file", str(files["test"]), "--out", str(out), *_tiny(tiny_backbone_dir)]
+    assert runner.invoke(app, ["train", "--train-file", str(files["train"]), *common]).exit_code == 0
+    assert (out / "last").is_dir()
+    same = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--resume", *common])
+    assert same.exit_code == 0, same.output
+    assert "warning" not in same.output
+    other = runner.invoke(app, ["train", "--train-file", str(files["validation"]), "--limit-train", "1", "--resume", *common])
+    assert other.exit_code == 0, other.output
+    assert "warning: --resume: this run reads other data or settings" in other.output
+    assert f"train_file: {str(files['train'].resolve())!r} -> {str(files['validation'].resolve())!r}" in other.output
+    assert "limits: None -> {'train': 1}" in other.output
+
+
 def test_generation_needs_two_turn_conversations(tmp_path):
     one_turn = _write(tmp_path, "one.jsonl", [_dialogue(i, turns=1) for i in range(4)])
     two_turns = _write(tmp_path, "two.jsonl", [_dialogue(i, turns=2) for i in range(4)])

@@ -379,6 +379,9 @@ def train(
             loaded = {k: v for k, v in loaded.items() if not k.startswith("paper")}
         if resume and not (out / "last").is_dir():
             err.print(f"note: --resume: {out} holds no checkpoint yet; starting from the beginning", highlight=False, soft_wrap=True)
+        elif resume and (changed := changed_since_checkpoint(out, loaded, limits or None)):
+            err.print(f"warning: --resume: this run reads other data or settings than the run that wrote {out / 'last'} "
+                      f"({'; '.join(changed)}); its result mixes the two trainings", highlight=False)
         result = trainer(loaded, out, seed, data_dir, resume, time_budget, limits or None)
     except USER_ERRORS as e:
         fail(str(e))
@@ -389,6 +392,22 @@ def train(
     }
     (out / "result.json").write_text(json.dumps({**summary, "history": result.history}, indent=2, default=str) + "\n")
     console.print_json(data=summary)
+
+
+def changed_since_checkpoint(out: Path, recipe: dict, limits: dict | None) -> list[str]:
+    """What a resumed run reads differently from the run that wrote its checkpoint (its run.json): the dataset, the
+    data files, the limits, the windowing... The model config is checked on loading, the training settings by the
+    training loop; the recipe file's own path may move."""
+    try:
+        before = json.loads((out / "run.json").read_text())
+    except (OSError, ValueError):
+        return []
+    saved, now = before.get("recipe") or {}, json.loads(json.dumps(recipe, default=str))
+    changes = [f"{key}: {saved.get(key)!r} -> {now.get(key)!r}" for key in sorted((set(saved) | set(now)) - {"train", "model_config", "recipe_path"})
+               if saved.get(key) != now.get(key)]
+    if (before.get("limits") or None) != limits:
+        changes.append(f"limits: {before.get('limits')!r} -> {limits!r}")
+    return changes
 
 
 @app.command()
