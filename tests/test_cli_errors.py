@@ -78,6 +78,10 @@ def test_file_options_with_a_benchmark_are_refused(files, tmp_path):
     ("train.batch_size=0", "train.batch_size = 0; expected a whole number, 1 or more"),
     ("train.epoch=3", "unknown setting train.epoch; known: batch_size, epochs"),
     ('train.scheduler="cosine"', "train.scheduler = 'cosine'; known: linear, constant"),
+    ("trian.epochs=3", "unknown recipe key 'trian'; known: backbone"),
+    ("holdout=-1", "holdout = -1; expected a whole number, 0 or more"),
+    ("model_config.mem_len=-5", "model_config.mem_len = -5: must be 0 or more"),
+    ("model_config.dropout=1.0", "model_config.dropout = 1.0: must be at least 0 and below 1"),
 ])
 def test_bad_settings_name_the_key(files, tmp_path, setting, message):
     result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
@@ -250,3 +254,22 @@ def test_response_selection_jsonl_with_a_byte_order_mark(tmp_path):
     items = read_selection_file(path)
     assert len(items) == 1 and items[0].answer == 0 and [c.text for c in items[0].candidates] == ["hi", "bye"]
     assert prediction_rows(items, [[0.2, 0.1]])[0]["id"] == "0"   # no id: its place in the file
+
+
+def test_every_model_config_refuses_bad_sizes():
+    from turnformer.models.baselines import ConcatContextConfig, SegmentRecurrenceConfig
+    from turnformer.models.lc_attention import LCConfig
+    from turnformer.models.mdfn import MDFNConfig
+    from turnformer.models.phaed import PHAEDConfig
+
+    cases = [(LCConfig, {"num_labels": 4, "heads": 0}, "model_config.heads = 0: must be 1 or more"),
+             (LCConfig, {"num_labels": 4, "max_width": 0.0}, "model_config.max_width = 0.0: must be above 0"),
+             (LCConfig, {"num_labels": 4, "max_shift": -1.0}, "model_config.max_shift = -1.0: must be 0 or more"),
+             (ConcatContextConfig, {"num_labels": 4, "max_length": 0}, "model_config.max_length = 0: must be 1 or more"),
+             (SegmentRecurrenceConfig, {"num_labels": 4, "mem_len": -1}, "model_config.mem_len = -1: must be 0 or more"),
+             (MDFNConfig, {"dropout": -0.1}, "model_config.dropout = -0.1"),
+             (PHAEDConfig, {"vocab_size": 10, "layers": 0}, "model_config.layers = 0: must be 1 or more")]
+    for config, settings, message in cases:
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
+            config(**settings)
+    assert SegmentRecurrenceConfig(num_labels=4, mem_len=0).mem_len == 0   # no memory is a setting, not a mistake

@@ -75,8 +75,39 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[st
     recipe.setdefault("train", {})
     recipe["recipe_path"] = str(path)
     recipe = apply_overrides(recipe, overrides or [])
-    check_train_settings(recipe["train"], f"{path.name}{' with --set' if overrides else ''}")
+    source = f"{path.name}{' with --set' if overrides else ''}"
+    check_recipe_keys(recipe, source)
+    check_train_settings(recipe["train"], source)
     return recipe
+
+
+# What a recipe may hold at its top level besides [train]; any key starting with "paper" records a published score.
+RECIPE_KEYS = ("task", "model", "dataset", "label_kind", "labels", "backbone", "window", "context_padding", "setting",
+               "eval_online", "holdout", "train_file", "validation_file", "test_file", "recipe_path", "model_config", "data")
+# Whole-number settings and their least values: top-level (dialogue acts' windows, response selection's held-out
+# items) and [data] of the generation recipes
+WHOLE_SETTINGS = {"window": 1, "context_padding": 0, "holdout": 0}
+DATA_SETTINGS = {"min_count": 1, "max_context_turns": 1, "max_words": 1}
+
+
+def check_recipe_keys(recipe: dict[str, Any], source: str) -> None:
+    """Refuse, naming it, a top-level key no task reads (a typo, or a --set into a section that does not exist), and
+    a bad [data] setting. [model_config] is checked by each model's config, [train] by `check_train_settings`."""
+    unknown = [k for k in recipe if k not in (*RECIPE_KEYS, "train") and not k.startswith("paper")]
+    if unknown:
+        raise DialogueError(f"{source}: unknown recipe key {unknown[0]!r}; known: {', '.join(sorted(RECIPE_KEYS))}, "
+                            "train, paper...")
+    for key in ("model_config", "data"):
+        if not isinstance(recipe.get(key, {}), dict):
+            raise DialogueError(f"{source}: {key} must be a table of settings, got {recipe[key]!r}")
+    unknown = [k for k in recipe.get("data", {}) if k not in DATA_SETTINGS]
+    if unknown:
+        raise DialogueError(f"{source}: unknown setting data.{unknown[0]}; known: {', '.join(DATA_SETTINGS)}")
+    settings = [(key, recipe[key], least) for key, least in WHOLE_SETTINGS.items() if key in recipe]
+    settings += [(f"data.{key}", value, DATA_SETTINGS[key]) for key, value in recipe.get("data", {}).items()]
+    for name, value, least in settings:
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise DialogueError(f"{source}: {name} = {value!r}; expected a whole number, {least} or more")
 
 
 # The [train] settings the tasks read: type and least value (official_lr documents the paper's rate, unread).

@@ -48,6 +48,7 @@ import torch
 from torch import nn
 
 from turnformer.backbones import StructuredEncoder
+from turnformer.models.config_checks import check_config
 from turnformer.models.dialogxl import ConversationBatch, DialogXL
 from turnformer.structure import SpecialTokens, pack_token_ids
 
@@ -92,6 +93,9 @@ class _Config:
     """to_dict / from_dict shared by the baseline configurations."""
 
     runtime_keys: tuple[str, ...] = ()  # settings that change cost, not results: left out of config_dict
+
+    def __post_init__(self) -> None:  # mem_len may be 0; every other size must be 1 or more
+        check_config(self, positive=[f.name for f in fields(self) if f.name != "mem_len"])
 
     def to_dict(self) -> dict:
         return asdict(self)  # type: ignore[call-overload]

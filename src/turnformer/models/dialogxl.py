@@ -33,6 +33,7 @@ from torch import nn
 
 from turnformer.backbones import StructuredEncoder, XLNetStructuredEncoder
 from turnformer.dialogue import as_turn
+from turnformer.models.config_checks import check_config
 from turnformer.structure import TokenMeta, dialogxl_layout
 from turnformer.structure.packing import truncate_keeping_end_specials
 
@@ -55,6 +56,9 @@ class DialogXLConfig:
     # the same from relative distances); "utterance" restarts at 0 in every utterance, which puts every
     # memory token at the same positions as the current ones and confuses positional heads.
     positions: str = "conversation"
+
+    def __post_init__(self) -> None:
+        check_config(self, positive=("num_labels", "max_utterance_tokens", "classifier_hidden"))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 import torch
 from torch import nn
 
+from turnformer.models.config_checks import check_config
+
 IGNORE = -100  # target id left out of the loss and of perplexity
 
 
@@ -37,10 +39,10 @@ class GeneratorConfig:
     max_response_words: int = 50
 
     def __post_init__(self) -> None:
+        check_config(self, positive=("vocab_size", "d_model", "heads", "layers", "ff", "max_positions", "max_turns",
+                                     "max_response_words"))
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
-        if min(self.vocab_size, self.d_model, self.heads, self.layers, self.ff, self.max_positions, self.max_turns) < 1:
-            raise ValueError(f"every size must be >= 1: {self}")
 
     def to_dict(self) -> dict:
         return asdict(self)

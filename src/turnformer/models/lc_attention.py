@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from turnformer.models.config_checks import check_config
 from turnformer.structure import lc_attention_bias, masked_attention
 
 CONTEXTS = ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")
@@ -58,6 +59,12 @@ class LCConfig:
     sep_id: int = 102
 
     def __post_init__(self) -> None:
+        check_config(self, positive=("num_labels", "vocab_size", "embedding_dim", "hidden", "heads", "max_positions",
+                                     "classifier_hidden", "max_utterance_tokens"))
+        if self.max_shift < 0:
+            raise ValueError(f"model_config.max_shift = {self.max_shift!r}: must be 0 or more")
+        if self.max_width <= 0:
+            raise ValueError(f"model_config.max_width = {self.max_width!r}: must be above 0")
         if self.context not in CONTEXTS:
             raise ValueError(f"unknown context encoder {self.context!r}; known: {', '.join(CONTEXTS)}")
         if self.utterance_encoder not in ("lstm", "pretrained"):

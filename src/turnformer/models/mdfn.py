@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from turnformer.backbones.loading import load_auto_encoder
+from turnformer.models.config_checks import check_config
 from turnformer.structure import LISTENER, OTHER_UTTERANCE, SAME_UTTERANCE, SPEAKER, TokenMeta, masked_attention
 
 MDFN_VARIANTS: dict[str, dict] = {
@@ -64,6 +65,7 @@ class MDFNConfig:
     frozen_layers: int = 0  # freeze the embeddings and the lowest N encoder layers (0: fine-tune all)
 
     def __post_init__(self) -> None:
+        check_config(self)
         checks = {"channels": ("both", "utterance", "speaker", "none"), "aggregation": ("bigru", "max", "mean"),
                   "fusion": ("gate", "linear"), "objective": ("choice", "binary")}
         for name, allowed in checks.items():

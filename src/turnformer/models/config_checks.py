@@ -1,0 +1,24 @@
+"""One check for every model config: sizes, lengths and counts are whole numbers, none negative, and dropout a
+probability. Each config names the settings that cannot be 0 either. The error names the setting as a recipe
+writes it (``model_config.mem_len``), so that a bad ``--set`` is caught where the model is built."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Iterable
+
+
+def check_config(config, positive: Iterable[str] = ()) -> None:
+    """Raise ValueError naming the first whole-number setting below 0 (below 1 for `positive`), or a dropout
+    outside [0, 1)."""
+    positive = set(positive)
+    for f in fields(config):
+        value = getattr(config, f.name)
+        parts = value if isinstance(value, tuple | list) else (value,)
+        whole = [v for v in parts if isinstance(v, int) and not isinstance(v, bool)]
+        least = 1 if f.name in positive else 0
+        if whole and min(whole) < least:
+            raise ValueError(f"model_config.{f.name} = {value!r}: must be {least} or more")
+    dropout = getattr(config, "dropout", 0.0)
+    if not 0 <= dropout < 1:
+        raise ValueError(f"model_config.dropout = {dropout!r}: must be at least 0 and below 1")
