@@ -63,7 +63,11 @@ def test_file_options_imply_dataset_file_and_evaluate_works_from_anywhere(traine
     monkeypatch.chdir(tmp_path)  # another folder: the run's files are found by their absolute paths
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--split", "validation"])
     assert result.exit_code == 0, result.output
-    assert 0 <= json.loads(result.stdout)["weighted_f1"] <= 100
+    metrics = json.loads(result.stdout)
+    assert 0 <= metrics["weighted_f1"] <= 100 and (metrics["conversations"], metrics["utterances"]) == (2, 6)
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--split", "validation", "--limit-dialogues", "1"])
+    assert result.exit_code == 0, result.output
+    assert (json.loads(result.stdout)["conversations"], json.loads(result.stdout)["utterances"]) == (1, 3)
 
 
 def test_file_options_with_a_benchmark_are_refused(files, tmp_path):

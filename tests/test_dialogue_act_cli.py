@@ -23,9 +23,10 @@ def test_train_evaluate_predict_online(data_dir, tmp_path):
     assert trained.exit_code == 0, trained.output
     assert (out / "best").is_dir() and json.loads((out / "run.json").read_text())["recipe"]["task"] == "dialogue-act"
 
-    scored = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "validation", *common])
+    scored = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "validation", "--limit-dialogues", "3", *common])
     assert scored.exit_code == 0, scored.output
     scores = json.loads(scored.stdout)
+    assert scores.pop("conversations") == 3
     assert set(scores) == {"offline_accuracy", "online_accuracy"} and all(0 <= v <= 100 for v in scores.values())
 
     dialogues = load_split("dailydialog", "test", data_dir).dialogues[:2]

@@ -246,6 +246,8 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     assert scored.exit_code == 0, scored.output
     metrics = json.loads(scored.stdout)
     assert metrics["groups"] == 886 and 0 <= metrics["R4@1"] <= metrics["R4@2"] <= 1  # the whole dev set
+    first = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "test", "--limit-dialogues", "10", *common])
+    assert first.exit_code == 0 and json.loads(first.stdout)["groups"] == 10
 
     submission = tmp_path / "submission.txt"
     predicted = runner.invoke(app, ["predict", "--task", "response-selection", "--checkpoint", str(out), "--input",

@@ -415,7 +415,8 @@ def evaluate(
     checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
     split: str = typer.Option("test", help="train, validation or test."),
     confusion: Optional[Path] = typer.Option(None, help="Write a confusion-matrix figure here (PNG, or .svg, .pdf, ...)."),
-    limit_dialogues: Optional[int] = typer.Option(None, help="Generation: score only the first N conversations."),
+    limit_dialogues: Optional[int] = typer.Option(None, help="Score only the first N conversations of the split "
+                                                  "(items, for response selection)."),
     beam: int = typer.Option(1, "--beam", min=1, help="Generation: beam size of the scored responses (1 = greedy)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
@@ -436,12 +437,12 @@ def evaluate(
         if task == "dialogue-act":
             from turnformer.tasks.dialogue_act import evaluate_split
 
-            console.print_json(data=evaluate_split(model, tokenizer, run, split, data_dir))
+            console.print_json(data=evaluate_split(model, tokenizer, run, split, data_dir, limit_dialogues))
             return
         if task == "response-selection":
             from turnformer.tasks.response_selection import evaluate_split as evaluate_selection
 
-            console.print_json(data=evaluate_selection(model, tokenizer, run, split, data_dir))
+            console.print_json(data=evaluate_selection(model, tokenizer, run, split, data_dir, limit_dialogues))
             return
         if task == "generation":
             from turnformer.tasks.generation import evaluate_split as evaluate_generation
@@ -453,7 +454,8 @@ def evaluate(
         recipe, labels = run["recipe"], run["labels"]
         check_split(split)
         splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=labels)
-        encoded, _ = encode_conversations(splits[split], tokenizer, recipe.get("label_kind", "emotion"), labels, model.config.max_utterance_tokens)
+        scored = splits[split][:limit_dialogues]
+        encoded, _ = encode_conversations(scored, tokenizer, recipe.get("label_kind", "emotion"), labels, model.config.max_utterance_tokens)
         batches = make_batches(encoded, 8, tokenizer.pad_token_id)
     except USER_ERRORS as e:
         fail(str(e))
@@ -461,7 +463,8 @@ def evaluate(
     if confusion is not None:
         gold, pred = predict_all(model, batches)
         confusion_matrix_plot([labels[i] for i in gold], [labels[i] for i in pred], labels, confusion)
-    console.print_json(data={k: v for k, v in metrics.items() if k != "per_class"})
+    console.print_json(data={"conversations": len(scored), "utterances": sum(len(d) for d in scored),
+                             **{k: v for k, v in metrics.items() if k != "per_class"}})
 
 
 @app.command()

@@ -182,16 +182,19 @@ def load_trained(checkpoint):
     return model.eval(), tokenizer, run
 
 
-def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, data_dir=None) -> dict:
-    """Accuracy of a trained model on a split of its recipe's dataset, offline and (P > 0) online."""
+def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, data_dir=None, limit: int | None = None) -> dict:
+    """Accuracy of a trained model on a split of its recipe's dataset (its first `limit` conversations), offline and
+    (P > 0) online."""
     recipe = {**run["recipe"], "label_kind": run["recipe"].get("label_kind", "act")}
     check_split(split)
     splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=run["labels"])
     window, padding, _ = _windows(recipe)
-    ids, ys, _ = encode_dialogues(splits[split], tokenizer, run["labels"], model.config.max_utterance_tokens, recipe["label_kind"])
+    scored = splits[split][:limit]
+    ids, ys, _ = encode_dialogues(scored, tokenizer, run["labels"], model.config.max_utterance_tokens, recipe["label_kind"])
     settings = ("offline", "online") if padding > 0 else ("offline",)
-    return {f"{s}_accuracy": evaluate(model, make_batches(ids, ys, window, padding, 32, tokenizer.pad_token_id, online=s == "online"))
-            for s in settings}
+    accuracy = {f"{s}_accuracy": evaluate(model, make_batches(ids, ys, window, padding, 32, tokenizer.pad_token_id, online=s == "online"))
+                for s in settings}
+    return {"conversations": len(scored), **accuracy}
 
 
 @torch.no_grad()

@@ -249,13 +249,13 @@ def load_trained(checkpoint):
     return model.eval(), tokenizer, run
 
 
-def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None) -> dict:
-    """Ranking metrics of a trained model on a split of its recipe's data (for MuTual: ``test`` and
-    ``validation`` as in training, i.e. the dev set and the held-out training items)."""
+def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None, limit: int | None = None) -> dict:
+    """Ranking metrics of a trained model on a split of its recipe's data (its first `limit` items; for MuTual:
+    ``test`` and ``validation`` as in training, i.e. the dev set and the held-out training items)."""
     splits = load_selection_data(run["recipe"], data_dir)
     if split not in splits:
         raise DialogueError(f"unknown split {split!r}; known: {', '.join(splits)}")
-    encoded = encode_items(splits[split], tokenizer, model.config.max_turns)
+    encoded = encode_items(splits[split][:limit], tokenizer, model.config.max_turns)
     batches, report = make_selection_batches(encoded, 16, special_tokens(tokenizer), model.config.max_length)
     return {**evaluate(model, batches), "truncation": report}
 
