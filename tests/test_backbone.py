@@ -342,6 +342,8 @@ def test_cli_check_json_and_exit_codes(tmp_path, monkeypatch):
     result = runner.invoke(backbone_app, ["check", str(tmp_path / "a" / "b" / "c")])
     assert result.exit_code == 2
     assert "no such model folder" in result.output
+    result = runner.invoke(backbone_app, ["check", " "])
+    assert result.exit_code == 2 and "backbone ' ': empty; give a name" in result.output
 
     import turnformer.backbones.cli as cli
 

@@ -152,6 +152,17 @@ def test_predict_outputs_and_inputs(trained_run, files, tmp_path):
     empty.write_text("")
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(empty)])
     assert result.exit_code == 2 and f"{empty}: no conversations in the file" in result.output
+    blocking = tmp_path / "notes.txt"
+    blocking.write_text("keep me")
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", str(blocking / "p.jsonl")])
+    assert result.exit_code == 2 and f"--out {blocking / 'p.jsonl'}: {blocking} is a file, not a folder" in result.output
+    assert blocking.read_text() == "keep me"
+    for out, why in ((tmp_path, "a folder; give a file name"), (blocking / "meld.jsonl", f"{blocking} is a file, not a folder")):
+        # checked before the split is read (there is no data in --data-dir)
+        result = runner.invoke(app, ["data", "convert", "meld", "--split", "test", "--out", str(out), "--data-dir", str(tmp_path / "none")])
+        assert result.exit_code == 2 and f"--out {out}: {why}" in result.output
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", "meld:"])
+    assert result.exit_code == 2 and "meld:: give a split after the colon: meld:train, meld:validation or meld:test" in result.output
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--task", "emotions"])
     assert result.exit_code == 2 and "--task emotions: unknown task; known: erc, dialogue-act" in result.output
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--task", "dialogue-act"])

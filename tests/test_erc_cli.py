@@ -78,3 +78,8 @@ def test_train_reports_bad_input(conversation_files, tmp_path):
     assert result.exit_code == 2 and "unknown generation model 'dialogxl'; known: transformer" in result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(tmp_path)])
     assert result.exit_code == 2 and "not a turnformer run" in result.output
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(tmp_path / "typo")])
+    assert result.exit_code == 2 and f"{tmp_path / 'typo'}: no such run or checkpoint folder" in result.output
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    result = runner.invoke(app, ["predict", "--checkpoint", str(tmp_path / "model.safetensors"), "--input", "x.jsonl"])
+    assert result.exit_code == 2 and "model.safetensors: a file; give the run folder" in result.output

@@ -43,7 +43,7 @@ def fail(message: str, code: int = 2) -> None:
 
 def load_input(spec: str, data_dir: Optional[Path]) -> list[Dialogue]:
     """A conversation file (generic JSONL) or a benchmark split written ``NAME:SPLIT``."""
-    from turnformer.data import DATASETS, load_split, read_jsonl
+    from turnformer.data import DATASETS, load_split, parse_split_spec, read_jsonl
 
     path = Path(spec)
     if path.exists():
@@ -51,9 +51,8 @@ def load_input(spec: str, data_dir: Optional[Path]) -> list[Dialogue]:
         if not dialogues:
             raise DialogueError(f"{spec}: no conversations in the file")
         return dialogues
-    name, _, split = spec.partition(":")
-    if name in DATASETS:
-        items = load_split(name, split or "test", data_dir).items
+    if benchmark := parse_split_spec(spec):
+        items = load_split(*benchmark, data_dir).items
         dialogues = [getattr(item, "context", item) for item in items]  # response selection: the context
         return dialogues
     raise DialogueError(f"{spec}: no such file, and not a dataset split (NAME:SPLIT with NAME in {', '.join(DATASETS)})")
@@ -61,11 +60,10 @@ def load_input(spec: str, data_dir: Optional[Path]) -> list[Dialogue]:
 
 def check_output_file(path: Optional[Path], option: str = "--out") -> None:
     """Fail before any work when an output file cannot be written; create its folder."""
-    if path is None:
-        return
-    if path.is_dir():
-        raise DialogueError(f"{option} {path}: a folder; give a file name, e.g. {path / 'predictions.jsonl'}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from turnformer.data._io import check_output_file as check_file
+
+    if path is not None:
+        check_file(path, option)
 
 
 def check_counts(options: dict[str, Optional[int]]) -> None:
@@ -98,7 +96,7 @@ def pick_dialogue(dialogues: list[Dialogue], wanted: Optional[str], source: str)
 
 @plot_app.command("masks")
 def plot_masks_command(
-    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT."),
+    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
     dialogue: Optional[str] = typer.Option(None, "--dialogue", help="Dialogue id (or index); default the first."),
     kinds: str = typer.Option("local,global,speaker,listener", "--kinds", help="Comma-separated masks, e.g. local,speaker|same_utterance."),
     window: int = typer.Option(2, "--window", help="Window of `local` when written without one."),
@@ -135,7 +133,7 @@ def plot_masks_command(
 
 @plot_app.command("attention")
 def plot_attention_command(
-    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT."),
+    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
     dialogue: Optional[str] = typer.Option(None, "--dialogue", help="Dialogue id (or index); default the first."),
     utterance: Optional[int] = typer.Option(None, "--utterance", help="Index of the utterance whose [CLS] query is shown; default the last."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Run folder of a trained DialogXL (uses best/)."),
@@ -183,7 +181,7 @@ def plot_attention_command(
 @plot_app.command("act-attention")
 def plot_act_attention_command(
     checkpoint: list[Path] = typer.Option(..., "--checkpoint", help="Run folder of a dialogue-act attention model (lc-attention, lstm-attention); repeat to compare side by side."),
-    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT."),
+    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
     dialogue: Optional[str] = typer.Option(None, "--dialogue", help="Dialogue id (or index); default the first."),
     start: int = typer.Option(0, "--start", help="First utterance shown."),
     length: int = typer.Option(10, "--length", help="Utterances shown (one sub-dialogue)."),
@@ -470,7 +468,7 @@ def evaluate(
 @app.command()
 def predict(
     checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
-    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT."),
+    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
     out: Optional[Path] = typer.Option(None, help="Write JSONL here (one line per utterance); default a table."),
     online: bool = typer.Option(False, "--online", help="Dialogue acts: predict each utterance from the preceding ones only."),
     task_: Optional[str] = typer.Option(None, "--task", help="Check that the checkpoint is of this task (erc, dialogue-act, response-selection)."),

@@ -21,6 +21,8 @@ def figure_path(out: str | Path) -> Path:
     any work is done."""
     from matplotlib.backend_bases import FigureCanvasBase
 
+    from turnformer.data._io import check_output_file
+
     out = Path(out)
     if out.is_dir():
         raise ValueError(f"{out}: is a folder; give a file name, e.g. {out / 'figure.png'}")
@@ -29,10 +31,7 @@ def figure_path(out: str | Path) -> Path:
     formats = FigureCanvasBase.get_supported_filetypes()
     if out.suffix[1:].lower() not in formats:
         raise ValueError(f"{out}: cannot write a figure as {out.suffix!r}; use one of {', '.join('.' + f for f in sorted(formats))}")
-    blocking = next((parent for parent in out.parents if parent.exists() and not parent.is_dir()), None)
-    if blocking is not None:
-        raise ValueError(f"{out}: {blocking} is a file, not a folder")
-    return out
+    return check_output_file(out)
 
 
 def save_figure(fig, out: str | Path) -> Path:

@@ -25,6 +25,9 @@ def check(
     tolerance: float = typer.Option(DEFAULT_TOLERANCE, help="Largest accepted max |ours - transformers|."),
 ) -> None:
     """Compare our encoder with transformers on the same weights. Exit 1 above the tolerance, 2 if it cannot load."""
+    if not name.strip():
+        typer.echo(f"error: backbone {name!r}: empty; give a name (all-MiniLM-L6-v2), a local folder or a Hub id", err=True)
+        raise typer.Exit(2)
     try:
         result = check_backbone(name, tolerance=tolerance)
     except BackboneLoadError as err:

@@ -18,6 +18,7 @@ from turnformer.data.registry import (
     get_info,
     load_split,
     normalize_split,
+    parse_split_spec,
 )
 from turnformer.data.report import DataNotFoundError, DatasetSplit, DownloadError, LoadReport
 from turnformer.data.stats import dataset_stats, split_stats
@@ -36,6 +37,7 @@ __all__ = [
     "get_info",
     "load_split",
     "normalize_split",
+    "parse_split_spec",
     "read_jsonl",
     "resolve_data_dir",
     "split_stats",

@@ -12,6 +12,20 @@ from turnformer.dialogue import DialogueError
 BOM = "\ufeff"
 
 
+def check_output_file(path: Path, what: str = "") -> Path:
+    """Fail, naming the path, where a file cannot be written: a folder in its place, or a file where one of its
+    folders should be. Creates the missing folders; returns the path. `what` (an option's name) heads the message."""
+    path = Path(path)
+    head = f"{what} {path}" if what else str(path)
+    if path.is_dir():
+        raise DialogueError(f"{head}: a folder; give a file name, e.g. {path / ('out' + (path.suffix or '.jsonl'))}")
+    blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise DialogueError(f"{head}: {blocking} is a file, not a folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def read_bytes(path: Path) -> bytes:
     path = Path(path)
     try:

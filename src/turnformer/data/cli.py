@@ -93,9 +93,11 @@ def convert_cmd(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
     """Write one benchmark split in the generic JSONL format (docs/data-format.md)."""
+    from turnformer.data._io import check_output_file
     from turnformer.data.jsonl import write_jsonl
     from turnformer.data.registry import load_split
 
+    _run(check_output_file, out, "--out")  # before the split is read
     ds = _run(load_split, name, split, data_dir)
     n = _run(write_jsonl, ds.items, out)
     typer.echo(f"wrote {n} {ds.name}/{ds.split} conversations to {out}")

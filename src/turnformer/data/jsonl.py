@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from turnformer.data._io import iter_lines
+from turnformer.data._io import check_output_file, iter_lines
 from turnformer.data.report import LoadReport
 from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
 
@@ -210,7 +210,7 @@ def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str
 
     Response selection items are written as their context with ``meta.candidates``/``meta.answer``.
     """
-    path = Path(path)
+    path = check_output_file(Path(path))
     lines = []
     index_of_id: dict[str, int] = {}
     for i, d in enumerate(dialogues):
@@ -225,7 +225,6 @@ def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str
         except UnicodeEncodeError as err:
             raise DialogueError(f"dialogue {i} ({getattr(d, 'id', None)!r}): text is not valid Unicode ({err.reason})") from None
     parent = path.parent if str(path.parent) else Path(".")
-    parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions

@@ -128,6 +128,17 @@ def get_info(name: str) -> DatasetInfo:
         raise DialogueError(f"unknown dataset {name!r}; available: {', '.join(DATASETS)}") from None
 
 
+def parse_split_spec(spec: str) -> tuple[str, str] | None:
+    """A benchmark split written ``NAME:SPLIT`` (``NAME`` alone: its test split) -> (name, split), or None when NAME
+    is no dataset known here (the caller then reads `spec` as a file name). ``NAME:`` with no split is refused."""
+    name, colon, split = spec.partition(":")
+    if name not in DATASETS:
+        return None
+    if colon and not split.strip():
+        raise DialogueError(f"{spec}: give a split after the colon: {name}:train, {name}:validation or {name}:test")
+    return name, split or "test"
+
+
 def normalize_split(split: str) -> str:
     """``train``/``validation``/``test``; ``dev``, ``val`` and ``valid`` mean ``validation``."""
     key = str(split).strip().lower()

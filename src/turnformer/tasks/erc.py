@@ -247,6 +247,10 @@ def checkpoint_paths(checkpoint) -> tuple[Path, dict]:
     from turnformer.training import MODEL_FILE
 
     checkpoint = Path(checkpoint)
+    if not checkpoint.exists():
+        raise DialogueError(f"{checkpoint}: no such run or checkpoint folder")
+    if not checkpoint.is_dir():
+        raise DialogueError(f"{checkpoint}: a file; give the run folder (or its best/ or last/ checkpoint)")
     weights = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
     if (checkpoint / "run.json").exists() and not (weights / MODEL_FILE).exists():
         latest = " (its latest is in last/: pass that folder to use it)" if (checkpoint / "last").is_dir() else ""

@@ -329,16 +329,15 @@ def read_selection_file(path: Path) -> list[ResponseSelectionItem]:
 def load_items(spec: str, data_dir=None) -> list[ResponseSelectionItem]:
     """Items to rank: a benchmark split ``NAME:SPLIT`` (mutual, mutual-plus), a tab-separated file
     (Ubuntu format), or a JSONL file of conversations with ``meta.candidates``."""
-    from turnformer.data import DATASETS, load_split
+    from turnformer.data import load_split, parse_split_spec
 
     path = Path(spec)
     if path.exists():
         return read_selection_file(path)
-    name, _, split = spec.partition(":")
-    if name in DATASETS:
-        items = load_split(name, split or "test", data_dir).items
+    if benchmark := parse_split_spec(spec):
+        items = load_split(*benchmark, data_dir).items
         if not items or not isinstance(items[0], ResponseSelectionItem):
-            raise DialogueError(f"{name} is not a response-selection dataset")
+            raise DialogueError(f"{benchmark[0]} is not a response-selection dataset")
         return list(items)
     raise DialogueError(f"{spec}: no such file, and not a dataset split (NAME:SPLIT, e.g. mutual:test)")
 
