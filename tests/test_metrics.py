@@ -217,3 +217,20 @@ def test_confusion_matrix_plot_rejects_unknown_label(tmp_path):
     with pytest.raises(ValueError, match="'joy'"):
         confusion_matrix_plot(["joy"], ["anger"], DD, tmp_path / "cm.png")
     assert not (tmp_path / "cm.png").exists()
+
+
+def test_characters_without_a_glyph_get_one_warning(tmp_path):
+    import warnings
+
+    import matplotlib
+
+    from turnformer.tasks.metrics import confusion_matrix_plot
+
+    # DejaVu Sans, shipped with matplotlib, has no CJK glyphs
+    with warnings.catch_warnings(record=True) as caught, matplotlib.rc_context({"font.family": ["DejaVu Sans"]}):
+        warnings.simplefilter("always")
+        out = confusion_matrix_plot(["喜", "悲", "喜"], ["喜", "喜", "喜"], ["喜", "悲"], tmp_path / "cm")
+    assert out == tmp_path / "cm.png" and out.stat().st_size > 0
+    messages = [str(w.message) for w in caught]
+    glyphs = [m for m in messages if "glyph" in m.lower()]
+    assert len(glyphs) == 1 and "2 characters have no glyph" in glyphs[0] and "(喜悲)" in glyphs[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -34,15 +35,35 @@ def figure_path(out: str | Path) -> Path:
     return check_output_file(out)
 
 
+_MISSING_GLYPH = re.compile(r"Glyph (\d+) .*missing from font")
+
+
+def write_figure(fig, out: str | Path) -> Path:
+    """Lay out and write a matplotlib figure (creating the folder; PNG unless `out` names another format); returns
+    the path written (see `figure_path`). Characters the installed fonts lack (CJK, emoji...) are drawn as boxes:
+    one warning names them all, instead of matplotlib's one per character."""
+    out = figure_path(out)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig.tight_layout()
+        fig.savefig(out, dpi=110)
+    missing = {}
+    for warning in caught:
+        if match := _MISSING_GLYPH.search(str(warning.message)):
+            missing[chr(int(match.group(1)))] = True
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    if missing:
+        warnings.warn(f"{out}: {len(missing)} characters have no glyph in the installed fonts and are drawn as boxes "
+                      f"({''.join(missing)}); install a font that has them (e.g. Noto Sans CJK) to see them", stacklevel=2)
+    return out
+
+
 def save_figure(fig, out: str | Path) -> Path:
-    """Lay out, write (creating the folder; PNG unless `out` names another format) and close a matplotlib figure;
-    returns the path written (see `figure_path`)."""
+    """`write_figure`, then close the pyplot figure; returns the path written."""
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
-    out = figure_path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    out = write_figure(fig, out)
     plt.close(fig)
     return out
 

@@ -239,7 +239,7 @@ def confusion_matrix_plot(
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from turnformer.plots import figure_path
+    from turnformer.plots import write_figure
 
     gold, pred, labels = _check(gold, pred, labels)
     counts = confusion_matrix(gold, pred, labels=labels)
@@ -265,8 +265,4 @@ def confusion_matrix_plot(
             ax.text(j, i, text, ha="center", va="center", fontsize=fontsize,
                     color="white" if value > 0.6 * vmax else "black")
     ax.set_title(title if title is not None else ("confusion matrix (rows normalised)" if normalize else "confusion matrix"))
-    fig.tight_layout()
-    out = figure_path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    return out
+    return write_figure(fig, out_path)
