@@ -229,6 +229,11 @@ def test_response_selection_files(tmp_path):
     dialogue = Dialogue((Turn("A", "hi"),), id="x", meta={"candidates": [{"speaker": "B", "text": "hello"}], "answer": 3})
     with pytest.raises(DialogueError, match="meta.answer = 3: out of range for 1 candidates"):
         dialogue_to_item(dialogue, "f.jsonl: dialogue x")
+    jsonl = _write(tmp_path, "items.jsonl", [Dialogue((Turn("A", "hi"),), id="ok", meta={"candidates": [{"text": "hello"}], "answer": 0}),
+                                             dialogue])
+    jsonl.write_text("\n" + jsonl.read_text())   # a blank first line: the second item is on line 3
+    with pytest.raises(DialogueError, match=f"{jsonl}:3: meta.answer = 3"):
+        read_selection_file(jsonl)
 
 
 def test_figure_paths_are_checked_before_any_work(trained_run, files, tmp_path):

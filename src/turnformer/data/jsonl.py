@@ -40,13 +40,16 @@ DIALOGUE_KEYS = frozenset({"id", "turns", "meta"})
 
 
 class DialogueList(list):
-    """A list of dialogues with the `LoadReport` of the file they came from (``.report``)."""
+    """A list of dialogues with the `LoadReport` of the file they came from (``.report``) and, for a file read by
+    `read_jsonl`, each dialogue's line in it (``.lines``, from 1), for messages about a dialogue found later."""
 
     report: LoadReport
+    lines: list[int]
 
-    def __init__(self, items: Iterable[Dialogue] = (), report: LoadReport | None = None):
+    def __init__(self, items: Iterable[Dialogue] = (), report: LoadReport | None = None, lines: Iterable[int] = ()):
         super().__init__(items)
         self.report = report if report is not None else LoadReport(source="")
+        self.lines = list(lines)
 
 
 def _err(where: str, field: str, msg: str) -> DialogueError:
@@ -178,6 +181,7 @@ def read_jsonl(
                 raise _err(where, "id", f"{dialogue.id!r} is already the id of the conversation on line {line_of_id[dialogue.id]}")
             line_of_id[dialogue.id] = lineno
         out.append(dialogue)
+        out.lines.append(lineno)
     return out
 
 

@@ -322,7 +322,8 @@ def read_selection_file(path: Path) -> list[ResponseSelectionItem]:
     with open(path, encoding="utf-8-sig", errors="replace") as f:  # -sig: a byte-order mark is not content
         first = next((line for line in f if line.strip()), "")
     if first.lstrip().startswith("{"):
-        return [dialogue_to_item(d, f"{path}: dialogue {d.id or i}") for i, d in enumerate(read_jsonl(path))]
+        dialogues = read_jsonl(path)
+        return [dialogue_to_item(d, f"{path}:{line}") for d, line in zip(dialogues, dialogues.lines)]
     return read_selection_tsv(path)
 
 
