@@ -86,6 +86,7 @@ def test_file_options_with_a_benchmark_are_refused(files, tmp_path):
     ("holdout=-1", "holdout = -1; expected a whole number, 0 or more"),
     ("model_config.mem_len=-5", "model_config.mem_len = -5: must be 0 or more"),
     ("model_config.dropout=1.0", "model_config.dropout = 1.0: must be at least 0 and below 1"),
+    ("model_config.mem_len=2.5", "model_config.mem_len = 2.5: expected a whole number"),
 ])
 def test_bad_settings_name_the_key(files, tmp_path, setting, message):
     result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),

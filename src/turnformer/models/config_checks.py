@@ -9,16 +9,18 @@ from typing import Iterable
 
 
 def check_config(config, positive: Iterable[str] = ()) -> None:
-    """Raise ValueError naming the first whole-number setting below 0 (below 1 for `positive`), or a dropout
-    outside [0, 1)."""
+    """Raise ValueError naming the first whole-number setting that is not one or is below 0 (below 1 for `positive`),
+    or a dropout outside [0, 1)."""
     positive = set(positive)
     for f in fields(config):
         value = getattr(config, f.name)
+        if str(f.type) in ("int", "<class 'int'>") and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ValueError(f"model_config.{f.name} = {value!r}: expected a whole number")
         parts = value if isinstance(value, tuple | list) else (value,)
         whole = [v for v in parts if isinstance(v, int) and not isinstance(v, bool)]
         least = 1 if f.name in positive else 0
         if whole and min(whole) < least:
             raise ValueError(f"model_config.{f.name} = {value!r}: must be {least} or more")
     dropout = getattr(config, "dropout", 0.0)
-    if not 0 <= dropout < 1:
+    if not isinstance(dropout, int | float) or isinstance(dropout, bool) or not 0 <= dropout < 1:
         raise ValueError(f"model_config.dropout = {dropout!r}: must be at least 0 and below 1")
