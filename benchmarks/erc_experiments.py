@@ -22,6 +22,9 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   W in 1, 5, 10, 20 and P in 0..5 on SwDA), over ``--grid-seeds`` (default: seed 1), 3 epochs. A cell at a model's
   own recipe cell reads that recipe's ``acts`` runs where they have finished 3 epochs (scored on those epochs); where
   those runs are gone, the recipe's results file, if its runs trained exactly the cell's 3 epochs, batch and seeds.
+- ``act-batch``: the three dialogue-act context models at their recipe's W and P with fewer predicted utterances
+  per batch than the recipes' ~320 (``ACT_BATCHES``: 80 and 160), so more updates an epoch; 3 epochs, ``--grid-seeds``.
+  Their 320-utterance cells are the act-grid's cells at the recipe's W and P.
 - ``selection``: response selection (recipes/response-selection-DATASET-MODEL.toml): the plain encoder and MDFN
   on MuTual and MuTual-plus over ``--seeds``, and MDFN's five ablations on MuTual with the first seed.
 - ``selection-head-lr``: the plain encoder and MDFN on MuTual over ``--seeds``, the layers above the encoder
@@ -70,6 +73,7 @@ ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no
 MEMORY_LENGTHS = tuple(range(100, 1001, 100))
 PREDICTED_PER_BATCH = 320  # the dialogue-act recipes' batch: sub-dialogues per batch x window
 GRID_EPOCHS = 3  # of every W x P cell
+ACT_BATCHES = (80, 160)  # predicted utterances per batch in the act-batch plan (sub-dialogues x W)
 GENERATION_MAIN = ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")
 PHAED_ABLATIONS = ("phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence")
 # What trains on the 2-core CPU in about 5 minutes a run: the first 1,000 training conversations, the first 100
@@ -152,6 +156,18 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                            recipe_runs=f"dialogue-act-{dataset}-{model}" if (w, p) == recipe_cell(dataset, model) else None)
                 for dataset, (windows, paddings) in grids.items() for model in ("lc-attention", "lstm-attention", "lstm-blstm")
                 for w in windows for p in paddings]
+    if name == "act-batch":  # fewer predicted utterances per batch: more, noisier updates at the recipe's windowing
+        cells = []
+        for dataset in ("dailydialog", "swda"):
+            for model in ("lc-attention", "lstm-attention", "lstm-blstm"):
+                recipe = load_recipe(find_recipe("dialogue-act", model, dataset))
+                w, p = recipe["window"], recipe["context_padding"]
+                cells += [Experiment(f"dialogue-act-{dataset}-{model}-w{w}-p{p}-u{u}", model, dataset, grid_seeds,
+                                     (f"train.epochs={GRID_EPOCHS}", f"train.batch_size={u // w}"), task="dialogue-act",
+                                     extra={"window": w, "padding": p, "batch_size": u // w, "predicted_per_batch": u},
+                                     max_epoch=GRID_EPOCHS)
+                          for u in ACT_BATCHES]
+        return cells
     if name == "selection":  # MDFN's Tables 4, 7 and 9: the plain encoder and MDFN on MuTual and MuTual-plus, the ablations on MuTual
         main_rows = [Experiment(f"response-selection-{dataset}-{model}", model, dataset, seeds, task="response-selection")
                      for dataset in ("mutual", "mutual-plus") for model in ("mdfn", "plain-encoder")]
@@ -188,7 +204,7 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                            ("model_config.frozen_layers=4", "model_config.max_length=128", "train.epochs=2"), limit_train=1500,
                            task="response-selection", extra={"frozen_layers": 4, "max_length": 128, "train_items": 1500})
                 for model in ("plain-encoder", "mdfn")]
-    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, act-grid, selection, selection-head-lr, selection-cpu, generation, generation-cpu")
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, act-grid, act-batch, selection, selection-head-lr, selection-cpu, generation, generation-cpu")
 
 
 # The LC Attention paper's Tables 5 (SwDA) and 6 (DailyDialog): accuracy per (dataset, model, W, P). A grid cell

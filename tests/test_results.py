@@ -59,6 +59,19 @@ def test_act_grid_cells_keep_their_recipes_predicted_utterances_per_batch():
         assert cell_recipe["window"] * cell_recipe["train"]["batch_size"] == recipe["window"] * recipe["train"]["batch_size"]
 
 
+def test_act_batch_cells_change_only_the_batch_of_their_recipe():
+    from turnformer.recipes import find_recipe, load_recipe
+
+    cells = load_benchmark_script("erc_experiments").plan("act-batch", (1,), (1,), 120, grid_seeds=(1, 2))
+    assert {c.extra["predicted_per_batch"] for c in cells} == {80, 160} and all(c.seeds == (1, 2) for c in cells)
+    for cell in cells:
+        path = find_recipe("dialogue-act", cell.model, cell.dataset)
+        recipe, cell_recipe = load_recipe(path), load_recipe(path, list(cell.overrides))
+        assert (cell_recipe["window"], cell_recipe["context_padding"]) == (recipe["window"], recipe["context_padding"])
+        assert cell_recipe["window"] * cell_recipe["train"]["batch_size"] == cell.extra["predicted_per_batch"]
+        assert cell_recipe["train"]["epochs"] == 3 and cell.id.endswith(f"-u{cell.extra['predicted_per_batch']}")
+
+
 def test_a_run_cut_by_the_deadline_continues_when_the_command_is_repeated(tmp_path):
     bench = load_benchmark_script("erc_experiments")
 
