@@ -47,12 +47,13 @@ def write_figure(fig, out: str | Path) -> Path:
         warnings.simplefilter("always")
         fig.tight_layout()
         fig.savefig(out, dpi=110)
-    missing = {}
+    missing = []
     for warning in caught:
         if match := _MISSING_GLYPH.search(str(warning.message)):
-            missing[chr(int(match.group(1)))] = True
-        else:
+            missing.append(chr(int(match.group(1))))
+        else:  # any other warning passes on as it was
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    missing = list(dict.fromkeys(missing))  # each character once, in the order drawn
     if missing:
         warnings.warn(f"{out}: {len(missing)} characters have no glyph in the installed fonts and are drawn as boxes "
                       f"({''.join(missing)}); install a font that has them (e.g. Noto Sans CJK) to see them", stacklevel=2)

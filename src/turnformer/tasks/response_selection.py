@@ -136,7 +136,7 @@ def special_tokens(tokenizer) -> SpecialTokens:
 def make_selection_batches(encoded: Sequence[EncodedItem], batch_size: int, special: SpecialTokens, max_length: int,
                            sort_by_length: bool = True) -> tuple[list[SelectionBatch], dict]:
     """Batches of ``batch_size`` items (sorted by length first, unless told not to), and a report of
-    the truncation over all candidate sequences: sequences cut, word pieces dropped (context turns beyond
+    the truncation over all candidate sequences: sequences cut, tokens dropped (context turns beyond
     ``max_turns``, oldest tokens beyond ``max_length``, the end of an over-long response), context turns
     left out, responses cut."""
     order = sorted(range(len(encoded)), key=lambda i: encoded[i].length) if sort_by_length else list(range(len(encoded)))
