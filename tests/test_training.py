@@ -327,6 +327,40 @@ def test_head_lr_gives_the_new_layers_their_own_rate():
         build_optimizer(TinyClassifier(), lr=1e-5, weight_decay=0.0, head_lr=1e-3)
 
 
+def test_every_task_reads_the_same_train_settings(tmp_path):
+    from turnformer.training import recipe_train_config
+
+    defaults = {"epochs": 4, "lr": 2e-5, "save_every_steps": 50}
+    plain = recipe_train_config({"lr": 5e-5}, defaults, seed=3, out_dir=tmp_path)
+    assert (plain.epochs, plain.lr, plain.seed, plain.scheduler, plain.warmup_steps, plain.head_lr) == (4, 5e-5, 3, "constant", 0, None)
+    assert (plain.weight_decay, plain.grad_clip, plain.save_every_steps) == (0.0, 5.0, 50)
+    settings = {"epochs": 2, "lr": 1e-4, "scheduler": "linear", "warmup_steps": 10, "head_lr": 1e-3, "batch_size": 4,
+                "official_lr": 1e-5}  # batch sizes and the paper's rate are read elsewhere, or not at all
+    tuned = recipe_train_config(settings, defaults, seed=1, out_dir=tmp_path, resume=True, time_budget_s=60.0)
+    assert (tuned.epochs, tuned.scheduler, tuned.warmup_steps, tuned.head_lr, tuned.resume, tuned.time_budget_s) == (
+        2, "linear", 10, 1e-3, True, 60.0)
+
+
+def test_dialogxl_and_the_baselines_name_their_pretrained_parameters(tiny_backbone_dir):
+    from turnformer.tasks.erc import build_erc_model
+
+    settings = {"dialogxl": {"heads": [1, 1, 1, 1]}, "concat-context": {"max_length": 64}, "segment-recurrence": {"segment_len": 32}}
+    for model_id, model_config in settings.items():  # sizes within the tiny backbone's positions
+        model, _ = build_erc_model(model_id, model_config, ["a", "b"], str(tiny_backbone_dir))
+        optimizer = build_optimizer(model, lr=1e-5, weight_decay=0.0, head_lr=1e-3)
+        rates = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+        assert {rates[id(p)] for p in model.encoder.parameters()} == {1e-5}
+        assert {rates[id(p)] for p in model.classifier.parameters()} == {1e-3}
+
+    from turnformer.models.lc_attention import build_lc_model
+
+    act_model, _ = build_lc_model("lc-attention", {"hidden": 16, "heads": 2}, ["a", "b"], str(tiny_backbone_dir))
+    optimizer = build_optimizer(act_model, lr=1e-5, weight_decay=0.0, head_lr=1e-3)
+    rates = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+    assert rates[id(act_model.embed.weight)] == 1e-5   # the embeddings taken from the backbone
+    assert {rates[id(p)] for p in [*act_model.word_lstm.parameters(), *act_model.classifier.parameters()]} == {1e-3}
+
+
 def test_epoch_order_depends_on_seed_and_epoch_only():
     assert epoch_order(10, 7, 0) == epoch_order(10, 7, 0)
     assert sorted(epoch_order(10, 7, 1)) == list(range(10))

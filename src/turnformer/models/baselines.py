@@ -121,6 +121,10 @@ class _ERCModel(nn.Module):
     def config_dict(self) -> dict:
         return self.config.architecture_dict()
 
+    def pretrained_parameters(self):
+        """The backbone's parameters: `train.head_lr` gives the classifier its own learning rate."""
+        return self.encoder.parameters()
+
     def loss(self, batch: ConversationBatch) -> torch.Tensor:
         logits = self.logits(batch)
         return nn.functional.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=-100)

@@ -173,6 +173,11 @@ class DialogXL(nn.Module):
     def config_dict(self) -> dict:
         return self.config.to_dict()
 
+    def pretrained_parameters(self):
+        """The backbone's parameters: `train.head_lr` gives the new layers (classifier, speaker-role embeddings)
+        their own learning rate."""
+        return self.encoder.parameters()
+
     def empty_memory(self, batch: int) -> Memory:
         device = next(self.parameters()).device
         return Memory.empty(batch, self.encoder.num_layers, self.encoder.config.hidden_size, device)

@@ -174,6 +174,11 @@ class LCAttentionModel(nn.Module):
     def config_dict(self) -> dict:
         return self.config.to_dict()
 
+    def pretrained_parameters(self):
+        """What starts from all-MiniLM-L6-v2 (the word embeddings, or the whole utterance encoder): `train.head_lr`
+        gives the rest (LSTMs, context encoder, classifier) its own learning rate."""
+        return self.encoder.parameters() if self.config.utterance_encoder == "pretrained" else self.embed.parameters()
+
     def encode_utterances(self, tokens: torch.Tensor, chunk: int = 24) -> torch.Tensor:
         """tokens [U, T] (words first, then pad_id; at least one word) -> utterance vectors [U, d]:
         LSTM states max-pooled over the real words. The LSTM runs forward, so padding after the words

@@ -142,18 +142,15 @@ def train_dialogue_act(recipe: dict, out_dir, seed: int, data_dir=None, resume: 
                        time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Train a dialogue-act recipe; returns the `TrainResult` (test accuracy at the best validation epoch).
     Checkpoints, run.json and resume work as for `train_erc`."""
-    from turnformer.training import TrainConfig, set_seed, train
+    from turnformer.training import recipe_train_config, set_seed, train
 
     set_seed(seed)
     model, _, labels, batches, reports = prepare_dialogue_act(recipe, data_dir, limits)
     _, padding, online = _windows(recipe)
     setting = "online" if online else "offline"
     settings = recipe.get("train", {})
-    config = TrainConfig(
-        epochs=int(settings.get("epochs", 5)), lr=float(settings.get("lr", 1e-3)), seed=seed, out_dir=Path(out_dir),
-        weight_decay=float(settings.get("weight_decay", 0.0)), grad_clip=float(settings.get("grad_clip", 5.0)),
-        resume=resume, time_budget_s=time_budget_s, save_every_steps=settings.get("save_every_steps", 200),
-    )
+    config = recipe_train_config(settings, {"epochs": 5, "lr": 1e-3, "save_every_steps": 200}, seed=seed,
+                                 out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": labels, "encode_reports": reports}
     (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")

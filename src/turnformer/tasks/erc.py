@@ -221,16 +221,13 @@ def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = Non
 def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = False,
               time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Fine-tune an ERC recipe; returns the `TrainResult` (test score at the best validation epoch)."""
-    from turnformer.training import TrainConfig, set_seed, train
+    from turnformer.training import recipe_train_config, set_seed, train
 
     set_seed(seed)  # before the classifier is initialised
     model, _, labels, batches, reports = prepare_erc(recipe, data_dir, limits)
     settings = recipe["train"]
-    config = TrainConfig(
-        epochs=int(settings.get("epochs", 4)), lr=float(settings.get("lr", 2e-5)), seed=seed, out_dir=Path(out_dir),
-        weight_decay=float(settings.get("weight_decay", 0.0)), grad_clip=float(settings.get("grad_clip", 5.0)),
-        resume=resume, time_budget_s=time_budget_s, save_every_steps=settings.get("save_every_steps", 50),
-    )
+    config = recipe_train_config(settings, {"epochs": 4, "lr": 2e-5, "save_every_steps": 50}, seed=seed,
+                                 out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": labels,
                 "encode_reports": {s: vars(r) for s, r in reports.items()}}

@@ -322,17 +322,14 @@ def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bo
     """Train a generation recipe (teacher forcing); the epoch is chosen by validation perplexity.
     The vocabulary is saved in run.json. Checkpoints and resume work as for every other task."""
     from turnformer.tasks.generation_metrics import available_word_vectors
-    from turnformer.training import TrainConfig, set_seed, train
+    from turnformer.training import recipe_train_config, set_seed, train
 
     set_seed(seed)
     model, vocab, batches, reports = prepare_generation(recipe, data_dir, limits)
     settings = recipe.get("train", {})
-    config = TrainConfig(
-        epochs=int(settings.get("epochs", 10)), lr=float(settings.get("lr", 5e-4)), seed=seed, out_dir=Path(out_dir),
-        weight_decay=float(settings.get("weight_decay", 0.01)), grad_clip=float(settings.get("grad_clip", 1.0)),
-        resume=resume, time_budget_s=time_budget_s, save_every_steps=settings.get("save_every_steps", 500),
-        scheduler=settings.get("scheduler", "linear"), warmup_steps=int(settings.get("warmup_steps", 0)),
-    )
+    config = recipe_train_config(settings, {"epochs": 10, "lr": 5e-4, "weight_decay": 0.01, "grad_clip": 1.0,
+                                            "save_every_steps": 500, "scheduler": "linear"},
+                                 seed=seed, out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports,
                 "vocabulary": vocab.to_dict()}

@@ -218,18 +218,14 @@ def train_response_selection(recipe: dict, out_dir, seed: int, data_dir=None, re
                              time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Train a response-selection recipe; returns the `TrainResult` (R@1 as the primary metric).
     Checkpoints, run.json and resume work as for every other task."""
-    from turnformer.training import TrainConfig, set_seed, train
+    from turnformer.training import recipe_train_config, set_seed, train
 
     set_seed(seed)
     model, _, batches, reports = prepare_response_selection(recipe, data_dir, limits)
     settings = recipe.get("train", {})
-    config = TrainConfig(
-        epochs=int(settings.get("epochs", 3)), lr=float(settings.get("lr", 2e-5)), seed=seed, out_dir=Path(out_dir),
-        weight_decay=float(settings.get("weight_decay", 0.01)), grad_clip=float(settings.get("grad_clip", 1.0)),
-        resume=resume, time_budget_s=time_budget_s, save_every_steps=settings.get("save_every_steps", 200),
-        scheduler=settings.get("scheduler", "linear"), warmup_steps=int(settings.get("warmup_steps", 0)),
-        head_lr=float(settings["head_lr"]) if settings.get("head_lr") is not None else None,
-    )
+    config = recipe_train_config(settings, {"epochs": 3, "lr": 2e-5, "weight_decay": 0.01, "grad_clip": 1.0,
+                                            "save_every_steps": 200, "scheduler": "linear"},
+                                 seed=seed, out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports}
     (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
