@@ -12,6 +12,10 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
 - ``table2``: DialogXL, concat-context and segment-recurrence on MELD, EmoryNLP and DailyDialog. With
   the first baseline seed only: segment recurrence (far below the others), and the baselines on
   DailyDialog (nine times MELD's size).
+- ``erc-longer``: is DialogXL under-trained at the recipes' 4 epochs? DialogXL and concat-context on MELD and
+  EmoryNLP for 10 epochs (the schedule is constant: ``collect_erc.py --max-epoch 4`` scores their first 4 as the
+  recipes' runs), and DialogXL for 4 epochs with its classifier at ``train.head_lr`` 1e-3 (the backbone at the
+  recipe's rate). A GPU job.
 - ``table3``: the five ablations of DialogXL on MELD.
 - ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
 - ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
@@ -118,6 +122,11 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
     if name == "positions":  # BERT-type backbone: positions numbered per utterance instead of through the conversation
         return [Experiment("erc-meld-dialogxl-utterance-positions", "dialogxl", "meld", seeds[:1],
                            ('model_config.positions="utterance"',), extra={"positions": "utterance"})]
+    if name == "erc-longer":
+        longer = [Experiment(f"erc-{dataset}-{model}-e10", model, dataset, seeds, ("train.epochs=10",), extra={"epochs": 10})
+                  for dataset in ("meld", "emorynlp") for model in ("dialogxl", "concat-context")]
+        return longer + [Experiment(f"erc-{dataset}-dialogxl-head-lr", "dialogxl", dataset, seeds, ("train.head_lr=1e-3",),
+                                    extra={"head_lr": 1e-3}) for dataset in ("meld", "emorynlp")]
     if name == "table3":
         return [Experiment(f"erc-meld-dialogxl-{a}", f"dialogxl-{a}", "meld", seeds) for a in ABLATIONS]
     if name == "table4":
@@ -204,7 +213,7 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                            ("model_config.frozen_layers=4", "model_config.max_length=128", "train.epochs=2"), limit_train=1500,
                            task="response-selection", extra={"frozen_layers": 4, "max_length": 128, "train_items": 1500})
                 for model in ("plain-encoder", "mdfn")]
-    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, positions, table3, table4, figure4, acts, act-grid, act-batch, selection, selection-head-lr, selection-cpu, generation, generation-cpu")
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, erc-longer, positions, table3, table4, figure4, acts, act-grid, act-batch, selection, selection-head-lr, selection-cpu, generation, generation-cpu")
 
 
 # The LC Attention paper's Tables 5 (SwDA) and 6 (DailyDialog): accuracy per (dataset, model, W, P). A grid cell

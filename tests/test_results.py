@@ -72,6 +72,18 @@ def test_act_batch_cells_change_only_the_batch_of_their_recipe():
         assert cell_recipe["train"]["epochs"] == 3 and cell.id.endswith(f"-u{cell.extra['predicted_per_batch']}")
 
 
+def test_erc_longer_runs_dialogxl_and_its_baseline_ten_epochs_and_dialogxl_with_a_head_rate():
+    from turnformer.recipes import find_recipe, load_recipe
+
+    runs = {e.id: e for e in load_benchmark_script("erc_experiments").plan("erc-longer", (1, 2, 3), (1,), 120)}
+    assert set(runs) == {"erc-meld-dialogxl-e10", "erc-meld-concat-context-e10", "erc-emorynlp-dialogxl-e10",
+                         "erc-emorynlp-concat-context-e10", "erc-meld-dialogxl-head-lr", "erc-emorynlp-dialogxl-head-lr"}
+    for e in runs.values():
+        recipe = load_recipe(find_recipe("erc", e.model, e.dataset), list(e.overrides))
+        assert e.seeds == (1, 2, 3) and recipe["train"]["epochs"] == (10 if e.id.endswith("-e10") else 4)
+        assert recipe["train"].get("head_lr") == (1e-3 if e.id.endswith("head-lr") else None)
+
+
 def test_a_run_cut_by_the_deadline_continues_when_the_command_is_repeated(tmp_path):
     bench = load_benchmark_script("erc_experiments")
 
