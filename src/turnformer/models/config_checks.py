@@ -14,7 +14,7 @@ def check_config(config, positive: Iterable[str] = ()) -> None:
     positive = set(positive)
     for f in fields(config):
         value = getattr(config, f.name)
-        if str(f.type) in ("int", "<class 'int'>") and (not isinstance(value, int) or isinstance(value, bool)):
+        if f.type in ("int", int) and (not isinstance(value, int) or isinstance(value, bool)):
             raise ValueError(f"model_config.{f.name} = {value!r}: expected a whole number")
         parts = value if isinstance(value, tuple | list) else (value,)
         whole = [v for v in parts if isinstance(v, int) and not isinstance(v, bool)]
