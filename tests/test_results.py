@@ -27,6 +27,25 @@ def test_a_result_is_written_atomically_and_tabled_beside_the_paper(tmp_path):
     assert "- `acts-x`" not in table   # no extra (or only lists and tables): no empty line for it
 
 
+def test_act_grid_cells_are_pivoted_by_model_window_and_padding():
+    def cell(model, w, p, scores, paper=None, **extra):
+        return make_result(f"dialogue-act-dailydialog-{model}-w{w}-p{p}", task="dialogue-act", dataset="dailydialog",
+                           split="test", model=model, metric="accuracy", scores=scores, seeds=list(range(1, len(scores) + 1)),
+                           paper=paper, extra={"window": w, "padding": p, **extra})
+
+    rows = [cell("lstm-blstm", 1, 2, [84.0, 83.0], 85.06), cell("lstm-blstm", 1, 0, [80.5]), cell("lc-attention", 5, 2, [83.4], 85.81),
+            cell("lc-attention", 5, 2, [90.0], predicted_per_batch=80)]   # the batch sweep is no grid cell
+    rows[-1]["experiment"] += "-u80"
+    table = render_markdown(rows)
+    grid = table[table.index("### dialogue-act: the W x P grid"):]
+    assert "| model | W | P = 0 | P = 2 |" in grid
+    assert "| lc-attention | 5 |  | 83.40 (85.81) |" in grid
+    assert "| lstm-blstm | 1 | 80.50 | 83.50 [2] (85.06) |" in grid
+    assert "90.00" not in grid
+    assert "W x P grid" not in render_markdown([make_result("x", task="dialogue-act", dataset="d", split="test", model="lstm",
+                                                            metric="accuracy", scores=[1.0], seeds=[1])])
+
+
 def test_phaed_memory_sweep_is_read_per_suffix_and_plotted(tmp_path):
     bench = load_benchmark_script("phaed_memory_plot")
     for c_max, suffix, perplexity in ((1, "-cpu", 90.0), (2, "-cpu", 88.0), (0, "-cpu", 91.0), (1, "", 30.0)):

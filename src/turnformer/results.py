@@ -104,4 +104,36 @@ def render_markdown(results: list[dict[str, Any]]) -> str:
             if scalars:  # lists and tables of `extra` stay in the results file
                 lines.append(f"- `{r['experiment']}`: " + ", ".join(scalars))
         lines += ["", ""]
+        if task == "dialogue-act":
+            lines += render_act_grid(rows)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def render_act_grid(rows: list[dict[str, Any]]) -> list[str]:
+    """The W x P grid cells (results whose ``extra`` names ``window`` and ``padding``, at the grid's batch of
+    predicted utterances: not the act-batch sweep's) pivoted like the LC Attention paper's Tables 5 and 6:
+    per dataset, a row per (model, W), a column per P, each cell ours (the paper's)."""
+    cells = {(r["dataset"], r["model"], r["extra"]["window"], r["extra"]["padding"]): r for r in rows
+             if {"window", "padding"} <= set(r.get("extra") or {}) and "predicted_per_batch" not in r["extra"]}
+    if not cells:
+        return []
+    lines = ["### dialogue-act: the W x P grid", "",
+             "Offline test accuracy of each window W and context padding P, ours (the paper's, where it ran that cell); "
+             "over the cell's seeds, their number in brackets where above one.", ""]
+    for dataset in sorted({d for d, *_ in cells}):
+        paddings = sorted({p for d, _, _, p in cells if d == dataset})
+        lines += [f"**{dataset}**", "", "| model | W | " + " | ".join(f"P = {p}" for p in paddings) + " |",
+                  "|---|---|" + "---|" * len(paddings)]
+        for model, window in sorted({(m, w) for d, m, w, _ in cells if d == dataset}):
+            row = []
+            for p in paddings:
+                r = cells.get((dataset, model, window, p))
+                if r is None:
+                    row.append("")
+                    continue
+                seeds = f" [{len(r['seeds'])}]" if len(r["seeds"]) > 1 else ""
+                paper = f" ({_fmt(r['paper'])})" if r.get("paper") is not None else ""
+                row.append(f"{_fmt(r['mean'])}{seeds}{paper}")
+            lines.append(f"| {model} | {window} | " + " | ".join(row) + " |")
+        lines.append("")
+    return lines + [""]
