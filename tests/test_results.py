@@ -33,14 +33,15 @@ def test_act_grid_cells_are_pivoted_by_model_window_and_padding():
                            split="test", model=model, metric="accuracy", scores=scores, seeds=list(range(1, len(scores) + 1)),
                            paper=paper, extra={"window": w, "padding": p, **extra})
 
-    rows = [cell("lstm-blstm", 1, 2, [84.0, 83.0], 85.06), cell("lstm-blstm", 1, 0, [80.5]), cell("lc-attention", 5, 2, [83.4], 85.81),
+    rows = [cell("lstm-blstm", 1, 2, [84.0, 83.0], 85.06), cell("lc-attention", 5, 2, [83.4], 85.81),
+            cell("lstm-blstm", 1, 0, [80.5], partial=[{"stop_reason": "time budget"}]),   # cut short: marked
             cell("lc-attention", 5, 2, [90.0], predicted_per_batch=80)]   # the batch sweep is no grid cell
     rows[-1]["experiment"] += "-u80"
     table = render_markdown(rows)
     grid = table[table.index("### dialogue-act: the W x P grid"):]
     assert "| model | W | P = 0 | P = 2 |" in grid
     assert "| lc-attention | 5 |  | 83.40 (85.81) |" in grid
-    assert "| lstm-blstm | 1 | 80.50 | 83.50 [2] (85.06) |" in grid
+    assert "| lstm-blstm | 1 | 80.50 * | 83.50 [2] (85.06) |" in grid
     assert "90.00" not in grid
     assert "W x P grid" not in render_markdown([make_result("x", task="dialogue-act", dataset="d", split="test", model="lstm",
                                                             metric="accuracy", scores=[1.0], seeds=[1])])

@@ -119,7 +119,8 @@ def render_act_grid(rows: list[dict[str, Any]]) -> list[str]:
         return []
     lines = ["### dialogue-act: the W x P grid", "",
              "Offline test accuracy of each window W and context padding P, ours (the paper's, where it ran that cell); "
-             "over the cell's seeds, their number in brackets where above one.", ""]
+             "over the cell's seeds, their number in brackets where above one; * marks a cell whose runs were cut short "
+             "(the table above names them).", ""]
     for dataset in sorted({d for d, *_ in cells}):
         paddings = sorted({p for d, _, _, p in cells if d == dataset})
         lines += [f"**{dataset}**", "", "| model | W | " + " | ".join(f"P = {p}" for p in paddings) + " |",
@@ -133,7 +134,8 @@ def render_act_grid(rows: list[dict[str, Any]]) -> list[str]:
                     continue
                 seeds = f" [{len(r['seeds'])}]" if len(r["seeds"]) > 1 else ""
                 paper = f" ({_fmt(r['paper'])})" if r.get("paper") is not None else ""
-                row.append(f"{_fmt(r['mean'])}{seeds}{paper}")
+                cut = " *" if r["extra"].get("partial") else ""
+                row.append(f"{_fmt(r['mean'])}{seeds}{cut}{paper}")
             lines.append(f"| {model} | {window} | " + " | ".join(row) + " |")
         lines.append("")
     return lines + [""]
