@@ -120,7 +120,7 @@ def render_act_grid(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["### dialogue-act: the W x P grid", "",
              "Offline test accuracy of each window W and context padding P, ours (the paper's, where it ran that cell); "
              "over the cell's seeds, their number in brackets where above one; * marks a cell whose runs were cut short "
-             "(the table above names them).", ""]
+             "(its results file names them).", ""]
     for dataset in sorted({d for d, *_ in cells}):
         paddings = sorted({p for d, _, _, p in cells if d == dataset})
         lines += [f"**{dataset}**", "", "| model | W | " + " | ".join(f"P = {p}" for p in paddings) + " |",
