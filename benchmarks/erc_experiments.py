@@ -16,6 +16,9 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   EmoryNLP for 10 epochs (the schedule is constant: ``collect_erc.py --max-epoch 4`` scores their first 4 as the
   recipes' runs), and DialogXL for 4 epochs with its classifier at ``train.head_lr`` 1e-3 (the backbone at the
   recipe's rate). A GPU job.
+- ``memory-bias``: not in the paper: DialogXL with a learned logit per layer and head on memory keys, starting at -4
+  (``model_config.memory_bias``), so that all-MiniLM-L6-v2, never pretrained with memory, starts near its
+  single-utterance behaviour; on MELD, EmoryNLP and DailyDialog (recipes erc-DATASET-dialogxl-memory-bias.toml).
 - ``table3``: the five ablations of DialogXL on MELD.
 - ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
 - ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
@@ -127,6 +130,9 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                   for dataset in ("meld", "emorynlp") for model in ("dialogxl", "concat-context")]
         return longer + [Experiment(f"erc-{dataset}-dialogxl-head-lr", "dialogxl", dataset, seeds, ("train.head_lr=1e-3",),
                                     extra={"head_lr": 1e-3}) for dataset in ("meld", "emorynlp")]
+    if name == "memory-bias":  # not in the paper: DialogXL with a learned memory bias (recipes erc-*-dialogxl-memory-bias.toml)
+        return [Experiment(f"erc-{dataset}-dialogxl-memory-bias", "dialogxl-memory-bias", dataset, seeds)
+                for dataset in ("meld", "emorynlp", "dailydialog")]
     if name == "table3":
         return [Experiment(f"erc-meld-dialogxl-{a}", f"dialogxl-{a}", "meld", seeds) for a in ABLATIONS]
     if name == "table4":
@@ -213,7 +219,7 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                            ("model_config.frozen_layers=4", "model_config.max_length=128", "train.epochs=2"), limit_train=1500,
                            task="response-selection", extra={"frozen_layers": 4, "max_length": 128, "train_items": 1500})
                 for model in ("plain-encoder", "mdfn")]
-    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, erc-longer, positions, table3, table4, figure4, acts, act-grid, act-batch, selection, selection-head-lr, selection-cpu, generation, generation-cpu")
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, erc-longer, memory-bias, positions, table3, table4, figure4, acts, act-grid, act-batch, selection, selection-head-lr, selection-cpu, generation, generation-cpu")
 
 
 # The LC Attention paper's Tables 5 (SwDA) and 6 (DailyDialog): accuracy per (dataset, model, W, P). A grid cell

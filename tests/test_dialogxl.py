@@ -14,10 +14,12 @@ from turnformer.tasks.erc import EncodedConversation, make_batch
 CLS, SEP, PAD = 1, 2, 0
 
 
-def tiny_dialogxl(heads=(1, 1, 1, 1), window=1, mem_len=1000, seed=0, positions="conversation") -> DialogXL:
+def tiny_dialogxl(heads=(1, 1, 1, 1), window=1, mem_len=1000, seed=0, positions="conversation", memory_bias=None) -> DialogXL:
     encoder = random_backbone(tiny_config(vocab_size=60, hidden=32, layers=2, heads=4), seed=seed)
     torch.manual_seed(seed)
-    config = DialogXLConfig(num_labels=3, heads=heads, window=window, mem_len=mem_len, dropout=0.0, positions=positions)
+    config = DialogXLConfig(
+        num_labels=3, heads=heads, window=window, mem_len=mem_len, dropout=0.0, positions=positions, memory_bias=memory_bias
+    )
     model = DialogXL(config, encoder, CLS, SEP, PAD)
     return model.eval()
 
@@ -97,6 +99,26 @@ def test_memory_is_bounded_in_a_long_conversation():
             _, memory, _ = model.step(ids, t, batch.speakers[:, t], memory)
             assert memory.length <= 12
     assert memory.length == 12 and memory.waste_rate() == 0.0
+
+
+def test_memory_bias_interpolates_between_full_memory_and_none():
+    """A zero memory bias is the paper's attention; a very negative one shuts memory out (each utterance as if
+    alone); a learned one moves per layer and head and receives a gradient."""
+    g = torch.Generator().manual_seed(4)
+    conversations = [random_conversation(g, n, 2) for n in (4, 6)]
+    plain = stepwise_cls_states(tiny_dialogxl(positions="utterance"), conversations, PAD)
+    zero = stepwise_cls_states(tiny_dialogxl(positions="utterance", memory_bias=0.0), conversations, PAD)
+    closed = stepwise_cls_states(tiny_dialogxl(positions="utterance", memory_bias=-1e4), conversations, PAD)
+    alone = stepwise_cls_states(tiny_dialogxl(positions="utterance", mem_len=0), conversations, PAD)
+    for b in range(len(conversations)):
+        assert torch.allclose(zero[b], plain[b], atol=1e-6)
+        assert torch.allclose(closed[b], alone[b], atol=1e-5)
+        assert not torch.allclose(plain[b][1:], alone[b][1:], atol=1e-3)  # memory does matter here
+    model = tiny_dialogxl(memory_bias=-2.0).train()
+    assert model.memory_bias.shape == (2, 4)  # layers x heads
+    model.loss(make_batch(conversations, PAD)).backward()
+    assert model.memory_bias.grad is not None and model.memory_bias.grad.abs().sum() > 0
+    assert not any(p is model.memory_bias for p in model.pretrained_parameters())  # learns at train.head_lr
 
 
 def test_training_reduces_loss():

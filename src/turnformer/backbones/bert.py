@@ -118,10 +118,12 @@ class SelfAttention(nn.Module):
         mask: torch.Tensor | None = None,
         memory: torch.Tensor | None = None,
         output_attentions: bool = False,
+        bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`hidden` [B, T, hidden]; `memory` [B, M, hidden] or None; `mask` bool, broadcastable to
-        [B, H, T, M+T]. Returns the context [B, T, hidden] (before the output projection) and,
-        when asked, the attention probabilities [B, H, T, M+T]."""
+        [B, H, T, M+T]; `bias` float, broadcastable to the same, added to the scaled scores.
+        Returns the context [B, T, hidden] (before the output projection) and, when asked, the
+        attention probabilities [B, H, T, M+T]."""
         q = self._heads(self.query(hidden))
         k, v = self.key(hidden), self.value(hidden)
         if memory is not None:
@@ -132,7 +134,7 @@ class SelfAttention(nn.Module):
         dropout_p = self.dropout_p if self.training else 0.0
 
         # Empty rows attend to nothing (zero output), the project-wide policy.
-        context, probs = masked_attention(q, k, v, mask, dropout_p=dropout_p, return_probs=output_attentions)
+        context, probs = masked_attention(q, k, v, mask, bias=bias, dropout_p=dropout_p, return_probs=output_attentions)
         context = context.transpose(1, 2).reshape(hidden.shape)
         return context, probs
 
@@ -156,8 +158,8 @@ class Attention(nn.Module):
         self.self = SelfAttention(config)  # the name `self` matches BERT's state-dict keys
         self.output = SelfOutput(config)
 
-    def forward(self, hidden, mask=None, memory=None, output_attentions=False):
-        context, probs = self.self(hidden, mask, memory, output_attentions)
+    def forward(self, hidden, mask=None, memory=None, output_attentions=False, bias=None):
+        context, probs = self.self(hidden, mask, memory, output_attentions, bias)
         return self.output(context, hidden), probs
 
 
@@ -196,8 +198,8 @@ class Layer(nn.Module):
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.output(self.intermediate(x), x)
 
-    def forward(self, hidden, mask=None, memory=None, output_attentions=False):
-        hidden, probs = self.attention(hidden, mask, memory, output_attentions)
+    def forward(self, hidden, mask=None, memory=None, output_attentions=False, bias=None):
+        hidden, probs = self.attention(hidden, mask, memory, output_attentions, bias)
         return self.feed_forward(hidden), probs
 
 
@@ -346,6 +348,7 @@ class StructuredEncoder(nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         extra_embeddings: torch.Tensor | None = None,
+        attention_bias: list[torch.Tensor] | tuple[torch.Tensor, ...] | None = None,
     ) -> EncoderOutput:
         """Encode `input_ids` [B, T].
 
@@ -355,9 +358,13 @@ class StructuredEncoder(nn.Module):
         `attention_mask` covers the keys [memory ; current]; see `build_attention_mask`.
         `position_ids` default to 0..T-1; pass them explicitly to continue a memory's positions.
         `extra_embeddings` [B, T, hidden] are added to the input embeddings (speaker-role embeddings).
+        `attention_bias`: one float tensor per layer, broadcastable to [B, H, T, M+T], added to that
+        layer's scaled attention scores (DialogXL's learned memory bias).
         """
         batch, length = input_ids.shape
         memory_length = check_memory(memory, self.num_layers, batch, self.config.hidden_size)
+        if attention_bias is not None and len(attention_bias) != self.num_layers:
+            raise ValueError(f"attention_bias has {len(attention_bias)} tensors, expected one per layer ({self.num_layers})")
         mask = build_attention_mask(
             attention_mask, memory_mask, batch, self.config.num_attention_heads, length, memory_length, input_ids.device
         )
@@ -366,7 +373,9 @@ class StructuredEncoder(nn.Module):
         all_hidden = [hidden] if output_hidden_states else None
         all_probs = [] if output_attentions else None
         for i, layer in enumerate(self.encoder.layer):
-            hidden, probs = layer(hidden, mask, None if memory is None else memory[i], output_attentions)
+            layer_memory = None if memory is None else memory[i]
+            layer_bias = None if attention_bias is None else attention_bias[i]
+            hidden, probs = layer(hidden, mask, layer_memory, output_attentions, layer_bias)
             if all_hidden is not None:
                 all_hidden.append(hidden)
             if all_probs is not None:

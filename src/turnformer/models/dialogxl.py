@@ -56,6 +56,12 @@ class DialogXLConfig:
     # the same from relative distances); "utterance" restarts at 0 in every utterance, which puts every
     # memory token at the same positions as the current ones and confuses positional heads.
     positions: str = "conversation"
+    # Not in the paper: a learned logit per layer and head, added to the attention scores of every memory
+    # key and starting at this value (None: the paper's attention, no bias). A negative start lets a
+    # backbone never pretrained with memory (all-MiniLM-L6-v2; XLNet was) begin close to its
+    # single-utterance behaviour and learn how much memory to read. It is a new layer: `train.head_lr`
+    # sets its rate.
+    memory_bias: float | None = None
 
     def __post_init__(self) -> None:
         check_config(self, positive=("num_labels", "max_utterance_tokens", "classifier_hidden"))
@@ -165,6 +171,11 @@ class DialogXL(nn.Module):
             # Zero at start: the pretrained encoder's behaviour is unchanged until the roles are learnt.
             self.speaker_embedding = nn.Embedding(config.speaker_roles, hidden)
             nn.init.zeros_(self.speaker_embedding.weight)
+        self.memory_bias = None
+        if config.memory_bias is not None:
+            if "attention_bias" not in inspect.signature(encoder.forward).parameters:
+                raise ValueError(f"memory_bias needs an encoder that takes attention_bias; {type(encoder).__name__} does not")
+            self.memory_bias = nn.Parameter(torch.full((encoder.num_layers, heads), float(config.memory_bias)))
         self.classifier = nn.Sequential(
             nn.Linear(hidden, config.classifier_hidden), nn.ReLU(), nn.Dropout(config.dropout),
             nn.Linear(config.classifier_hidden, config.num_labels),
@@ -215,6 +226,12 @@ class DialogXL(nn.Module):
         if self.speaker_embedding is not None:
             role_ids = current.speaker.clamp(0, self.config.speaker_roles - 1)
             roles = self.speaker_embedding(role_ids) * current.is_real.unsqueeze(-1)
+        if self.memory_bias is not None and memory.length:
+            is_memory_key = (torch.arange(keys.shape[1], device=input_ids.device) < memory.length).to(self.memory_bias.dtype)
+            per_layer = self.memory_bias[:, None, :, None, None] * is_memory_key  # [layers, 1, H, 1, M+T]
+            memory_bias = {"attention_bias": list(per_layer)}
+        else:
+            memory_bias = {}
         positions = {"query_positions": current.order, "key_positions": keys.order} if self.takes_positions else {}
         if not self.takes_positions and self.config.positions == "conversation":
             positions = {"position_ids": self.conversation_positions(current.order)}
@@ -230,6 +247,7 @@ class DialogXL(nn.Module):
             output_hidden_states=True,
             output_attentions=output_attentions,
             **positions,
+            **memory_bias,
         )
         memory = update_memory(memory, out.hidden_states[:-1], current, self.config.mem_len)
         return self.cls_states(out.last_hidden_state, input_ids), memory, out
