@@ -316,10 +316,12 @@ def test_mpnet_name_resolves_to_the_unpacked_parts(tmp_path, monkeypatch):
 # --- DialogXL on MPNet ----------------------------------------------------------------------
 
 
-def tiny_dialogxl(positions="conversation", heads=(1, 1, 1, 1), window=1, mem_len=1000) -> DialogXL:
+def tiny_dialogxl(positions="conversation", heads=(1, 1, 1, 1), window=1, mem_len=1000, memory_bias=None) -> DialogXL:
     encoder = random_backbone(mpnet_config(), seed=0)
     torch.manual_seed(0)
-    config = DialogXLConfig(num_labels=3, heads=heads, window=window, mem_len=mem_len, dropout=0.0, positions=positions)
+    config = DialogXLConfig(
+        num_labels=3, heads=heads, window=window, mem_len=mem_len, dropout=0.0, positions=positions, memory_bias=memory_bias
+    )
     return DialogXL(config, encoder, CLS, SEP, PAD).eval()
 
 
@@ -357,6 +359,21 @@ def test_dialogxl_recurrence_equals_one_pass(heads, window):
             expected = full_pass_cls_states(model, conv)
             got = stepwise[b]
             torch.testing.assert_close(got, expected, rtol=0, atol=TOL)
+
+
+def test_dialogxl_memory_bias_on_mpnet():
+    """The learned memory bias adds to MPNet's relative-position bias: zero changes nothing, a very negative
+    one shuts memory out (each utterance as if alone)."""
+    g = torch.Generator().manual_seed(4)
+    conversations = [random_conversation(g, n, 2) for n in (4, 6)]
+    plain = stepwise_cls_states(tiny_dialogxl("utterance"), conversations, PAD)
+    zero = stepwise_cls_states(tiny_dialogxl("utterance", memory_bias=0.0), conversations, PAD)
+    closed = stepwise_cls_states(tiny_dialogxl("utterance", memory_bias=-1e4), conversations, PAD)
+    alone = stepwise_cls_states(tiny_dialogxl("utterance", mem_len=0), conversations, PAD)
+    for b in range(len(conversations)):
+        torch.testing.assert_close(zero[b], plain[b], rtol=0, atol=TOL)
+        torch.testing.assert_close(closed[b], alone[b], rtol=0, atol=TOL)
+        assert not torch.allclose(plain[b][1:], alone[b][1:], atol=1e-3)
 
 
 @pytest.mark.parametrize("positions", ["conversation", "utterance"])

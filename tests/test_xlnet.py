@@ -300,3 +300,10 @@ def test_dialogxl_on_xlnet_trains_through_memory():
     assert all(torch.isfinite(grad).all() for grad in grads.values() if grad is not None)
     for name in ("encoder.layer.0.rel_attn.r_r_bias", "encoder.layer.0.rel_attn.r_w_bias", "encoder.layer.1.ff.layer_1.weight"):
         assert grads[name].abs().sum() > 0, name
+
+
+def test_dialogxl_memory_bias_is_refused_on_xlnet(tiny):
+    """XLNet was pretrained with memory; its encoder takes no extra attention bias, and DialogXL says so."""
+    config = DialogXLConfig(num_labels=3, heads=(1, 1, 1, 1), mem_len=10, memory_bias=-4.0)
+    with pytest.raises(ValueError, match="memory_bias needs an encoder that takes attention_bias; XLNetStructuredEncoder"):
+        DialogXL(config, tiny, CLS, SEP, PAD)

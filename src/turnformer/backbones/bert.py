@@ -25,7 +25,7 @@ from transformers.activations import ACT2FN
 
 from turnformer.structure.attention import masked_attention
 
-__all__ = ["BertConfig", "EncoderOutput", "StructuredEncoder", "bert_init", "build_attention_mask", "check_memory"]
+__all__ = ["BertConfig", "EncoderOutput", "StructuredEncoder", "bert_init", "build_attention_mask", "check_attention_bias", "check_memory"]
 
 
 @dataclass
@@ -271,6 +271,12 @@ def build_attention_mask(
     return None if mask is None else mask.to(device)
 
 
+def check_attention_bias(attention_bias, num_layers: int) -> None:
+    """A per-layer attention bias list must have one tensor per layer (None: no bias)."""
+    if attention_bias is not None and len(attention_bias) != num_layers:
+        raise ValueError(f"attention_bias has {len(attention_bias)} tensors, expected one per layer ({num_layers})")
+
+
 def check_memory(memory, num_layers: int, batch: int, hidden: int) -> int:
     """The memory length M of a per-layer memory list (0 for None); a wrong count or shape raises."""
     if memory is None:
@@ -363,8 +369,7 @@ class StructuredEncoder(nn.Module):
         """
         batch, length = input_ids.shape
         memory_length = check_memory(memory, self.num_layers, batch, self.config.hidden_size)
-        if attention_bias is not None and len(attention_bias) != self.num_layers:
-            raise ValueError(f"attention_bias has {len(attention_bias)} tensors, expected one per layer ({self.num_layers})")
+        check_attention_bias(attention_bias, self.num_layers)
         mask = build_attention_mask(
             attention_mask, memory_mask, batch, self.config.num_attention_heads, length, memory_length, input_ids.device
         )

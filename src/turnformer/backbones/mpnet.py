@@ -49,6 +49,7 @@ from turnformer.backbones.bert import (
     Pooler,
     bert_init,
     build_attention_mask,
+    check_attention_bias,
     check_memory,
 )
 from turnformer.structure.attention import masked_attention
@@ -262,6 +263,7 @@ class MPNetStructuredEncoder(nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         extra_embeddings: torch.Tensor | None = None,
+        attention_bias: list[torch.Tensor] | tuple[torch.Tensor, ...] | None = None,
     ) -> EncoderOutput:
         """Encode `input_ids` [B, T].
 
@@ -272,10 +274,13 @@ class MPNetStructuredEncoder(nn.Module):
         docstring; by default the memory comes right before the current tokens.
         `token_type_ids` are accepted for a uniform call and ignored: MPNet has no token types.
         `extra_embeddings` [B, T, hidden] are added to the input embeddings (speaker-role embeddings).
+        `attention_bias`: one float tensor per layer, broadcastable to [B, H, T, M+T], added to that
+        layer's scores beside the relative-position bias (DialogXL's learned memory bias).
         """
         del token_type_ids  # MPNet has no token-type embeddings (its tokenizer returns none)
         batch, length = input_ids.shape
         memory_length = check_memory(memory, self.num_layers, batch, self.config.hidden_size)
+        check_attention_bias(attention_bias, self.num_layers)
         mask = build_attention_mask(
             attention_mask, memory_mask, batch, self.config.num_attention_heads, length, memory_length, input_ids.device
         )
@@ -286,7 +291,8 @@ class MPNetStructuredEncoder(nn.Module):
         all_hidden = [hidden] if output_hidden_states else None
         all_probs = [] if output_attentions else None
         for i, layer in enumerate(self.encoder.layer):
-            hidden, probs = layer(hidden, bias, mask, None if memory is None else memory[i], output_attentions)
+            layer_bias = bias if attention_bias is None else bias + attention_bias[i]
+            hidden, probs = layer(hidden, layer_bias, mask, None if memory is None else memory[i], output_attentions)
             if all_hidden is not None:
                 all_hidden.append(hidden)
             if all_probs is not None:
