@@ -19,6 +19,7 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
 - ``memory-bias``: not in the paper: DialogXL with a learned logit per layer and head on memory keys, starting at -4
   (``model_config.memory_bias``), so that all-MiniLM-L6-v2, never pretrained with memory, starts near its
   single-utterance behaviour; on MELD, EmoryNLP and DailyDialog (recipes erc-DATASET-dialogxl-memory-bias.toml).
+  Beside it, with the first seed, DialogXL without memory (each utterance alone, ``erc-DATASET-dialogxl-no-memory``).
 - ``table3``: the five ablations of DialogXL on MELD.
 - ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
 - ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
@@ -131,8 +132,12 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
         return longer + [Experiment(f"erc-{dataset}-dialogxl-head-lr", "dialogxl", dataset, seeds, ("train.head_lr=1e-3",),
                                     extra={"head_lr": 1e-3}) for dataset in ("meld", "emorynlp")]
     if name == "memory-bias":  # not in the paper: DialogXL with a learned memory bias (recipes erc-*-dialogxl-memory-bias.toml)
-        return [Experiment(f"erc-{dataset}-dialogxl-memory-bias", "dialogxl-memory-bias", dataset, seeds)
-                for dataset in ("meld", "emorynlp", "dailydialog")]
+        # beside it, each utterance alone (no memory; the new layers at the same head_lr): what the context adds
+        return [Experiment(f"erc-{dataset}-dialogxl-{variant}", "dialogxl" if variant == "no-memory" else "dialogxl-memory-bias",
+                           dataset, seeds if variant == "memory-bias" else seeds[:1],
+                           ("model_config.mem_len=0", "train.head_lr=1e-3") if variant == "no-memory" else (),
+                           extra={"mem_len": 0, "head_lr": 1e-3} if variant == "no-memory" else {})
+                for dataset in ("meld", "emorynlp", "dailydialog") for variant in ("memory-bias", "no-memory")]
     if name == "table3":
         return [Experiment(f"erc-meld-dialogxl-{a}", f"dialogxl-{a}", "meld", seeds) for a in ABLATIONS]
     if name == "table4":
