@@ -40,21 +40,19 @@ def load_source(source: str, dataset: str):
 
 
 @torch.no_grad()
-def memory_shares(source: str, dataset: str, conversations: int) -> dict:
-    model, tokenizer, recipe, labels = load_source(source, dataset)
-    splits, _ = load_erc_data(recipe, only=("validation",))
-    encoded, _ = encode_conversations(splits["validation"][:conversations], tokenizer, recipe.get("label_kind", "emotion"),
-                                      labels, model.config.max_utterance_tokens)
+def attention_on_memory(model, batches, cls_id: int, pad_id: int, desc: str = "", skip_first: int = SKIP_FIRST) -> dict:
+    """Per layer, the mean share of attention (averaged over heads) on memory keys: of each current [CLS], and of
+    every current token, over the utterances from `skip_first` on that have memory."""
     layers = model.encoder.num_layers
     cls_share, token_share, steps = torch.zeros(layers), torch.zeros(layers), 0
-    for batch in tqdm(make_batches(encoded, 4, tokenizer.pad_token_id), desc=source, leave=False):
+    for batch in tqdm(batches, desc=desc, leave=False):
         memory = model.empty_memory(len(batch.lengths))
         for t, input_ids in enumerate(batch.steps):
             memory_length = memory.length
             _, next_memory, out = model.step(input_ids, t, batch.speakers[:, t], memory, output_attentions=True)
-            real = input_ids != tokenizer.pad_token_id
-            if t >= SKIP_FIRST and memory_length and real.any():
-                cls_rows = (input_ids == tokenizer.cls_token_id).int().argmax(1)
+            real = input_ids != pad_id
+            if t >= skip_first and memory_length and real.any():
+                cls_rows = (input_ids == cls_id).int().argmax(1)
                 for layer, probs in enumerate(out.attentions):  # [B, H, T, M+T]
                     on_memory = probs[..., :memory_length].sum(-1).mean(1)  # [B, T], averaged over heads
                     cls_share[layer] += on_memory[torch.arange(len(cls_rows)), cls_rows][real[:, 0]].mean()
@@ -62,9 +60,18 @@ def memory_shares(source: str, dataset: str, conversations: int) -> dict:
                 steps += 1
             memory = next_memory
     if not steps:
-        raise SystemExit(f"{source}: no validation utterance at position {SKIP_FIRST} or later")
-    return {"cls": (cls_share / steps).tolist(), "tokens": (token_share / steps).tolist(), "steps": steps,
-            "model": recipe["model"], "model_config": recipe["model_config"]}
+        raise SystemExit(f"{desc}: no utterance at position {skip_first} or later")
+    return {"cls": (cls_share / steps).tolist(), "tokens": (token_share / steps).tolist(), "steps": steps}
+
+
+def memory_shares(source: str, dataset: str, conversations: int) -> dict:
+    model, tokenizer, recipe, labels = load_source(source, dataset)
+    splits, _ = load_erc_data(recipe, only=("validation",))
+    encoded, _ = encode_conversations(splits["validation"][:conversations], tokenizer, recipe.get("label_kind", "emotion"),
+                                      labels, model.config.max_utterance_tokens)
+    batches = make_batches(encoded, 4, tokenizer.pad_token_id)
+    shares = attention_on_memory(model, batches, tokenizer.cls_token_id, tokenizer.pad_token_id, desc=source)
+    return {**shares, "model": recipe["model"], "model_config": recipe["model_config"]}
 
 
 def label_of(source: str, dataset: str) -> tuple[str, int | None]:

@@ -191,3 +191,29 @@ def test_streaming_session_checks_its_input():
         session.add("Ross", 42)
     with pytest.raises(DialogueError, match="utterance 1: speaker: missing or empty speaker"):
         session.add(None, "hello")
+
+
+def test_memory_attention_benchmark_measures_the_share_on_memory():
+    """benchmarks/erc_memory_attention.py: shares lie in [0, 1], vanish when the bias shuts memory out, and the
+    [CLS] share of one step is what its attention probabilities say."""
+    from _benchmark_scripts import load_benchmark_script
+
+    bench = load_benchmark_script("erc_memory_attention")
+    g = torch.Generator().manual_seed(5)
+    batch = make_batch([random_conversation(g, n, 2) for n in (5, 4)], PAD)
+    open_ = bench.attention_on_memory(tiny_dialogxl(memory_bias=0.0), [batch], CLS, PAD)
+    closed = bench.attention_on_memory(tiny_dialogxl(memory_bias=-1e4), [batch], CLS, PAD)
+    assert open_["steps"] == closed["steps"] == 2  # utterances 3 and 4 (the shorter conversation has 4)
+    assert all(0 < x <= 1 for x in open_["cls"] + open_["tokens"])
+    assert all(x < 1e-6 for x in closed["cls"] + closed["tokens"])
+    # by hand: the last step alone, the first conversation only (the second has ended)
+    one = make_batch([random_conversation(torch.Generator().manual_seed(6), 5, 2)], PAD)
+    model = tiny_dialogxl()
+    with torch.no_grad():
+        memory = model.empty_memory(1)
+        for t in range(4):
+            _, memory, _ = model.step(one.steps[t], t, one.speakers[:, t], memory)
+        _, _, out = model.step(one.steps[4], 4, one.speakers[:, 4], memory, output_attentions=True)
+    expected = [float(p[0, :, 0, : memory.length].sum(-1).mean()) for p in out.attentions]
+    got = bench.attention_on_memory(model, [one], CLS, PAD, skip_first=4)["cls"]
+    assert got == pytest.approx(expected, abs=1e-6)
