@@ -13,11 +13,11 @@ model (its runs as seeds; ``-pretrained`` for the untrained backbone): the metri
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from turnformer.models.dialogxl import DialogXL
 from turnformer.recipes import load_recipe
 from turnformer.results import make_result, write_result
 from turnformer.tasks.erc import build_erc_model, encode_conversations, load_erc_data, load_trained, make_batches
@@ -26,17 +26,21 @@ SKIP_FIRST = 3
 
 
 def load_source(source: str, dataset: str):
-    """(model, tokenizer, recipe, labels) of a run folder or of `pretrained:RECIPE` (the recipe's untrained model)."""
+    """(model, tokenizer, recipe, labels, seed) of a run folder or of `pretrained:RECIPE` (the recipe's untrained
+    model; seed None)."""
     if source.startswith("pretrained:"):
         recipe = load_recipe(source.removeprefix("pretrained:"))
         _, labels = load_erc_data(recipe, only=("validation",))
         model, tokenizer = build_erc_model(recipe["model"], recipe["model_config"], labels, recipe["backbone"])
+        seed = None
     else:
         model, tokenizer, run = load_trained(source)
-        recipe, labels = run["recipe"], run["labels"]
+        recipe, labels, seed = run["recipe"], run["labels"], run["seed"]
+    if not isinstance(model, DialogXL):
+        raise SystemExit(f"{source}: a {recipe['model']} model has no memory; give a DialogXL run or recipe")
     if recipe["dataset"] != dataset:
         raise SystemExit(f"{source}: trained on {recipe['dataset']}, not {dataset}")
-    return model.eval(), tokenizer, recipe, labels
+    return model.eval(), tokenizer, recipe, labels, seed
 
 
 @torch.no_grad()
@@ -65,21 +69,14 @@ def attention_on_memory(model, batches, cls_id: int, pad_id: int, desc: str = ""
 
 
 def memory_shares(source: str, dataset: str, conversations: int) -> dict:
-    model, tokenizer, recipe, labels = load_source(source, dataset)
+    model, tokenizer, recipe, labels, seed = load_source(source, dataset)
     splits, _ = load_erc_data(recipe, only=("validation",))
     encoded, _ = encode_conversations(splits["validation"][:conversations], tokenizer, recipe.get("label_kind", "emotion"),
                                       labels, model.config.max_utterance_tokens)
     batches = make_batches(encoded, 4, tokenizer.pad_token_id)
     shares = attention_on_memory(model, batches, tokenizer.cls_token_id, tokenizer.pad_token_id, desc=source)
-    return {**shares, "model": recipe["model"], "model_config": recipe["model_config"]}
-
-
-def label_of(source: str, dataset: str) -> tuple[str, int | None]:
-    """(experiment label, seed): `pretrained` for the untrained backbone, else the run's model id and seed."""
-    if source.startswith("pretrained:"):
-        return "pretrained", None
-    _, _, run = load_trained(source)
-    return run["recipe"]["model"], run["seed"]
+    return {**shares, "model": recipe["model"], "model_config": recipe["model_config"], "backbone": recipe["backbone"],
+            "seed": seed}
 
 
 def main() -> None:
@@ -88,17 +85,19 @@ def main() -> None:
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--conversations", type=int, default=40, help="first N validation conversations")
     args = parser.parse_args()
+    if args.conversations < 1:
+        parser.error(f"--conversations {args.conversations}: give 1 or more")
     groups: dict[str, list[tuple[int | None, str, dict]]] = {}
     for source in args.sources:
-        label, seed = label_of(source, args.dataset)
         shares = memory_shares(source, args.dataset, args.conversations)
         print(f"{source}: [CLS] share on memory per layer {[round(x, 3) for x in shares['cls']]}, "
               f"all tokens {[round(x, 3) for x in shares['tokens']]}")
-        groups.setdefault(label, []).append((seed, source, shares))
+        label = "pretrained" if shares["seed"] is None else shares["model"]
+        groups.setdefault(label, []).append((shares["seed"], source, shares))
     for label, runs in groups.items():  # one results file per model (its seeds together), one for the pretrained backbone
         record = make_result(
             f"erc-memory-attention-{args.dataset}-{label}", task="erc", dataset=args.dataset, split="validation",
-            model=runs[0][2]["model"], backbone="all-MiniLM-L6-v2", metric="last_layer_cls_share_on_memory",
+            model=runs[0][2]["model"], backbone=runs[0][2]["backbone"], metric="last_layer_cls_share_on_memory",
             scores=[shares["cls"][-1] for _, _, shares in runs], seeds=[seed or 0 for seed, _, _ in runs],
             extra={"sources": [source for _, source, _ in runs], "conversations": args.conversations,
                    "skipped_first_utterances": SKIP_FIRST, "cls_share_per_layer": [s["cls"] for _, _, s in runs],

@@ -217,3 +217,9 @@ def test_memory_attention_benchmark_measures_the_share_on_memory():
     expected = [float(p[0, :, 0, : memory.length].sum(-1).mean()) for p in out.attentions]
     got = bench.attention_on_memory(model, [one], CLS, PAD, skip_first=4)["cls"]
     assert got == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("bad", ["-4", float("nan"), float("inf"), True])
+def test_memory_bias_setting_is_checked(bad):
+    with pytest.raises(ValueError, match="model_config.memory_bias"):
+        DialogXLConfig.from_dict({"num_labels": 3, "memory_bias": bad})

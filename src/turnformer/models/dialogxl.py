@@ -25,6 +25,7 @@ tokenizer put it.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Sequence
 
@@ -65,6 +66,9 @@ class DialogXLConfig:
 
     def __post_init__(self) -> None:
         check_config(self, positive=("num_labels", "max_utterance_tokens", "classifier_hidden"))
+        bias = self.memory_bias
+        if bias is not None and (isinstance(bias, bool) or not isinstance(bias, int | float) or not math.isfinite(bias)):
+            raise ValueError(f"model_config.memory_bias = {bias!r}: expected a finite number (the start of the learned logit), or no setting")
 
     def to_dict(self) -> dict:
         return asdict(self)
