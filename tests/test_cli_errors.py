@@ -87,6 +87,8 @@ def test_file_options_with_a_benchmark_are_refused(files, tmp_path):
     ("model_config.mem_len=-5", "model_config.mem_len = -5: must be 0 or more"),
     ("model_config.dropout=1.0", "model_config.dropout = 1.0: must be at least 0 and below 1"),
     ("model_config.mem_len=2.5", "model_config.mem_len = 2.5: expected a whole number"),
+    ('labels="joy"', "labels = 'joy'; expected a list of distinct label names"),  # was read as the labels j, o, y
+    ("label_kind=3", "label_kind = 3; expected a label kind"),
 ])
 def test_bad_settings_name_the_key(files, tmp_path, setting, message):
     result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
@@ -139,6 +141,54 @@ def test_checkpoint_problems(trained_run, files, tmp_path):
     for command in (["evaluate"], ["predict", "--input", str(files["test"])]):
         result = runner.invoke(app, [*command, "--checkpoint", str(corrupt)])
         assert result.exit_code == 2 and "model.safetensors" in result.output and "Traceback" not in result.output, result.output
+
+
+def _copy_run(run: Path, to: Path, **run_json) -> Path:
+    """A copy of a run folder whose run.json has the given entries replaced (None: left out)."""
+    (to / "best").mkdir(parents=True)
+    for item in (run / "best").iterdir():
+        (to / "best" / item.name).write_bytes(item.read_bytes())
+    description = {**json.loads((run / "run.json").read_text()), **run_json}
+    (to / "run.json").write_text(json.dumps({k: v for k, v in description.items() if v is not None}))
+    return to
+
+
+def test_corrupt_run_description_names_the_file(trained_run, files, tmp_path):
+    """A run.json that is JSON but not a run description was a traceback (a list) or a bare "'labels'" (a missing entry)."""
+    cases = [(b"[]", "expected a JSON object with a 'recipe' object"), (b"\xff\xfe{}", "'utf-8' codec can't decode byte 0xff"),
+             (json.dumps({**json.loads((trained_run / "run.json").read_text()), "labels": None}).encode(),
+              "labels: expected the model's list of label names, got None")]
+    for i, (content, message) in enumerate(cases):
+        run = _copy_run(trained_run, tmp_path / f"run{i}")
+        (run / "run.json").write_bytes(content)
+        for command in (["evaluate"], ["predict", "--input", str(files["test"])], ["generate", "--input", str(files["test"])]):
+            result = runner.invoke(app, [*command, "--checkpoint", str(run)])
+            assert result.exit_code == 2 and f"{run / 'run.json'}: corrupt run description: {message}" in result.output, result.output
+
+
+def test_splits_without_labels_are_refused_before_any_work(trained_run, tiny_backbone_dir, files, tmp_path):
+    """A validation or test file whose turns carry no label was trained on for an epoch, then failed with "gold and pred
+    are empty" (`evaluate`: a traceback); now the error names the file."""
+    unlabelled = _write(tmp_path, "unlabelled.jsonl", [Dialogue(tuple(Turn(t.speaker, t.text) for t in _dialogue(i)), id=f"u{i}")
+                                                       for i in range(2)])
+    result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(unlabelled),
+                                 "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), *_tiny(tiny_backbone_dir)])
+    assert result.exit_code == 2 and f"{unlabelled}: no turn carries a 'emotion' label: the validation split cannot be scored" in result.output
+    assert not (tmp_path / "x").exists()
+    result = runner.invoke(app, ["train", "--train-file", str(unlabelled), "--validation-file", str(files["validation"]),
+                                 "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), *_tiny(tiny_backbone_dir)])
+    assert result.exit_code == 2 and f"{unlabelled}: no turn carries a 'emotion' label: nothing to learn" in result.output
+
+    recipe = {**json.loads((trained_run / "run.json").read_text())["recipe"], "test_file": str(unlabelled)}
+    run = _copy_run(trained_run, tmp_path / "run", recipe=recipe)
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(run)])
+    assert result.exit_code == 2 and f"{unlabelled}: no turn carries a 'emotion' label: the test split cannot be scored" in result.output
+    partly = _write(tmp_path, "partly.jsonl", [Dialogue(tuple(Turn(t.speaker, t.text) for t in _dialogue(0)), id="u"), _dialogue(1)])
+    run = _copy_run(trained_run, tmp_path / "run-partly", recipe={**recipe, "test_file": str(partly)})
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(run), "--limit-dialogues", "1"])
+    assert result.exit_code == 2 and "--limit-dialogues 1: no turn carries a 'emotion' label" in result.output, result.output
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(run)])
+    assert result.exit_code == 0 and json.loads(result.stdout)["utterances"] == 6, result.output
 
 
 def test_predict_outputs_and_inputs(trained_run, files, tmp_path):
@@ -235,6 +285,14 @@ def test_response_selection_files(tmp_path):
     jsonl.write_text("\n" + jsonl.read_text())   # a blank first line: the second item is on line 3
     with pytest.raises(DialogueError, match=f"{jsonl}:3: meta.answer = 3"):
         read_selection_file(jsonl)
+
+    # a candidate's integer speaker is its string, as a turn's is (0 was taken for "no speaker"); a blank one names its line
+    numbered = tmp_path / "numbered.jsonl"
+    numbered.write_text(json.dumps({"turns": [{"speaker": 1, "text": "hi"}], "meta": {"candidates": [{"speaker": 0, "text": "yo"}]}}) + "\n")
+    assert [c.speaker for c in read_selection_file(numbered)[0].candidates] == ["0"]
+    numbered.write_text(json.dumps({"turns": [{"speaker": "A", "text": "hi"}], "meta": {"candidates": [{"speaker": " ", "text": "yo"}]}}) + "\n")
+    with pytest.raises(DialogueError, match=f"{numbered}:1: meta.candidates\\[0\\].speaker: expected a non-empty string"):
+        read_selection_file(numbered)
 
 
 def test_figure_paths_are_checked_before_any_work(trained_run, files, tmp_path):

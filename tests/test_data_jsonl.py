@@ -170,6 +170,22 @@ def test_writer_response_selection_items(tmp_path):
     assert d.turns == ctx.turns and d.meta == {"candidates": [{"speaker": "m", "text": "a"}, {"speaker": "m", "text": "b"}], "answer": 1}
 
 
+def test_items_labelled_per_candidate_keep_their_labels_through_jsonl(tmp_path):
+    """A tab-separated file's item (two right candidates, no single answer) is written with meta.relevance and read back
+    whole: its labels were lost before, the item read back as one with a hidden answer."""
+    from turnformer.data.selection_tsv import read_selection_tsv
+    from turnformer.tasks.response_selection import read_selection_file
+
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("1\thello there\thi !\n1\thello there\they\n0\thello there\tgo away\n")
+    write_jsonl(read_selection_tsv(tsv), tmp_path / "items.jsonl")
+    (item,) = read_selection_file(tmp_path / "items.jsonl")
+    assert item.gold() == (1, 1, 0) and item.relevance == (1, 1, 0) and item.answer is None
+    bad = write_lines(tmp_path / "bad.jsonl", conv(HI, meta={"candidates": [{"text": "a"}, {"text": "b"}], "relevance": [1, 2]}))
+    with pytest.raises(DialogueError, match=r"bad.jsonl:1: meta.relevance: expected one 0 or 1 per candidate \(2\)"):
+        read_selection_file(bad)
+
+
 # ----------------------------------------------------------------------------------- round trip
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30).filter(lambda s: s.strip())
 _json_scalar = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False) | _text

@@ -103,6 +103,12 @@ def check_recipe_keys(recipe: dict[str, Any], source: str) -> None:
     unknown = [k for k in recipe.get("data", {}) if k not in DATA_SETTINGS]
     if unknown:
         raise DialogueError(f"{source}: unknown setting data.{unknown[0]}; known: {', '.join(DATA_SETTINGS)}")
+    if "label_kind" in recipe and (not isinstance(recipe["label_kind"], str) or not recipe["label_kind"].strip()):
+        raise DialogueError(f"{source}: label_kind = {recipe['label_kind']!r}; expected a label kind such as \"emotion\" or \"act\"")
+    labels = recipe.get("labels")
+    if labels is not None and (not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x for x in labels)
+                               or len(set(labels)) != len(labels)):
+        raise DialogueError(f"{source}: labels = {labels!r}; expected a list of distinct label names, e.g. [\"joy\", \"anger\"]")
     settings = [(key, recipe[key], least) for key, least in WHOLE_SETTINGS.items() if key in recipe]
     settings += [(f"data.{key}", value, DATA_SETTINGS[key]) for key, value in recipe.get("data", {}).items()]
     for name, value, least in settings:

@@ -148,9 +148,12 @@ def item_to_dialogue(item: ResponseSelectionItem) -> Dialogue:
     """A response selection item as a plain dialogue for the generic JSONL format.
 
     The context turns are the dialogue; the candidates and the answer go into ``meta``
-    (``{"candidates": [{"speaker", "text"}...], "answer": 0-3 or null}``).
+    (``{"candidates": [{"speaker", "text"}...], "answer": 0-3 or null}``, and ``"relevance"``, one 0/1 per
+    candidate, for an item labelled per candidate: a tab-separated file's, with several or no right candidates).
     """
     meta = dict(item.context.meta)
     meta["candidates"] = [c.to_dict() for c in item.candidates]
     meta["answer"] = item.answer
+    if item.relevance is not None:
+        meta["relevance"] = list(item.relevance)
     return Dialogue(turns=item.context.turns, id=item.id if item.id is not None else item.context.id, meta=meta)

@@ -146,6 +146,13 @@ def read_split_files(recipe: dict, only: Sequence[str] = SPLITS,
     return splits
 
 
+def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -> None:
+    """Fail, naming the file, where no turn of a split carries a label of `kind`: nothing to learn or to score."""
+    if not any(kind in turn.labels for d in dialogues for turn in d.turns):
+        why = "nothing to learn" if split == "train" else f"the {split} split cannot be scored"
+        raise DialogueError(f"{path}: no turn carries a {kind!r} label: {why}")
+
+
 def load_erc_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS,
                   labels: Sequence[str] | None = None) -> tuple[dict[str, list[Dialogue]], list[str] | None]:
     """The splits of a recipe's dataset (all three, or those in ``only``), and its label set: fixed by the
@@ -159,10 +166,13 @@ def load_erc_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS,
         splits = {}
         if not labels and "train" in only:
             splits = read_split_files(recipe, ["train"])
+            require_labels(splits["train"], kind, recipe["train_file"], "train")
             labels = label_set_from_data(splits["train"], kind)
         # every other split is checked against the training labels as it is read: an error names its file and line
         rest = [split for split in only if split not in splits]
         splits.update(read_split_files(recipe, rest, {kind: labels} if labels else None))
+        for split in rest:  # a split without a label would be read, encoded and trained on before failing to score
+            require_labels(splits[split], kind, recipe[f"{split}_file"], split)
         return {split: splits[split] for split in only}, labels or None
     loaded = {split: load_split(recipe["dataset"], split, data_dir) for split in only}
     return {s: list(ds.dialogues) for s, ds in loaded.items()}, next(iter(loaded.values())).label_set(kind)
@@ -255,10 +265,27 @@ def checkpoint_paths(checkpoint) -> tuple[Path, dict]:
     for folder in (checkpoint, checkpoint.parent):
         if (folder / "run.json").exists():
             try:
-                return weights, json.loads((folder / "run.json").read_text())
-            except json.JSONDecodeError as e:
+                run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {e}") from None
+            if problem := _run_description_problem(run):
+                raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {problem}")
+            return weights, run
     raise DialogueError(f"{checkpoint}: not a turnformer run (no run.json here or one level up)")
+
+
+def _run_description_problem(run) -> str | None:
+    """What a run.json lacks that loading its model needs (None when nothing): its recipe (with the model id) and,
+    for a classifier, its labels."""
+    if not isinstance(run, dict) or not isinstance(run.get("recipe"), dict):
+        return "expected a JSON object with a 'recipe' object"
+    if not isinstance(run["recipe"].get("model"), str):
+        return "recipe.model: missing, or not a model id"
+    labels = run.get("labels")
+    if run["recipe"].get("task", "erc") in ("erc", "dialogue-act") and (
+            not isinstance(labels, list) or not labels or not all(isinstance(label, str) for label in labels)):
+        return f"labels: expected the model's list of label names, got {labels!r:.60}"
+    return None
 
 
 def load_trained(checkpoint):

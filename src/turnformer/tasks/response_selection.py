@@ -56,7 +56,8 @@ class EncodedItem:
 
 def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionItem:
     """The generic JSONL form of an item (its context as a conversation, ``meta.candidates`` a list of
-    {"speaker", "text"} and ``meta.answer`` an index or null) back to an item."""
+    {"speaker", "text"}, ``meta.answer`` an index or null and, optionally, ``meta.relevance`` one 0/1 per
+    candidate) back to an item."""
     where = where or f"dialogue {dialogue.id!r}"
     candidates = dialogue.meta.get("candidates")
     if not isinstance(candidates, list) or not candidates:
@@ -65,14 +66,27 @@ def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionIt
     for i, c in enumerate(candidates):
         if not isinstance(c, dict) or not isinstance(c.get("text"), str) or not c["text"].strip():
             raise DialogueError(f"{where}: meta.candidates[{i}]: expected {{\"speaker\": ..., \"text\": non-empty}}")
-        speaker = c.get("speaker") or next_speaker(dialogue)
-        turns.append(Turn(speaker=str(speaker), text=c["text"]))
+        speaker = c.get("speaker")
+        if speaker is None:
+            speaker = next_speaker(dialogue)
+        elif isinstance(speaker, int) and not isinstance(speaker, bool):  # an integer id, as in the turns (0 included)
+            speaker = str(speaker)
+        if not isinstance(speaker, str) or not speaker.strip():
+            raise DialogueError(f"{where}: meta.candidates[{i}].speaker: expected a non-empty string (or an integer id), "
+                                f"got {speaker!r}")
+        turns.append(Turn(speaker=speaker, text=c["text"]))
     answer = dialogue.meta.get("answer")
     if answer is not None and (not isinstance(answer, int) or isinstance(answer, bool)):
         raise DialogueError(f"{where}: meta.answer: expected a candidate index or null, got {answer!r}")
     if answer is not None and not 0 <= answer < len(turns):
         raise DialogueError(f"{where}: meta.answer = {answer}: out of range for {len(turns)} candidates (0..{len(turns) - 1})")
-    return ResponseSelectionItem(context=dialogue, candidates=turns, answer=answer, id=dialogue.id)
+    relevance = dialogue.meta.get("relevance")
+    if relevance is not None and (not isinstance(relevance, list) or len(relevance) != len(turns)
+                                  or any(type(r) is not int or r not in (0, 1) for r in relevance)):
+        raise DialogueError(f"{where}: meta.relevance: expected one 0 or 1 per candidate ({len(turns)}), got {relevance!r:.60}")
+    if relevance is not None and answer is not None and relevance[answer] != 1:
+        raise DialogueError(f"{where}: meta.answer = {answer}: that candidate is 0 in meta.relevance {relevance!r}")
+    return ResponseSelectionItem(context=dialogue, candidates=turns, answer=answer, id=dialogue.id, relevance=relevance)
 
 
 def load_selection_data(recipe: dict, data_dir=None) -> dict[str, list[ResponseSelectionItem]]:
@@ -107,7 +121,7 @@ def load_selection_data(recipe: dict, data_dir=None) -> dict[str, list[ResponseS
 def encode_items(items: Sequence[ResponseSelectionItem], tokenizer, max_turns: int) -> list[EncodedItem]:
     """Tokenise every turn once; keep the newest ``max_turns - 1`` context turns before each candidate."""
     texts = [t.text for item in items for t in (*item.context.turns, *item.candidates)]
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    ids = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
     out, k = [], 0
     for item in items:
         context_ids = ids[k : k + len(item.context)]
