@@ -96,6 +96,15 @@ def test_reader_errors_name_file_line_field(tmp_path, line, pattern):
     assert str(info.value).startswith(str(path))
 
 
+def test_null_labels_are_no_label_and_counted(tmp_path):
+    path = write_lines(tmp_path / "conv.jsonl", conv({**HI, "labels": {"emotion": None, "act": "inform"}},
+                                                     {"speaker": "B", "text": "Yo", "emotion": None}))
+    result = read_jsonl(path, label_sets={"emotion": ["joy"]})
+    assert [t.labels for t in result[0].turns] == [{"act": "inform"}, {}]
+    assert result.report.counts == {"null_label": 2}
+    assert any("conv.jsonl:1: turns[1].emotion: null" in m for m in result.report.messages)
+
+
 def test_integer_speaker_ids_are_read_as_strings_and_counted(tmp_path):
     path = write_lines(tmp_path / "conv.jsonl", conv({"speaker": 7, "text": "Hi"}, {"speaker": 0, "text": "Yo"}))
     (d,) = read_jsonl(path)

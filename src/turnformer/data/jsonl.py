@@ -8,7 +8,7 @@
 * ``turns`` (required): a non-empty list; each turn needs ``speaker`` (a non-empty string; an integer id is
   read as its string and counted, ``integer_speaker``) and ``text``
   (a string that is not blank), and may have ``labels`` (an object mapping a label kind to a label
-  string) and ``id`` (a string).
+  string; ``null`` is no label of that kind, counted as ``null_label``) and ``id`` (a string).
 * Convenience: a turn's top-level string fields ``emotion``, ``act`` and ``sentiment`` are read as
   labels of that kind (``{"speaker": "A", "text": "Hi", "emotion": "joy"}``). If ``labels`` names the
   same kind, the two must agree. The writer always writes ``labels``.
@@ -116,6 +116,9 @@ def parse_dialogue(
         elif isinstance(labels_raw, dict):
             labels = {}
             for kind, label in labels_raw.items():
+                if label is None:  # exports of partly labelled data write null for "no label"
+                    _count_null_label(report, where, f"{at}.labels.{kind}")
+                    continue
                 if not isinstance(label, str) or not label:
                     raise _err(where, f"{at}.labels.{kind}", f"expected a non-empty string label, got {label!r}")
                 labels[kind] = label
@@ -124,6 +127,9 @@ def parse_dialogue(
         for kind in CONVENIENCE_LABELS:
             if kind in t:
                 label = t[kind]
+                if label is None:
+                    _count_null_label(report, where, f"{at}.{kind}")
+                    continue
                 if not isinstance(label, str) or not label:
                     raise _err(where, f"{at}.{kind}", f"expected a non-empty string label, got {label!r}")
                 if kind in labels and labels[kind] != label:
@@ -143,6 +149,11 @@ def parse_dialogue(
         except DialogueError as e:  # what only the Turn checks (invalid Unicode): with the line and turn
             raise DialogueError(f"{where}: {at}.{e}") from None
     return Dialogue(turns=tuple(turns), id=dlg_id, meta=meta)
+
+
+def _count_null_label(report: LoadReport | None, where: str, field: str) -> None:
+    if report is not None:
+        report.add("null_label", f"{where}: {field}: null, read as no label of this kind")
 
 
 def read_jsonl(
