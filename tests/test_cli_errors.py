@@ -189,6 +189,12 @@ def test_splits_without_labels_are_refused_before_any_work(trained_run, tiny_bac
     assert result.exit_code == 2 and "--limit-dialogues 1: no turn carries a 'emotion' label" in result.output, result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(run)])
     assert result.exit_code == 0 and json.loads(result.stdout)["utterances"] == 6, result.output
+    # a training file with labels whose first conversation has none: --limit-train 1 leaves nothing to learn
+    result = runner.invoke(app, ["train", "--train-file", str(partly), "--validation-file", str(files["validation"]),
+                                 "--test-file", str(files["test"]), "--out", str(tmp_path / "y"), "--limit-train", "1",
+                                 *_tiny(tiny_backbone_dir)])
+    assert result.exit_code == 2 and "the first 1 train dialogues: no turn carries a 'emotion' label: nothing to learn" in result.output
+    assert not (tmp_path / "y").exists()
 
 
 def test_predict_outputs_and_inputs(trained_run, files, tmp_path):

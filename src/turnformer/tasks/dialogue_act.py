@@ -23,7 +23,7 @@ import torch
 
 from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, WindowBatch, build_lc_model
-from turnformer.tasks.erc import SPLITS, check_split, checkpoint_paths, load_erc_data
+from turnformer.tasks.erc import SPLITS, apply_limits, check_split, checkpoint_paths, load_erc_data
 from turnformer.tasks.metrics import accuracy
 
 DIALOGUE_ACT_MODELS = MODEL_IDS
@@ -121,8 +121,7 @@ def prepare_dialogue_act(recipe: dict, data_dir=None, limits: dict[str, int] | N
     "online": [...]}`` (for "train", only the recipe's setting)."""
     recipe = {**recipe, "label_kind": recipe.get("label_kind", "act")}
     splits, labels = load_erc_data(recipe, data_dir)
-    for split, n in (limits or {}).items():
-        splits[split] = splits[split][:n]
+    apply_limits(splits, limits, recipe["label_kind"])
     window, padding, online = _windows(recipe)
     model, tokenizer = build_lc_model(recipe["model"], recipe.get("model_config", {}), labels,
                                       recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained)

@@ -153,6 +153,14 @@ def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -
         raise DialogueError(f"{path}: no turn carries a {kind!r} label: {why}")
 
 
+def apply_limits(splits: dict[str, list[Dialogue]], limits: dict[str, int] | None, kind: str) -> None:
+    """Keep the first N dialogues of the splits named in ``limits``; refuse a cut that leaves a split without labels
+    before any training (a whole split with labels can still start with unlabelled conversations)."""
+    for split, n in (limits or {}).items():
+        splits[split] = splits[split][:n]
+        require_labels(splits[split], kind, f"the first {n} {split} dialogues", split)
+
+
 def load_erc_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS,
                   labels: Sequence[str] | None = None) -> tuple[dict[str, list[Dialogue]], list[str] | None]:
     """The splits of a recipe's dataset (all three, or those in ``only``), and its label set: fixed by the
@@ -216,8 +224,7 @@ def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = Non
     recorded in the run's description so no result is mistaken for a full one.
     """
     splits, labels = load_erc_data(recipe, data_dir)
-    for split, n in (limits or {}).items():
-        splits[split] = splits[split][:n]
+    apply_limits(splits, limits, recipe.get("label_kind", "emotion"))
     model, tokenizer = build_erc_model(recipe["model"], recipe["model_config"], labels, recipe["backbone"])
     kind = recipe.get("label_kind", "emotion")
     batch_size = int(recipe["train"].get("batch_size", 4))
