@@ -388,6 +388,8 @@ def main() -> None:
         record = collect(e.id, runs, allow_partial=True, extra=e.extra, max_epoch=e.max_epoch)
         if "window" in e.extra:  # a cell of the W x P grid: the paper's number for that cell, if it ran it
             record["paper"] = PAPER_ACT_GRID.get((e.dataset, e.model, e.extra["window"], e.extra["padding"]))
+        if e.extra.get("mem_len") == 0:  # DialogXL without memory (each utterance alone) is not the paper's model
+            record["paper"] = None
         if e.id.startswith("lr-"):
             sweep.setdefault(e.model, {}).setdefault(e.extra["lr"], {})[e.dataset] = record["extra"]["validation"][0]
             continue
