@@ -164,6 +164,11 @@ def test_corrupt_run_description_names_the_file(trained_run, files, tmp_path):
         for command in (["evaluate"], ["predict", "--input", str(files["test"])], ["generate", "--input", str(files["test"])]):
             result = runner.invoke(app, [*command, "--checkpoint", str(run)])
             assert result.exit_code == 2 and f"{run / 'run.json'}: corrupt run description: {message}" in result.output, result.output
+    # an entry the checks above do not cover: named, not a bare "'backbone'"
+    description = json.loads((trained_run / "run.json").read_text())
+    run = _copy_run(trained_run, tmp_path / "no-backbone", recipe={k: v for k, v in description["recipe"].items() if k != "backbone"})
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(run)])
+    assert result.exit_code == 2 and "missing entry 'backbone' in the recipe or run description" in result.output, result.output
 
 
 def test_splits_without_labels_are_refused_before_any_work(trained_run, tiny_backbone_dir, files, tmp_path):

@@ -36,6 +36,14 @@ USER_ERRORS = (DialogueError, ValueError, OSError, KeyError, CheckpointError)
 DataDir = typer.Option(None, "--data-dir", help="Benchmark folder (default: $TURNFORMER_DATA, else ~/.cache/turnformer/data).")
 
 
+def describe(error: Exception) -> str:
+    """A user error as one line. A KeyError is a recipe's or run description's missing entry (str() would give only
+    the quoted key)."""
+    if isinstance(error, KeyError):
+        return f"missing entry {error.args[0]!r} in the recipe or run description" if error.args else "missing entry"
+    return str(error)
+
+
 def fail(message: str, code: int = 2) -> None:
     err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
@@ -124,7 +132,7 @@ def plot_masks_command(
             tok = load_tokenizer(tokenizer)
         view = mask_view(chosen, [k for k in kinds.split(",") if k.strip()], window=window, level=level, tokenizer=tok, query_utterance=query_utterance)
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(describe(e))
     if out is not None:
         err.print(f"wrote {plot_masks(view, out, title=f'dialogue {chosen.id or dialogue or 0}')}")
     if as_json:
@@ -171,7 +179,7 @@ def plot_attention_command(
             model, tokenizer = build_erc_model("dialogxl", config, ["untrained"], backbone)
         view = attention_view(model, tokenizer, chosen, len(chosen) - 1 if utterance is None else utterance)
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(describe(e))
     if out is not None:
         err.print(f"wrote {plot_attention(view, out)}")
     if as_json:
@@ -201,7 +209,7 @@ def plot_act_attention_command(
                 raise DialogueError(f"--checkpoint {path}: a run for {task}; this plot needs a dialogue-act attention model")
             panels.append((run["recipe"]["model"], utterance_attention(model, tokenizer, chosen, start, length)))
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(describe(e))
     shown = chosen.turns[start : start + panels[0][1].shape[0]]
     labels = [f"{start + i} {t.speaker}: {t.text[:28]}" for i, t in enumerate(shown)]
     plot_utterance_attention(panels, labels, out, title=f"dialogue {chosen.id}, utterances {start}..{start + len(shown) - 1}")
@@ -230,7 +238,7 @@ def demo(
         recipe = load_recipe(find_recipe("erc", "dialogxl", dataset), [f"train.epochs={epochs}"])
         splits, labels = load_erc_data(recipe, data_dir)
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(describe(e))
     sample = next((d for d in splits["test"] if 5 <= len(d) <= 8 and len(set(d.speakers)) >= 2), splits["test"][0])
 
     # DialogXL's four head types, structure on memory keys only (the current utterance always visible).
@@ -382,7 +390,7 @@ def train(
                       f"({'; '.join(changed)}); its result mixes the two trainings", highlight=False)
         result = trainer(loaded, out, seed, data_dir, resume, time_budget, limits or None)
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(describe(e))
     summary = {
         "best_epoch": result.best_epoch, "validation_at_best": result.best_validation and result.best_validation.get("primary"),
         "test_at_best": result.test_at_best and result.test_at_best.get("primary"), "train_seconds": result.train_seconds,
@@ -459,7 +467,7 @@ def evaluate(
         if limit_dialogues is not None:  # the whole split has labels (load_erc_data): its first N conversations may not
             require_labels(scored, recipe.get("label_kind", "emotion"), f"--limit-dialogues {limit_dialogues}", split)
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(describe(e))
     metrics = evaluate_erc(model, batches, labels, recipe["dataset"])
     if confusion is not None:
         gold, pred = predict_all(model, batches)
@@ -502,7 +510,7 @@ def predict(
         if online and task != "dialogue-act":
             raise DialogueError(f"--online is for dialogue-act models; {checkpoint} is a model for {task} (streaming: DialogXLSession)")
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(describe(e))
     labels = run["labels"]
     if task == "dialogue-act":
         from turnformer.tasks.dialogue_act import predict_dialogues
@@ -579,7 +587,7 @@ def generate(
         bot = ResponseGenerator.from_checkpoint(checkpoint, beam)
         dialogues = load_input(input, data_dir) if input is not None else None
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(describe(e))
     if dialogues is None:
         return chat(bot)
     replies = bot.respond_all(dialogues, [speaker] * len(dialogues))
