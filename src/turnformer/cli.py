@@ -428,8 +428,8 @@ def evaluate(
 ) -> None:
     """Score a trained model on a split of its recipe's dataset."""
     from turnformer.plots import figure_path
-    from turnformer.tasks.erc import (check_split, encode_conversations, evaluate as evaluate_erc, load_erc_data, make_batches,
-                                      require_labels)
+    from turnformer.tasks.erc import (apply_limits, check_split, encode_conversations, evaluate as evaluate_erc, load_erc_data,
+                                      make_batches)
     from turnformer.tasks.metrics import confusion_matrix_plot
     from turnformer.training import predict_all
 
@@ -460,12 +460,12 @@ def evaluate(
             return
         recipe, labels = run["recipe"], run["labels"]
         check_split(split)
+        kind = recipe.get("label_kind", "emotion")
         splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=labels)
-        scored = splits[split][:limit_dialogues]
-        encoded, _ = encode_conversations(scored, tokenizer, recipe.get("label_kind", "emotion"), labels, model.config.max_utterance_tokens)
+        apply_limits(splits, {split: limit_dialogues} if limit_dialogues else None, kind, "--limit-dialogues")
+        scored = splits[split]
+        encoded, _ = encode_conversations(scored, tokenizer, kind, labels, model.config.max_utterance_tokens)
         batches = make_batches(encoded, 8, tokenizer.pad_token_id)
-        if limit_dialogues is not None:  # the whole split has labels (load_erc_data): its first N conversations may not
-            require_labels(scored, recipe.get("label_kind", "emotion"), f"--limit-dialogues {limit_dialogues}", split)
     except USER_ERRORS as e:
         fail(describe(e))
     metrics = evaluate_erc(model, batches, labels, recipe["dataset"])

@@ -185,7 +185,8 @@ def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, da
     check_split(split)
     splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=run["labels"])
     window, padding, _ = _windows(recipe)
-    scored = splits[split][:limit]
+    apply_limits(splits, {split: limit} if limit else None, recipe["label_kind"], "--limit-dialogues")
+    scored = splits[split]
     ids, ys, _ = encode_dialogues(scored, tokenizer, run["labels"], model.config.max_utterance_tokens, recipe["label_kind"])
     settings = ("offline", "online") if padding > 0 else ("offline",)
     accuracy = {f"{s}_accuracy": evaluate(model, make_batches(ids, ys, window, padding, 32, tokenizer.pad_token_id, online=s == "online"))

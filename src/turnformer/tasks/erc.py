@@ -153,12 +153,13 @@ def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -
         raise DialogueError(f"{path}: no turn carries a {kind!r} label: {why}")
 
 
-def apply_limits(splits: dict[str, list[Dialogue]], limits: dict[str, int] | None, kind: str) -> None:
+def apply_limits(splits: dict[str, list[Dialogue]], limits: dict[str, int] | None, kind: str, option: str | None = None) -> None:
     """Keep the first N dialogues of the splits named in ``limits``; refuse a cut that leaves a split without labels
-    before any training (a whole split with labels can still start with unlabelled conversations)."""
+    before any work (a whole split with labels can still start with unlabelled conversations). The error names
+    ``option`` (e.g. ``--limit-dialogues``) where one option set the limit."""
     for split, n in (limits or {}).items():
         splits[split] = splits[split][:n]
-        require_labels(splits[split], kind, f"the first {n} {split} dialogues", split)
+        require_labels(splits[split], kind, f"{option} {n}" if option else f"the first {n} {split} dialogues", split)
 
 
 def load_erc_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS,
@@ -223,10 +224,10 @@ def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = Non
     ``limits`` keeps the first N dialogues of the named splits (quick runs, the demo, tests); it is
     recorded in the run's description so no result is mistaken for a full one.
     """
-    splits, labels = load_erc_data(recipe, data_dir)
-    apply_limits(splits, limits, recipe.get("label_kind", "emotion"))
-    model, tokenizer = build_erc_model(recipe["model"], recipe["model_config"], labels, recipe["backbone"])
     kind = recipe.get("label_kind", "emotion")
+    splits, labels = load_erc_data(recipe, data_dir)
+    apply_limits(splits, limits, kind)
+    model, tokenizer = build_erc_model(recipe["model"], recipe["model_config"], labels, recipe["backbone"])
     batch_size = int(recipe["train"].get("batch_size", 4))
     batches, reports = {}, {}
     for split, dialogues in splits.items():
