@@ -49,6 +49,9 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   sweep at that size (0..5, 10 context turns, the first seed).
 - ``figure4``: DialogXL on SwDA acts, memory length 100..1000, on a documented subset of the
   training conversations (``--swda-train``, whole validation and test sets), one seed.
+- ``figure4-cpu``: the same sweep at what the 2-core CPU trains (``FIGURE4_CPU``: memory 100, 400, 700 and 1000, the
+  first 30 training conversations and the first 8 of validation and test, 3 epochs, one conversation a batch), with
+  the memory-bias variant (recipes/erc-swda-dialogxl-memory-bias.toml), one seed.
 
 A run whose folder already holds result.json is not run again, and an interrupted one continues
 (``--resume``), so the command can be repeated until everything is done. ``--deadline`` gives every
@@ -79,6 +82,8 @@ from turnformer.results import RESULTS_DIR, make_result, write_result  # noqa: E
 LEARNING_RATES = ("2e-5", "5e-5", "1e-4")
 ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no-global")
 MEMORY_LENGTHS = tuple(range(100, 1001, 100))
+# figure4-cpu: what the 2-core CPU trains in about 100 minutes, two runs at a time
+FIGURE4_CPU = {"memory_lengths": (100, 400, 700, 1000), "train": 30, "eval": 8, "epochs": 3}
 PREDICTED_PER_BATCH = 320  # the dialogue-act recipes' batch: sub-dialogues per batch x window
 GRID_EPOCHS = 3  # of every W x P cell
 ACT_BATCHES = (80, 160)  # predicted utterances per batch in the act-batch plan (sub-dialogues x W)
@@ -148,6 +153,14 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
             Experiment(f"erc-swda-dialogxl-mem{m}", "dialogxl", "swda", seeds[:1], (f"model_config.mem_len={m}", "train.batch_size=2"),
                        limit_train=swda_train, extra={"mem_len": m})
             for m in MEMORY_LENGTHS
+        ]
+    if name == "figure4-cpu":  # the memory-bias variant (the DialogXL that learns on this backbone), a smaller subset
+        # one conversation a batch: ~170 utterances a step, and 30 steps an epoch rather than 8
+        return [
+            Experiment(f"erc-swda-first{FIGURE4_CPU['train']}-dialogxl-memory-bias-mem{m}", "dialogxl-memory-bias", "swda", seeds[:1],
+                       (f"model_config.mem_len={m}", "train.batch_size=1", f"train.epochs={FIGURE4_CPU['epochs']}"),
+                       limit_train=FIGURE4_CPU["train"], limit_eval=FIGURE4_CPU["eval"], extra={"mem_len": m})
+            for m in sorted(FIGURE4_CPU["memory_lengths"], reverse=True)  # the longest first: the pool ends evenly
         ]
     if name == "acts":  # the LC Attention paper's Tables 4 and 6: every model on SwDA and DailyDialog acts
         # DailyDialog: the recipes' 5 epochs (about 40 minutes a run on one CPU thread); SwDA: 3, what fits the 2-core
@@ -224,7 +237,7 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                            ("model_config.frozen_layers=4", "model_config.max_length=128", "train.epochs=2"), limit_train=1500,
                            task="response-selection", extra={"frozen_layers": 4, "max_length": 128, "train_items": 1500})
                 for model in ("plain-encoder", "mdfn")]
-    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, erc-longer, memory-bias, positions, table3, table4, figure4, acts, act-grid, act-batch, selection, selection-head-lr, selection-cpu, generation, generation-cpu")
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, erc-longer, memory-bias, positions, table3, table4, figure4, figure4-cpu, acts, act-grid, act-batch, selection, selection-head-lr, selection-cpu, generation, generation-cpu")
 
 
 # The LC Attention paper's Tables 5 (SwDA) and 6 (DailyDialog): accuracy per (dataset, model, W, P). A grid cell

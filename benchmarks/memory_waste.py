@@ -3,6 +3,7 @@ from token counts alone (no network is run).
 
     python benchmarks/memory_waste.py [--dataset meld] [--split train] [--data-dir DIR]
                                       [--segment-len 64] [--mem-len 400] [--batch-size 4]
+    python benchmarks/memory_waste.py --dataset swda --mem-lens 100,200,300,400,500,600,700,800,900,1000
 
 The DialogXL paper says that over 60% of XLNet's memory holds padding on ERC data. This script
 counts, for every step whose memory is non-empty, the share of memory slots ([batch, memory
@@ -122,6 +123,8 @@ def main() -> None:
     parser.add_argument("--segment-len", type=int, default=64)
     parser.add_argument("--mem-len", type=int, default=400, help="segment recurrence memory length")
     parser.add_argument("--utterance-mem-len", type=int, default=400, help="DialogXL memory length")
+    parser.add_argument("--mem-lens", default=None, help="A sweep, e.g. 100,200,...,1000: both memories at each length, "
+                        "written to memory-waste-DATASET-memN.json (DialogXL's Figure 4)")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--max-utterance-tokens", type=int, default=128)
     parser.add_argument("--max-length", type=int, default=512, help="ConcatContext sequence length")
@@ -132,31 +135,41 @@ def main() -> None:
     start = time.perf_counter()
     dialogues = list(load_split(args.dataset, split, args.data_dir).dialogues)
     tokenizer = load_tokenizer(BACKBONE)
-    cls_id, sep_id, pad_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
     conversations = tokenize(dialogues, tokenizer, args.max_utterance_tokens)
+    if args.mem_lens:  # the sweep of DialogXL's Figure 4: both memories at each length, one file each
+        for mem_len in (int(m) for m in args.mem_lens.split(",")):
+            measure(conversations, tokenizer, args, split, mem_len, mem_len, f"memory-waste-{args.dataset}-mem{mem_len}",
+                    time.perf_counter())
+    else:
+        measure(conversations, tokenizer, args, split, args.mem_len, args.utterance_mem_len, f"memory-waste-{args.dataset}", start)
+
+
+def measure(conversations, tokenizer, args, split: str, mem_len: int, utterance_mem_len: int, experiment: str,
+            start: float) -> None:
+    cls_id, sep_id, pad_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
     batched = batches_like_training(conversations, args.batch_size)
     single = batches_like_training(conversations, 1)
 
     pct = lambda x: 100.0 * x  # noqa: E731
-    segment = segment_recurrence_waste_counts(batched, args.segment_len, args.mem_len, cls_id, sep_id, pad_id)
-    segment1 = segment_recurrence_waste_counts(single, args.segment_len, args.mem_len, cls_id, sep_id, pad_id)
-    utterance = utterance_recurrence_waste_counts(batched, args.utterance_mem_len, cls_id, sep_id)
-    utterance1 = utterance_recurrence_waste_counts(single, args.utterance_mem_len, cls_id, sep_id)
-    xlnet_steps = utterance_segment_waste_counts(batched, args.mem_len)
+    segment = segment_recurrence_waste_counts(batched, args.segment_len, mem_len, cls_id, sep_id, pad_id)
+    segment1 = segment_recurrence_waste_counts(single, args.segment_len, mem_len, cls_id, sep_id, pad_id)
+    utterance = utterance_recurrence_waste_counts(batched, utterance_mem_len, cls_id, sep_id)
+    utterance1 = utterance_recurrence_waste_counts(single, utterance_mem_len, cls_id, sep_id)
+    xlnet_steps = utterance_segment_waste_counts(batched, mem_len)
     in_order = batches_in_data_order(conversations, args.batch_size)
     data_order = {
-        "segment_recurrence_percent": pct(segment_recurrence_waste_counts(in_order, args.segment_len, args.mem_len, cls_id, sep_id, pad_id).rate),
-        "utterance_recurrence_percent": pct(utterance_recurrence_waste_counts(in_order, args.utterance_mem_len, cls_id, sep_id).rate),
-        "xlnet_utterance_segments_percent": pct(utterance_segment_waste_counts(in_order, args.mem_len).rate),
+        "segment_recurrence_percent": pct(segment_recurrence_waste_counts(in_order, args.segment_len, mem_len, cls_id, sep_id, pad_id).rate),
+        "utterance_recurrence_percent": pct(utterance_recurrence_waste_counts(in_order, utterance_mem_len, cls_id, sep_id).rate),
+        "xlnet_utterance_segments_percent": pct(utterance_segment_waste_counts(in_order, mem_len).rate),
     }
     concat = concat_truncation(conversations, args.max_length, cls_id, sep_id, pad_id)
     seconds = time.perf_counter() - start
 
     stream_lengths = [sum(len(strip_special(ids, cls_id, sep_id, pad_id)) + 1 for ids in c) for c in conversations]
     record = make_result(
-        f"memory-waste-{args.dataset}", task="erc", dataset=args.dataset, split=split, model="segment-recurrence",
+        experiment, task="erc", dataset=args.dataset, split=split, model="segment-recurrence",
         metric="memory_waste_rate_percent", scores=[pct(segment.rate)], seeds=[0], backbone=BACKBONE, paper=60.0,
-        config={"segment_len": args.segment_len, "mem_len": args.mem_len, "utterance_mem_len": args.utterance_mem_len,
+        config={"segment_len": args.segment_len, "mem_len": mem_len, "utterance_mem_len": utterance_mem_len,
                 "batch_size": args.batch_size, "max_utterance_tokens": args.max_utterance_tokens,
                 "max_length": args.max_length},
         extra={
@@ -167,7 +180,7 @@ def main() -> None:
             "utterance_recurrence_slot_percent": pct(utterance.slot_rate),
             "xlnet_utterance_segments_percent": pct(xlnet_steps.rate),
             "xlnet_utterance_segments_slot_percent": pct(xlnet_steps.slot_rate),
-            "segment_len": args.segment_len, "mem_len": args.mem_len, "utterance_mem_len": args.utterance_mem_len,
+            "segment_len": args.segment_len, "mem_len": mem_len, "utterance_mem_len": utterance_mem_len,
             "batch_size": args.batch_size,
             "definition": "per step with a non-empty memory: padding slots / all slots of the [batch, memory] tensor "
                           "the step reads; *_percent = mean over steps, *_slot_percent = pooled over steps",
@@ -183,7 +196,7 @@ def main() -> None:
     )
     path = write_result(record, args.results_dir)
     print(
-        f"{args.dataset} {split}: segment recurrence {pct(segment.rate):.1f}% (batch {args.batch_size}), "
+        f"{args.dataset} {split}, memory {mem_len}: segment recurrence {pct(segment.rate):.1f}% (batch {args.batch_size}), "
         f"{pct(segment1.rate):.1f}% (batch 1); utterance recurrence {pct(utterance.rate):.1f}% (batch {args.batch_size}), "
         f"{pct(utterance1.rate):.1f}% (batch 1); XLNet memory over utterance steps {pct(xlnet_steps.rate):.1f}%; "
         f"{seconds:.1f} s -> {path}"

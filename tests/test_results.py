@@ -65,6 +65,38 @@ def test_phaed_memory_sweep_is_read_per_suffix_and_plotted(tmp_path):
         bench.load_sweep("-cpu", tmp_path)
 
 
+def test_dialogxl_memory_sweep_is_read_per_prefix_with_its_waste_rates_and_plotted(tmp_path):
+    bench = load_benchmark_script("dialogxl_memory_plot")
+    for experiment, f1 in (("erc-swda-first30-dialogxl-memory-bias-mem100", 40.0), ("erc-swda-first30-dialogxl-memory-bias-mem1000", 44.0),
+                           ("erc-swda-first30-dialogxl-memory-bias-mem100-extra-mem200", 1.0), ("erc-swda-dialogxl-mem100", 2.0)):
+        write_result(make_result(experiment, task="erc", dataset="swda", split="test", model="dialogxl-memory-bias",
+                                 metric="weighted_f1", scores=[f1], seeds=[1], extra={"accuracy": [f1 + 10]}), tmp_path)
+    for length, segment in ((100, 11.6), (1000, 4.3)):
+        write_result(make_result(f"memory-waste-swda-mem{length}", task="erc", dataset="swda", split="test",
+                                 model="segment-recurrence", metric="memory_waste_rate_percent", scores=[segment], seeds=[0],
+                                 config={"batch_size": 4}, extra={"xlnet_utterance_segments_percent": 45.0,
+                                                                  "utterance_recurrence_percent_batch4": length / 100}), tmp_path)
+    sweep = bench.load_sweep("first30-dialogxl-memory-bias", results_dir=tmp_path)
+    assert sweep == {100: {"weighted_f1": 40.0, "accuracy": 50.0}, 1000: {"weighted_f1": 44.0, "accuracy": 54.0}}
+    assert list(bench.load_sweep("dialogxl", results_dir=tmp_path)) == [100]   # the other sweep's files are not mixed in
+    waste = bench.load_waste(results_dir=tmp_path)
+    assert waste[1000] == {"segment recurrence": 4.3, "XLNet memory, one utterance a step": 45.0,
+                           "utterance recurrence (DialogXL)": 10.0}
+    out = tmp_path / "figure.png"
+    bench.plot(sweep, waste, out, "test")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit, match="no results file"):
+        bench.load_sweep("absent", results_dir=tmp_path)
+
+
+def test_figure4_cpu_sweeps_the_memory_bias_variant_on_a_subset_one_conversation_a_batch():
+    runs = load_benchmark_script("erc_experiments").plan("figure4-cpu", (1, 2), (1,), 120)
+    assert [r.extra["mem_len"] for r in runs] == [1000, 700, 400, 100]
+    for run in runs:
+        assert run.model == "dialogxl-memory-bias" and run.seeds == (1,) and (run.limit_train, run.limit_eval) == (30, 8)
+        assert f"model_config.mem_len={run.extra['mem_len']}" in run.overrides and "train.batch_size=1" in run.overrides
+
+
 def test_act_grid_cells_keep_their_recipes_predicted_utterances_per_batch():
     """A W x P cell differs from its recipe in the windowing only: W x sub-dialogues per batch stays the recipe's, so
     that a cell of W = 1 does not take five times the updates of one of W = 5."""
