@@ -242,6 +242,7 @@ def test_swda_pipes_in_text_and_blank_lines(tmp_path):
     [
         (b"A|no tag", r"2001\.txt:2: expected Speaker\|Text\|tag"),
         (b"A||sd", r"2001\.txt:2: empty text"),
+        ("A|\u200b|sd".encode(), r"2001\.txt:2: empty text"),
         (b"|Hello|sd", r"2001\.txt:2: missing speaker"),
         (b"A|Hello|zz", r"2001\.txt:2: unknown label 'zz'; allowed: sd, b, sv"),
         (b"A|H\xff\xfeello|sd", r"2001\.txt:2: undecodable bytes b'\\xff' at column 4"),

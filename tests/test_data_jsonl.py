@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turnformer.data import LoadReport, read_jsonl, write_jsonl
-from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank
 
 
 def write_lines(path: Path, *lines: str | bytes) -> Path:
@@ -76,6 +76,9 @@ def test_blank_lines_and_unknown_fields_are_counted(tmp_path):
         (conv(HI, HI, {"text": "no speaker"}), r"conv\.jsonl:2: turns\[2\]\.speaker: missing speaker"),
         (conv(HI, {"speaker": "  ", "text": "x"}), r"conv\.jsonl:2: turns\[1\]\.speaker: missing speaker"),
         (conv(HI, {"speaker": "B", "text": " \n "}), r"conv\.jsonl:2: turns\[1\]\.text: empty text"),
+        # only zero-width and byte-order-mark characters: nothing a tokenizer keeps
+        (conv(HI, {"speaker": "B", "text": "\u200b\ufeff\u200d"}), r"conv\.jsonl:2: turns\[1\]\.text: empty text"),
+        (conv(HI, {"speaker": "\u200b", "text": "x"}), r"conv\.jsonl:2: turns\[1\]\.speaker: missing speaker"),
         (conv(HI, {"speaker": "B"}), r"conv\.jsonl:2: turns\[1\]\.text: missing text"),
         (conv(HI, {"speaker": "B", "text": 3}), r"conv\.jsonl:2: turns\[1\]\.text: expected a string"),
         (json.dumps({"turns": []}), r"conv\.jsonl:2: turns: a conversation needs at least one turn"),
@@ -94,6 +97,16 @@ def test_reader_errors_name_file_line_field(tmp_path, line, pattern):
     with pytest.raises(DialogueError, match=pattern) as info:
         read_jsonl(path)
     assert str(info.value).startswith(str(path))
+
+
+def test_a_turn_of_invisible_characters_only_is_an_empty_utterance():
+    """Zero-width spaces and joiners, byte-order marks and controls: the tokenizer keeps nothing of them."""
+    for text in ("\u200b", " \ufeff\u2060 ", "\x00\u200c"):
+        with pytest.raises(DialogueError, match="empty utterance"):
+            Turn("A", text)
+    with pytest.raises(DialogueError, match="missing or empty speaker"):
+        Turn("\u200b", "hi")
+    assert Turn("A", "\u200bhi").text == "\u200bhi" and Turn("A", "\u00e9").text == "\u00e9"   # visible characters stay
 
 
 def test_null_labels_are_no_label_and_counted(tmp_path):
@@ -196,7 +209,7 @@ def test_items_labelled_per_candidate_keep_their_labels_through_jsonl(tmp_path):
 
 
 # ----------------------------------------------------------------------------------- round trip
-_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30).filter(lambda s: s.strip())
+_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30).filter(lambda s: not is_blank(s))
 _json_scalar = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False, allow_infinity=False) | _text
 _json = st.recursive(_json_scalar, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
 _turn = st.builds(

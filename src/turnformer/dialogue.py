@@ -8,12 +8,19 @@ Every check raises `DialogueError`, whose message names where the bad value came
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 
 class DialogueError(ValueError):
     """Invalid conversation data; the message names the file, line or field at fault."""
+
+
+def is_blank(text: str) -> bool:
+    """No visible character: only whitespace, control or format characters (zero-width spaces, byte-order marks),
+    which the tokenizers drop, leaving an empty utterance."""
+    return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text)
 
 
 def _where(source: str | None, field_name: str) -> str:
@@ -33,12 +40,12 @@ class Turn:
         self.validate()
 
     def validate(self, source: str | None = None) -> None:
-        if not isinstance(self.speaker, str) or not self.speaker.strip():
+        if not isinstance(self.speaker, str) or is_blank(self.speaker):
             raise DialogueError(f"{_where(source, 'speaker')}: missing or empty speaker ({self.speaker!r})")
         if not isinstance(self.text, str):
             raise DialogueError(f"{_where(source, 'text')}: text must be a string, got {type(self.text).__name__}")
-        if not self.text.strip():
-            raise DialogueError(f"{_where(source, 'text')}: empty utterance")
+        if is_blank(self.text):
+            raise DialogueError(f"{_where(source, 'text')}: empty utterance ({self.text!r})")
         if not self.text.isascii():  # a lone surrogate (from a JSON escape) would break the tokenizer much later
             try:
                 self.text.encode("utf-8")

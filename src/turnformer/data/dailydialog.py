@@ -34,7 +34,7 @@ from pathlib import Path
 
 from turnformer.data._io import display, iter_lines
 from turnformer.data.report import DatasetSplit, LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, Turn
+from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank
 
 NAME = "dailydialog"
 SPLITS = ("train", "validation", "test")
@@ -137,7 +137,7 @@ def load(root: Path, split: str) -> DatasetSplit:
             )
         turns = []
         for j, (utt, e, a) in enumerate(zip(segments, emo, act)):
-            if not utt:
+            if is_blank(utt):
                 raise DialogueError(f"{text_path}:{lineno}: utterance {j + 1}: empty text (two __eou__ in a row?)")
             turns.append(Turn(speaker=SPEAKERS[j % 2], text=utt, labels={"emotion": e, "act": a}))
         dialogues.append(Dialogue(turns=tuple(turns), id=f"{split}_{len(dialogues)}", meta={"line": lineno}))

@@ -22,7 +22,7 @@ from typing import Any
 
 from turnformer.data._io import display, load_json
 from turnformer.data.report import DatasetSplit, LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, Turn
+from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank
 
 NAME = "emorynlp"
 FILE_SPLITS = {"train": "train", "validation": "dev", "test": "test"}
@@ -74,7 +74,7 @@ def read_file(path: Path, report: LoadReport, split: str, base: Path | None = No
             key, text = _field(utt, "text", "transcript")
             if key is None:
                 raise DialogueError(f"{path}: {at}.text: missing text")
-            if not isinstance(text, str) or not text.strip():
+            if not isinstance(text, str) or is_blank(text):
                 raise DialogueError(f"{path}: {at}.{key}: empty text ({text!r})")
             key, speaker = _field(utt, "speaker", "speakers")
             if isinstance(speaker, list):

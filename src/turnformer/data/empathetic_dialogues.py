@@ -36,7 +36,7 @@ from pathlib import Path
 
 from turnformer.data._io import display, iter_lines
 from turnformer.data.report import DatasetSplit, LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, Turn
+from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank
 
 NAME = "empathetic-dialogues"
 FOLDER = "empatheticdialogues"
@@ -102,7 +102,7 @@ def read_csv(path: Path, report: LoadReport, base: Path | None = None) -> list[D
         if emotion not in EMOTIONS:
             raise DialogueError(f"{path}:{lineno}: context: unknown emotion {emotion!r}; allowed: {', '.join(EMOTIONS)}")
         text = unescape(utterance).strip()
-        if not text:
+        if is_blank(text):
             raise DialogueError(f"{path}:{lineno}: utterance: empty text")
         situation = unescape(prompt).strip()
         turn = Turn(speaker=speaker, text=text, id=f"{conv_id}_utt:{idx}")

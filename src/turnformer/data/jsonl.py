@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping
 
 from turnformer.data._io import check_output_file, iter_lines
 from turnformer.data.report import LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank
 
 CONVENIENCE_LABELS = ("emotion", "act", "sentiment")
 TURN_KEYS = frozenset({"speaker", "text", "labels", "id", *CONVENIENCE_LABELS})
@@ -101,15 +101,15 @@ def parse_dialogue(
             speaker = str(speaker)
         if not isinstance(speaker, str):
             raise _err(where, f"{at}.speaker", f"expected a non-empty string (or an integer id), got {speaker!r}")
-        if not speaker.strip():
+        if is_blank(speaker):
             raise _err(where, f"{at}.speaker", f"missing speaker (blank: {speaker!r})")
         if "text" not in t:
             raise _err(where, f"{at}.text", "missing text")
         text = t["text"]
         if not isinstance(text, str):
             raise _err(where, f"{at}.text", f"expected a string, got {type(text).__name__}")
-        if not text.strip():
-            raise _err(where, f"{at}.text", "empty text")
+        if is_blank(text):
+            raise _err(where, f"{at}.text", f"empty text ({text!r})")
         labels_raw = t.get("labels")
         if labels_raw is None:
             labels: dict[str, str] = {}

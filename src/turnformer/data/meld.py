@@ -32,7 +32,7 @@ from pathlib import Path
 
 from turnformer.data._io import decode_utf8, display, read_bytes
 from turnformer.data.report import DatasetSplit, LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, Turn
+from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank
 
 NAME = "meld"
 FILE_SPLITS = {"train": "train", "validation": "dev", "test": "test"}
@@ -108,7 +108,7 @@ def read_csv(path: Path, report: LoadReport, base: Path | None = None) -> list[D
         if fixed is not None:
             report.add("mojibake_repaired", f"{shown}:{line}: Utterance: {utterance!r} decoded back to {fixed!r}")
             utterance = fixed
-        if not utterance.strip():
+        if is_blank(utterance):
             raise DialogueError(f"{path}:{line}: Utterance: empty text")
         speaker = row[col["Speaker"]].strip()
         if not speaker:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from turnformer.data._io import display, load_json
 from turnformer.data.report import DataNotFoundError, DatasetSplit, LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank
 
 NAMES = {"mutual": "mutual", "mutual-plus": "mutual_plus"}  # dataset name -> subfolder of mutual/
 FILE_SPLITS = {"train": "train", "validation": "dev", "test": "test"}
@@ -72,7 +72,7 @@ def split_turns(text: str, path: Path, field: str, report: LoadReport | None = N
     for k, m in enumerate(matches):
         end = matches[k + 1].start() if k + 1 < len(matches) else len(text)
         body = text[m.end() : end].strip()
-        if not body:
+        if is_blank(body):
             raise DialogueError(f"{path}: {field}: turn {k + 1} ({m.group(0)!r}): empty text")
         marker, spaced = m.group(1), m.group(2)
         speaker = _speaker(marker)

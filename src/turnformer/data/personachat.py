@@ -39,7 +39,7 @@ from pathlib import Path
 
 from turnformer.data._io import display, iter_lines
 from turnformer.data.report import DatasetSplit, LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, Turn
+from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank
 
 NAME = "personachat"
 FILE_SPLITS = {"train": "train", "validation": "valid", "test": "test"}
@@ -125,7 +125,7 @@ def read_file(path: Path, split: str, report: LoadReport, base: Path | None = No
                 if response == SILENCE or current.utterance_lines:
                     raise DialogueError(f"{path}:{lineno}: {SILENCE} is only expected as a dialogue's first utterance")
                 report.add("silence_dropped", f"{shown}:{lineno}: {SILENCE}: the self speaker starts; placeholder turn dropped")
-            elif not utterance:
+            elif is_blank(utterance):
                 raise DialogueError(f"{path}:{lineno}: empty utterance (the text before the first tab)")
             else:
                 current.turns.append(Turn(speaker=PARTNER, text=utterance))

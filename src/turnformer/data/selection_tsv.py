@@ -21,7 +21,7 @@ from pathlib import Path
 
 from turnformer.data._io import iter_lines
 from turnformer.data.report import LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank
 
 SPEAKERS = ("A", "B")
 _MARKERS = re.compile(r"\s*__eo[ut]__\s*")
@@ -61,7 +61,7 @@ def read_selection_tsv(path: str | Path, report: LoadReport | None = None) -> li
                                 f"separated by tabs; found {len(utterances)} text column(s)")
         texts = [_clean(u, f"{where}: column {i + 2}", report) for i, u in enumerate(utterances)]
         for i, text in enumerate(texts):
-            if not text:
+            if is_blank(text):
                 raise DialogueError(f"{where}: column {i + 2}: empty utterance")
         context = tuple(Turn(speaker=SPEAKERS[i % 2], text=t) for i, t in enumerate(texts[:-1]))
         candidate = Turn(speaker=SPEAKERS[len(context) % 2], text=texts[-1])

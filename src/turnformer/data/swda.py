@@ -24,7 +24,7 @@ from pathlib import Path
 
 from turnformer.data._io import display, iter_lines
 from turnformer.data.report import DataNotFoundError, DatasetSplit, LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, Turn
+from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank
 
 NAME = "swda"
 FILE_SPLITS = {"train": "train", "validation": "val", "test": "test"}
@@ -84,8 +84,8 @@ def read_conversation(path: Path, report: LoadReport, conv_id: str, base: Path |
         speaker, text, tag = line[:first].strip(), line[first + 1 : last], line[last + 1 :].strip()
         if not speaker:
             raise DialogueError(f"{path}:{lineno}: missing speaker")
-        if not text.strip():
-            raise DialogueError(f"{path}:{lineno}: empty text")
+        if is_blank(text):
+            raise DialogueError(f"{path}:{lineno}: empty text ({text!r})")
         if tag not in _ACT_SET:
             raise DialogueError(f"{path}:{lineno}: unknown label {tag!r}; allowed: {', '.join(ACTS)}")
         turns.append(Turn(speaker=speaker, text=text, labels={"act": tag}))

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import torch
 
-from turnformer.dialogue import Dialogue, DialogueError
+from turnformer.dialogue import Dialogue, DialogueError, is_blank
 from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, WindowBatch, build_lc_model
 from turnformer.tasks.erc import SPLITS, apply_limits, check_split, checkpoint_paths, load_erc_data
 from turnformer.tasks.metrics import accuracy
@@ -231,7 +231,7 @@ class DialogueActSession:
     @torch.no_grad()
     def add(self, speaker: str | None, text: str) -> dict:
         """The act of the next utterance (the speaker is echoed back; the model does not use it)."""
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str) or is_blank(text):
             raise DialogueError(f"utterance {self.added}: text: expected a non-empty string, got {text!r:.40}")
         self.added += 1
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: self.model.config.max_utterance_tokens]

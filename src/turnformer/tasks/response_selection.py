@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, as_dialogue, as_turn,
-                                 next_speaker)
+                                 is_blank, next_speaker)
 from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, SelectionBatch, build_mdfn
 from turnformer.structure import SpecialTokens, pack_token_ids
 from turnformer.tasks.erc import SPLITS, checkpoint_paths
@@ -64,14 +64,14 @@ def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionIt
         raise DialogueError(f"{where}: meta.candidates: expected a non-empty list of {{speaker, text}} candidate responses")
     turns = []
     for i, c in enumerate(candidates):
-        if not isinstance(c, dict) or not isinstance(c.get("text"), str) or not c["text"].strip():
+        if not isinstance(c, dict) or not isinstance(c.get("text"), str) or is_blank(c["text"]):
             raise DialogueError(f"{where}: meta.candidates[{i}]: expected {{\"speaker\": ..., \"text\": non-empty}}")
         speaker = c.get("speaker")
         if speaker is None:
             speaker = next_speaker(dialogue)
         elif isinstance(speaker, int) and not isinstance(speaker, bool):  # an integer id, as in the turns (0 included)
             speaker = str(speaker)
-        if not isinstance(speaker, str) or not speaker.strip():
+        if not isinstance(speaker, str) or is_blank(speaker):
             raise DialogueError(f"{where}: meta.candidates[{i}].speaker: expected a non-empty string (or an integer id), "
                                 f"got {speaker!r}")
         turns.append(Turn(speaker=speaker, text=c["text"]))
