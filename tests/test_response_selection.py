@@ -74,7 +74,9 @@ def test_selection_tsv_groups_lines_and_names_bad_lines(tmp_path):
     assert items[1].candidates[0].speaker == "B" and items[1].id == "ubuntu-4"
 
     for bad, message in [("2\ta\tb\n", ":1: label"), ("1\tonly a response\n", ":1: expected a label"),
-                         ("1\ta\t \tc\n", ":1: column 3: empty utterance")]:
+                         ("1\ta\t \tc\n", ":1: column 3: empty utterance"),
+                         ('[{"turns": []}]\n', ":1: label: .*this looks like JSON: give items as JSON Lines"),
+                         ('1\ta\tb\n{"x": 1}\n', r":2: label: expected 0 or 1 in the first column, got '\{\"x\": 1\}'$")]:
         path.write_text(bad, encoding="utf-8")
         with pytest.raises(DialogueError, match=message):
             read_selection_tsv(path)
@@ -271,6 +273,10 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
 def test_submission_format(tmp_path):
     write_submission([{"id": "test_1", "ranking": [2, 0, 3, 1]}], tmp_path / "s.txt")
     assert (tmp_path / "s.txt").read_text() == "test_1\tC\tA\tD\tB\n"
+    for bad_id in ("a\tb", "a\nb"):   # would add a column or a line
+        with pytest.raises(DialogueError, match="an id with a tab or line break"):
+            write_submission([{"id": "ok", "ranking": [0]}, {"id": bad_id, "ranking": [1, 0]}], tmp_path / "t.txt")
+    assert not (tmp_path / "t.txt").exists()
 
 
 def test_ranker_takes_candidates_in_every_form_and_names_a_bad_one(tiny_backbone_dir):

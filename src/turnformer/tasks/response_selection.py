@@ -379,6 +379,8 @@ def prediction_rows(items: Sequence[ResponseSelectionItem], scores: Sequence[Seq
 def write_submission(rows: Sequence[dict], path: Path) -> None:
     """MuTual's submission format: ``id \\t rank-1 letter \\t rank-2 letter ...`` one item a line."""
     for r in rows:
+        if any(c in str(r["id"]) for c in "\t\r\n"):  # would shift or split the item's line
+            raise DialogueError(f"item {r['id']!r}: an id with a tab or line break cannot be written in the submission format")
         if len(r["ranking"]) > len(LETTERS):
             raise DialogueError(f"item {r['id']}: {len(r['ranking'])} candidates; the submission format has letters A-J only")
     path = Path(path)
