@@ -109,6 +109,19 @@ def test_a_turn_of_invisible_characters_only_is_an_empty_utterance():
     assert Turn("A", "\u200bhi").text == "\u200bhi" and Turn("A", "\u00e9").text == "\u00e9"   # visible characters stay
 
 
+def test_a_gzip_compressed_file_is_read_whatever_its_name_and_a_truncated_one_is_named(tmp_path):
+    import gzip
+
+    plain = write_lines(tmp_path / "conv.jsonl", conv(HI), conv(HI, {"speaker": "B", "text": "yo"}))
+    packed = tmp_path / "conv.data"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert [d.turns for d in read_jsonl(packed)] == [d.turns for d in read_jsonl(plain)]
+    truncated = tmp_path / "cut.jsonl.gz"
+    truncated.write_bytes(packed.read_bytes()[:20])
+    with pytest.raises(DialogueError, match=r"cut\.jsonl\.gz: a gzip file that cannot be decompressed"):
+        read_jsonl(truncated)
+
+
 def test_null_labels_are_no_label_and_counted(tmp_path):
     path = write_lines(tmp_path / "conv.jsonl", conv({**HI, "labels": {"emotion": None, "act": "inform"}},
                                                      {"speaker": "B", "text": "Yo", "emotion": None}))

@@ -82,6 +82,19 @@ def test_selection_tsv_groups_lines_and_names_bad_lines(tmp_path):
             read_selection_tsv(path)
 
 
+def test_a_gzip_compressed_selection_file_is_told_by_its_content(tmp_path):
+    import gzip
+
+    from turnformer.tasks.response_selection import read_selection_file
+
+    jsonl, tsv = tmp_path / "items.gz", tmp_path / "pairs.gz"
+    jsonl.write_bytes(gzip.compress(b'{"id": "q", "turns": [{"speaker": "A", "text": "where to ?"}], '
+                                    b'"meta": {"candidates": [{"text": "the bank ."}, {"text": "blue ."}], "answer": 0}}\n'))
+    tsv.write_bytes(gzip.compress(b"1\thi\tthere\n0\thi\tblue\n"))
+    assert [(i.id, i.gold()) for i in read_selection_file(jsonl)] == [("q", (1, 0))]
+    assert [i.gold() for i in read_selection_file(tsv)] == [(1, 0)]
+
+
 def test_item_relevance_is_checked():
     context = Dialogue.from_turns([("A", "hi")])
     with pytest.raises(DialogueError, match="one 0/1 per candidate"):

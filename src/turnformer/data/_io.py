@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -26,14 +28,36 @@ def check_output_file(path: Path, what: str = "") -> Path:
     return path
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def read_bytes(path: Path) -> bytes:
+    """The file's bytes; a gzip-compressed file (told by its first bytes, whatever its name) decompressed."""
     path = Path(path)
     try:
-        return path.read_bytes()
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise DataNotFoundError(f"{path}: file not found") from None
     except IsADirectoryError:
         raise DialogueError(f"{path}: is a directory, expected a file") from None
+    if raw.startswith(GZIP_MAGIC):
+        try:
+            return gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise DialogueError(f"{path}: a gzip file that cannot be decompressed ({e})") from None
+    return raw
+
+
+def first_line(path: Path) -> str:
+    """The first line that is not blank (a byte-order mark removed, gzip decompressed), to tell a file's format
+    without reading all of it; "" for a file of blank lines."""
+    try:
+        with open(path, "rb") as f:
+            opener = gzip.open if f.read(2) == GZIP_MAGIC else open
+        with opener(path, "rt", encoding="utf-8-sig", errors="replace") as f:
+            return next((line for line in f if line.strip()), "")
+    except (OSError, EOFError, zlib.error):
+        return ""  # the reader that follows names the fault
 
 
 def _decode_error(path: Path, raw: bytes, err: UnicodeDecodeError, line_offset: int = 0) -> DialogueError:

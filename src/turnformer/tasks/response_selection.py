@@ -327,11 +327,10 @@ def read_selection_file(path: Path) -> list[ResponseSelectionItem]:
     """Items of a file, told by its content (its name may say .csv or nothing): JSON objects, one a line, with
     ``meta.candidates``, or tab-separated ``label \t context ... \t response`` lines."""
     from turnformer.data import read_jsonl
+    from turnformer.data._io import first_line
     from turnformer.data.selection_tsv import read_selection_tsv
 
-    with open(path, encoding="utf-8-sig", errors="replace") as f:  # -sig: a byte-order mark is not content
-        first = next((line for line in f if line.strip()), "")
-    if first.lstrip().startswith("{"):
+    if first_line(path).lstrip().startswith("{"):
         dialogues = read_jsonl(path)
         return [dialogue_to_item(d, f"{path}:{line}") for d, line in zip(dialogues, dialogues.lines)]
     return read_selection_tsv(path)
