@@ -82,8 +82,8 @@ from turnformer.results import RESULTS_DIR, make_result, write_result  # noqa: E
 LEARNING_RATES = ("2e-5", "5e-5", "1e-4")
 ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no-global")
 MEMORY_LENGTHS = tuple(range(100, 1001, 100))
-# figure4-cpu: what the 2-core CPU trains in about 100 minutes, two runs at a time
-FIGURE4_CPU = {"memory_lengths": (100, 400, 700, 1000), "train": 30, "eval": 8, "epochs": 3}
+# figure4-cpu: what the 2-core CPU trains in about 80 minutes, two runs at a time
+FIGURE4_CPU = {"memory_lengths": (100, 500, 1000), "train": 30, "eval": 8, "epochs": 2}
 PREDICTED_PER_BATCH = 320  # the dialogue-act recipes' batch: sub-dialogues per batch x window
 GRID_EPOCHS = 3  # of every W x P cell
 ACT_BATCHES = (80, 160)  # predicted utterances per batch in the act-batch plan (sub-dialogues x W)

@@ -65,6 +65,15 @@ def test_cli_stats_table(data_dir):
     assert "713" in result.stdout and "9934" in result.stdout and "Joyful" in result.stdout
 
 
+def test_cli_stats_of_one_split_written_name_colon_split(data_dir):
+    result = CliRunner().invoke(data_app, ["stats", "emorynlp:dev", "--json", "--data-dir", str(data_dir)])
+    assert result.exit_code == 0, result.output
+    splits = json.loads(result.stdout)["splits"]
+    assert list(splits) == ["validation"] and splits["validation"]["dialogues"] == 99
+    result = CliRunner().invoke(data_app, ["stats", "emorynlp:bogus", "--data-dir", str(data_dir)])
+    assert result.exit_code != 0 and "unknown split 'bogus'" in result.output
+
+
 def test_stats_label_distributions(data_dir):
     dd = dataset_stats("dailydialog", data_dir)["splits"]["train"]
     assert list(dd["labels"]) == ["neutral", "anger", "disgust", "fear", "happiness", "sadness", "surprise"]

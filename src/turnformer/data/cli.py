@@ -59,7 +59,7 @@ def list_cmd() -> None:
 
 @data_app.command("stats")
 def stats_cmd(
-    names: list[str] = typer.Argument(..., help="Dataset name (turnformer data list), or conversation files (.jsonl), "
+    names: list[str] = typer.Argument(..., help="Dataset name (turnformer data list; NAME:SPLIT for one split), or conversation files (.jsonl), "
                                       "each counted as a split named after the file.", metavar="NAME|FILE..."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from turnformer.data.jsonl import read_jsonl
-from turnformer.data.registry import get_info, load_split
+from turnformer.data.registry import get_info, load_split, normalize_split
 from turnformer.data.report import DatasetSplit
 from turnformer.dialogue import DialogueError, ResponseSelectionItem
 
@@ -110,12 +110,14 @@ def print_stats(stats: dict[str, Any], console=None) -> None:
 
 
 def dataset_stats(name: str, data_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Counts for every split of benchmark `name`, in the shape shown in the module docstring.
-    A conversation file (generic JSONL) counts as one split, named after the file."""
+    """Counts for every split of benchmark `name` (``NAME:SPLIT``: that split only), in the shape shown in the module
+    docstring. A conversation file (generic JSONL) counts as one split, named after the file."""
     if name.endswith(".jsonl") or Path(name).is_file():
         return files_stats([name])
-    info = get_info(name)
-    return {"dataset": info.name, "splits": {split: split_stats(load_split(info.name, split, data_dir)) for split in info.splits}}
+    dataset, _, one_split = name.partition(":")
+    info = get_info(dataset)
+    splits = [normalize_split(one_split)] if one_split.strip() else info.splits
+    return {"dataset": info.name, "splits": {split: split_stats(load_split(info.name, split, data_dir)) for split in splits}}
 
 
 def file_split(path: str | os.PathLike[str]) -> DatasetSplit:
