@@ -16,6 +16,8 @@ import json
 import re
 from pathlib import Path
 
+from turnformer.plots import write_figure
+
 RESULTS = Path(__file__).resolve().parent / "results"
 WASTE_CURVES = {  # label -> where the rate is in a memory-waste record
     "segment recurrence": lambda r: r["mean"],
@@ -70,9 +72,7 @@ def plot(sweep: dict[int, dict[str, float]], waste: dict[int, dict[str, float]],
     for ax in (left, right):
         ax.grid(alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    write_figure(fig, path)
     plt.close(fig)
 
 
