@@ -72,6 +72,8 @@ def test_cli_stats_of_one_split_written_name_colon_split(data_dir):
     assert list(splits) == ["validation"] and splits["validation"]["dialogues"] == 99
     result = CliRunner().invoke(data_app, ["stats", "emorynlp:bogus", "--data-dir", str(data_dir)])
     assert result.exit_code != 0 and "unknown split 'bogus'" in result.output
+    result = CliRunner().invoke(data_app, ["stats", "emorynlp:", "--data-dir", str(data_dir)])
+    assert result.exit_code != 0 and "give a split after the colon" in result.output
 
 
 def test_stats_label_distributions(data_dir):

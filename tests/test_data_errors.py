@@ -244,6 +244,7 @@ def test_swda_pipes_in_text_and_blank_lines(tmp_path):
         (b"A||sd", r"2001\.txt:2: empty text"),
         ("A|\u200b|sd".encode(), r"2001\.txt:2: empty text"),
         (b"|Hello|sd", r"2001\.txt:2: missing speaker"),
+        ("\u200b|Hello|sd".encode(), r"2001\.txt:2: missing speaker"),
         (b"A|Hello|zz", r"2001\.txt:2: unknown label 'zz'; allowed: sd, b, sv"),
         (b"A|H\xff\xfeello|sd", r"2001\.txt:2: undecodable bytes b'\\xff' at column 4"),
     ],

@@ -78,13 +78,13 @@ def read_file(path: Path, report: LoadReport, split: str, base: Path | None = No
                 raise DialogueError(f"{path}: {at}.{key}: empty text ({text!r})")
             key, speaker = _field(utt, "speaker", "speakers")
             if isinstance(speaker, list):
-                names = [s.strip() for s in speaker if isinstance(s, str) and s.strip()]
+                names = [s.strip() for s in speaker if isinstance(s, str) and not is_blank(s)]
                 if len(names) != len(speaker):
                     raise DialogueError(f"{path}: {at}.{key}: speaker list has empty or non-string names: {speaker!r}")
                 if len(names) > 1:
                     report.add("speaker_list_joined", f"{shown}: {at}.{key}: {names} joined as {' '.join(names)!r}")
                 speaker = " ".join(names)
-            if not isinstance(speaker, str) or not speaker.strip():
+            if not isinstance(speaker, str) or is_blank(speaker):
                 raise DialogueError(f"{path}: {at}.{key or 'speaker'}: missing speaker")
             key, label = _field(utt, "label", "emotion")
             if key is None:

@@ -111,7 +111,7 @@ def read_csv(path: Path, report: LoadReport, base: Path | None = None) -> list[D
         if is_blank(utterance):
             raise DialogueError(f"{path}:{line}: Utterance: empty text")
         speaker = row[col["Speaker"]].strip()
-        if not speaker:
+        if is_blank(speaker):
             raise DialogueError(f"{path}:{line}: Speaker: missing speaker")
         labels = {
             "emotion": _label(row[col["Emotion"]], EMOTIONS, path, line, "Emotion"),

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from turnformer.data.jsonl import read_jsonl
-from turnformer.data.registry import get_info, load_split, normalize_split
+from turnformer.data.registry import get_info, load_split, normalize_split, parse_split_spec
 from turnformer.data.report import DatasetSplit
 from turnformer.dialogue import DialogueError, ResponseSelectionItem
 
@@ -114,9 +114,9 @@ def dataset_stats(name: str, data_dir: str | os.PathLike[str] | None = None) -> 
     docstring. A conversation file (generic JSONL) counts as one split, named after the file."""
     if name.endswith(".jsonl") or Path(name).is_file():
         return files_stats([name])
-    dataset, _, one_split = name.partition(":")
-    info = get_info(dataset)
-    splits = [normalize_split(one_split)] if one_split.strip() else info.splits
+    one_split = parse_split_spec(name) if ":" in name else None  # NAME:SPLIT, read as predict and evaluate read it
+    info = get_info(one_split[0] if one_split else name)
+    splits = [normalize_split(one_split[1])] if one_split else info.splits
     return {"dataset": info.name, "splits": {split: split_stats(load_split(info.name, split, data_dir)) for split in splits}}
 
 

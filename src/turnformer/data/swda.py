@@ -82,7 +82,7 @@ def read_conversation(path: Path, report: LoadReport, conv_id: str, base: Path |
         if first < 0 or first == last:
             raise DialogueError(f"{path}:{lineno}: expected Speaker|Text|tag, got {line!r}")
         speaker, text, tag = line[:first].strip(), line[first + 1 : last], line[last + 1 :].strip()
-        if not speaker:
+        if is_blank(speaker):
             raise DialogueError(f"{path}:{lineno}: missing speaker")
         if is_blank(text):
             raise DialogueError(f"{path}:{lineno}: empty text ({text!r})")
