@@ -38,8 +38,10 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
 - ``selection-head-lr``: the plain encoder and MDFN on MuTual over ``--seeds``, the layers above the encoder
   (MDFN's channels, gates, BiGRUs and scorer; the plain encoder's scorer) at ``train.head_lr`` 5e-4, the encoder at
   the recipe's rate.
-- ``selection-cpu``: the plain encoder and MDFN on MuTual at a scale the 2-core CPU trains in under an hour
-  (4 of MiniLM's 6 layers frozen, max length 128, the first 1,500 training items, 2 epochs, one seed).
+- ``selection-cpu``: the plain encoder and MDFN on MuTual at a scale the 2-core CPU trains (``SELECTION_CPU``: 4 of
+  MiniLM's 6 layers frozen, max length 128, the first 1,500 training items, 2 epochs), over ``--seeds``.
+- ``selection-cpu-head-lr``: the same, the layers above the encoder at ``train.head_lr`` 5e-4; ``selection-cpu-lr``:
+  the same with everything at ``train.lr`` 1e-4, one seed.
 - ``generation``: the response generators on DailyDialog (recipes/generation-dailydialog-MODEL.toml): Transformer,
   Transformer+DRA, DialogBERT-style with and without DRA, PHAED and the GPT-2-style decoder over ``--seeds``; PHAED's
   four ablations and its c_max sweep (1..5, 10 context turns) with the first seed. Test perplexity at the best
@@ -89,6 +91,13 @@ GRID_EPOCHS = 3  # of every W x P cell
 ACT_BATCHES = (80, 160)  # predicted utterances per batch in the act-batch plan (sub-dialogues x W)
 GENERATION_MAIN = ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")
 PHAED_ABLATIONS = ("phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence")
+# MuTual on the 2-core CPU (about 10 minutes an epoch for MDFN, one thread): 4 of MiniLM's 6 layers frozen, 128 tokens,
+# the first 1,500 training items, 2 epochs
+SELECTION_CPU = {"train": 1500, "settings": {"model_config.frozen_layers": 4, "model_config.max_length": 128, "train.epochs": 2}}
+# plan -> (experiment suffix, learning rates): the recipes' (3e-5 everywhere); the layers above the encoder at 5e-4;
+# everything at 1e-4 (one seed: is the plain encoder's deficit at this scale its learning rate?)
+SELECTION_CPU_VARIANTS = {"selection-cpu": ("", {}, False), "selection-cpu-head-lr": ("-head-lr", {"train.head_lr": "5e-4"}, False),
+                          "selection-cpu-lr": ("-lr1e-4", {"train.lr": "1e-4"}, True)}  # (suffix, rates, first seed only)
 # What trains on the 2-core CPU in about 5 minutes a run: the first 1,000 training conversations, the first 100
 # of validation and test, width 128 and 2 layers (the GPT-2-style decoder 4, as deep as encoder + decoder).
 GENERATION_CPU = {"train": 1000, "eval": 100, "settings": {
@@ -232,12 +241,13 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                        (*overrides("phaed"), f"model_config.c_max={c}", "data.max_context_turns=10"),
                        limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task="generation",
                        extra={"scale": GENERATION_CPU, "c_max": c, "max_context_turns": 10}) for c in range(6)]
-    if name == "selection-cpu":  # what fits the 2-core CPU: 4 of MiniLM's 6 layers frozen, 128 tokens, 1,500 training items
-        return [Experiment(f"response-selection-mutual-{model}-cpu", model, "mutual", seeds[:1],
-                           ("model_config.frozen_layers=4", "model_config.max_length=128", "train.epochs=2"), limit_train=1500,
-                           task="response-selection", extra={"frozen_layers": 4, "max_length": 128, "train_items": 1500})
+    if name in SELECTION_CPU_VARIANTS:  # what fits the 2-core CPU (SELECTION_CPU), at the recipes' rates or another
+        suffix, rates, first_seed_only = SELECTION_CPU_VARIANTS[name]
+        return [Experiment(f"response-selection-mutual-{model}-cpu{suffix}", model, "mutual", seeds[:1] if first_seed_only else seeds,
+                           tuple(f"{k}={v}" for k, v in {**SELECTION_CPU["settings"], **rates}.items()),
+                           limit_train=SELECTION_CPU["train"], task="response-selection", extra={"scale": SELECTION_CPU, **rates})
                 for model in ("plain-encoder", "mdfn")]
-    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, erc-longer, memory-bias, positions, table3, table4, figure4, figure4-cpu, acts, act-grid, act-batch, selection, selection-head-lr, selection-cpu, generation, generation-cpu")
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, erc-longer, memory-bias, positions, table3, table4, figure4, figure4-cpu, acts, act-grid, act-batch, selection, selection-head-lr, selection-cpu, selection-cpu-head-lr, selection-cpu-lr, generation, generation-cpu")
 
 
 # The LC Attention paper's Tables 5 (SwDA) and 6 (DailyDialog): accuracy per (dataset, model, W, P). A grid cell

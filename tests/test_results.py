@@ -97,6 +97,23 @@ def test_figure4_cpu_sweeps_the_memory_bias_variant_on_a_subset_one_conversation
         assert f"model_config.mem_len={run.extra['mem_len']}" in run.overrides and "train.batch_size=1" in run.overrides
 
 
+def test_selection_cpu_plans_share_one_scale_and_differ_only_in_their_learning_rates():
+    from turnformer.recipes import find_recipe, load_recipe
+
+    bench = load_benchmark_script("erc_experiments")
+    loaded = {}
+    for name in ("selection-cpu", "selection-cpu-head-lr", "selection-cpu-lr"):
+        for e in bench.plan(name, (1, 2, 3), (1,), 120):
+            recipe = load_recipe(find_recipe("response-selection", e.model, e.dataset), list(e.overrides))
+            assert (recipe["model_config"]["frozen_layers"], recipe["model_config"]["max_length"], recipe["train"]["epochs"]) == (4, 128, 2)
+            assert e.limit_train == 1500 and e.seeds == ((1,) if name == "selection-cpu-lr" else (1, 2, 3))
+            loaded[e.id] = recipe["train"]
+    base = loaded["response-selection-mutual-mdfn-cpu"]
+    assert base["lr"] == 3e-5 and "head_lr" not in base
+    assert loaded["response-selection-mutual-mdfn-cpu-head-lr"] == {**base, "head_lr": 5e-4}
+    assert loaded["response-selection-mutual-plain-encoder-cpu-lr1e-4"]["lr"] == 1e-4
+
+
 def test_act_grid_cells_keep_their_recipes_predicted_utterances_per_batch():
     """A W x P cell differs from its recipe in the windowing only: W x sub-dialogues per batch stays the recipe's, so
     that a cell of W = 1 does not take five times the updates of one of W = 5."""
