@@ -56,7 +56,7 @@ class EncodedItem:
 
 def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionItem:
     """The generic JSONL form of an item (its context as a conversation, ``meta.candidates`` a list of
-    {"speaker", "text"}, ``meta.answer`` an index or null and, optionally, ``meta.relevance`` one 0/1 per
+    {"speaker", "text"} or plain texts, ``meta.answer`` an index or null and, optionally, ``meta.relevance`` one 0/1 per
     candidate) back to an item."""
     where = where or f"dialogue {dialogue.id!r}"
     candidates = dialogue.meta.get("candidates")
@@ -64,8 +64,11 @@ def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionIt
         raise DialogueError(f"{where}: meta.candidates: expected a non-empty list of {{speaker, text}} candidate responses")
     turns = []
     for i, c in enumerate(candidates):
+        if isinstance(c, str):  # a plain text, as ResponseRanker.rank takes: spoken by the next speaker
+            c = {"text": c}
         if not isinstance(c, dict) or not isinstance(c.get("text"), str) or is_blank(c["text"]):
-            raise DialogueError(f"{where}: meta.candidates[{i}]: expected {{\"speaker\": ..., \"text\": non-empty}}")
+            raise DialogueError(f"{where}: meta.candidates[{i}]: expected a non-empty text or {{\"speaker\": ..., \"text\": non-empty}}, "
+                                f"got {c!r:.60}")
         speaker = c.get("speaker")
         if speaker is None:
             speaker = next_speaker(dialogue)
