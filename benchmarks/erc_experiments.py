@@ -41,7 +41,7 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
 - ``selection-cpu``: the plain encoder and MDFN on MuTual at a scale the 2-core CPU trains (``SELECTION_CPU``: 4 of
   MiniLM's 6 layers frozen, max length 128, the first 1,500 training items, 2 epochs), over ``--seeds``.
 - ``selection-cpu-head-lr``: the same, the layers above the encoder at ``train.head_lr`` 5e-4; ``selection-cpu-lr``:
-  the same with everything at ``train.lr`` 1e-4, one seed.
+  the same with everything at ``train.lr`` 1e-4.
 - ``generation``: the response generators on DailyDialog (recipes/generation-dailydialog-MODEL.toml): Transformer,
   Transformer+DRA, DialogBERT-style with and without DRA, PHAED and the GPT-2-style decoder over ``--seeds``; PHAED's
   four ablations and its c_max sweep (1..5, 10 context turns) with the first seed. Test perplexity at the best
@@ -95,9 +95,9 @@ PHAED_ABLATIONS = ("phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-tur
 # at a time; then 2.5 to 5 minutes of evaluation): 4 of MiniLM's 6 layers frozen, 128 tokens, the first 1,500 training items, 2 epochs
 SELECTION_CPU = {"train": 1500, "settings": {"model_config.frozen_layers": 4, "model_config.max_length": 128, "train.epochs": 2}}
 # plan -> (experiment suffix, learning rates): the recipes' (3e-5 everywhere); the layers above the encoder at 5e-4;
-# everything at 1e-4 (one seed: is the plain encoder's deficit at this scale its learning rate?)
-SELECTION_CPU_VARIANTS = {"selection-cpu": ("", {}, False), "selection-cpu-head-lr": ("-head-lr", {"train.head_lr": "5e-4"}, False),
-                          "selection-cpu-lr": ("-lr1e-4", {"train.lr": "1e-4"}, True)}  # (suffix, rates, first seed only)
+# everything at 1e-4 (is the plain encoder's deficit at this scale its learning rate?)
+SELECTION_CPU_VARIANTS = {"selection-cpu": ("", {}), "selection-cpu-head-lr": ("-head-lr", {"train.head_lr": "5e-4"}),
+                          "selection-cpu-lr": ("-lr1e-4", {"train.lr": "1e-4"})}
 # What trains on the 2-core CPU in about 5 minutes a run: the first 1,000 training conversations, the first 100
 # of validation and test, width 128 and 2 layers (the GPT-2-style decoder 4, as deep as encoder + decoder).
 GENERATION_CPU = {"train": 1000, "eval": 100, "settings": {
@@ -242,8 +242,8 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                        limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task="generation",
                        extra={"scale": GENERATION_CPU, "c_max": c, "max_context_turns": 10}) for c in range(6)]
     if name in SELECTION_CPU_VARIANTS:  # what fits the 2-core CPU (SELECTION_CPU), at the recipes' rates or another
-        suffix, rates, first_seed_only = SELECTION_CPU_VARIANTS[name]
-        return [Experiment(f"response-selection-mutual-{model}-cpu{suffix}", model, "mutual", seeds[:1] if first_seed_only else seeds,
+        suffix, rates = SELECTION_CPU_VARIANTS[name]
+        return [Experiment(f"response-selection-mutual-{model}-cpu{suffix}", model, "mutual", seeds,
                            tuple(f"{k}={v}" for k, v in {**SELECTION_CPU["settings"], **rates}.items()),
                            limit_train=SELECTION_CPU["train"], task="response-selection", extra={"scale": SELECTION_CPU, **rates})
                 for model in ("plain-encoder", "mdfn")]
