@@ -161,6 +161,37 @@ def test_sigint_inside_an_update_takes_effect_after_it(tmp_path, uninterrupted):
     assert torch.equal(flat_params(model), reference)
 
 
+class ModeRecorder(TinyClassifier):
+    """Records, at each training batch, whether every submodule is in training mode (dropout on)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.modes: list[bool] = []
+
+    def loss(self, batch: dict) -> torch.Tensor:
+        self.modes.append(all(module.training for module in self.modules()))
+        return super().loss(batch)
+
+
+def test_every_batch_trains_in_training_mode_even_from_a_model_handed_over_in_eval_mode(tmp_path):
+    """`from_pretrained` returns encoders in eval mode: the first epoch, and an epoch resumed in its middle, must
+    still train with dropout on, like the epochs that follow an evaluation."""
+    seen_in_evaluation = []
+
+    def eval_fn(model, split):
+        seen_in_evaluation.append(model.training)
+        return accuracy_eval(SPLITS)(model, split)
+
+    set_seed(0)
+    model = ModeRecorder().eval()
+    train(model, TRAIN, eval_fn, config(tmp_path, epochs=2, max_steps=5, save_every_steps=1), label_map=LABELS)
+    resumed = ModeRecorder().eval()     # stopped in epoch 2's middle: resumed before any evaluation
+    train(resumed, TRAIN, eval_fn, config(tmp_path, epochs=2, resume=True), label_map=LABELS)
+    assert len(model.modes) == 13 and len(resumed.modes) == 7   # epoch 1 and 3 batches of epoch 2, then the other 7
+    assert all(model.modes) and all(resumed.modes)
+    assert seen_in_evaluation and not any(seen_in_evaluation)
+
+
 def test_resume_of_a_finished_run_trains_no_more(tmp_path, uninterrupted):
     out, reference, expected = uninterrupted
     copy = tmp_path / "run"

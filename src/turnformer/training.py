@@ -509,6 +509,9 @@ class _Trainer:
         bar = tqdm(total=self.per_process, initial=i, desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
                    disable=not acc.is_local_main_process, dynamic_ncols=True, leave=False)
         mark = time.monotonic()
+        # from_pretrained hands encoders over in eval mode: without this, the first epoch (and an epoch resumed in
+        # its middle) would train with their dropout off, unlike the epochs after an evaluation
+        self.model.train()
         try:
             while i < self.per_process:
                 reason = self._stop_reason()
