@@ -91,8 +91,8 @@ GRID_EPOCHS = 3  # of every W x P cell
 ACT_BATCHES = (80, 160)  # predicted utterances per batch in the act-batch plan (sub-dialogues x W)
 GENERATION_MAIN = ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")
 PHAED_ABLATIONS = ("phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence")
-# MuTual on the 2-core CPU (an epoch: 12 to 16 minutes for MDFN, 5 to 8 for the plain encoder, one thread each, two runs
-# at a time; then 2.5 to 5 minutes of evaluation): 4 of MiniLM's 6 layers frozen, 128 tokens, the first 1,500 training items, 2 epochs
+# MuTual on the 2-core CPU (an epoch: 12 to 19 minutes for MDFN, 5 to 10 for the plain encoder, one thread each, two runs
+# at a time; then 2.5 to 5.5 minutes of evaluation): 4 of MiniLM's 6 layers frozen, 128 tokens, the first 1,500 training items, 2 epochs
 SELECTION_CPU = {"train": 1500, "settings": {"model_config.frozen_layers": 4, "model_config.max_length": 128, "train.epochs": 2}}
 # plan -> (experiment suffix, learning rates): the recipes' (3e-5 everywhere); the layers above the encoder at 5e-4;
 # everything at 1e-4 (is the plain encoder's deficit at this scale its learning rate?)
