@@ -70,6 +70,26 @@ def test_file_options_imply_dataset_file_and_evaluate_works_from_anywhere(traine
     assert (json.loads(result.stdout)["conversations"], json.loads(result.stdout)["utterances"]) == (1, 3)
 
 
+def test_evaluate_scores_a_labelled_file_of_ones_own(trained_run, files, tmp_path):
+    """--input scores any labelled file with the run's label set: the validation file by path scores as the split."""
+    by_split = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--split", "validation"])
+    by_file = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(files["validation"])])
+    assert by_split.exit_code == 0 and by_file.exit_code == 0, by_file.output
+    assert json.loads(by_file.stdout) == json.loads(by_split.stdout)
+
+    unknown = _write(tmp_path, "other.jsonl", [_dialogue(0), _dialogue(1, label="anger")])
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(unknown)])
+    assert result.exit_code == 2 and f"{unknown}:2: turns[0].labels.emotion: unknown label 'anger'" in result.output
+    unlabelled = tmp_path / "unlabelled.jsonl"
+    unlabelled.write_text(json.dumps({"turns": [{"speaker": "A", "text": "hi"}]}) + "\n")
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(unlabelled)])
+    assert result.exit_code == 2 and f"{unlabelled.resolve()}: no turn carries a 'emotion' label" in result.output
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(tmp_path / "missing.jsonl")])
+    assert result.exit_code == 2 and "missing.jsonl: no such file" in result.output
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(unknown), "--split", "test"])
+    assert result.exit_code == 2 and "--input and --split: give one or the other" in result.output
+
+
 def test_file_options_with_a_benchmark_are_refused(files, tmp_path):
     result = runner.invoke(app, ["train", "--dataset", "meld", "--train-file", str(files["train"]), "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "--train-file is for your own data: drop --dataset meld" in result.output

@@ -31,6 +31,12 @@ def test_train_evaluate_predict_online(data_dir, tmp_path):
 
     dialogues = load_split("dailydialog", "test", data_dir).dialogues[:2]
     write_jsonl(dialogues, tmp_path / "two.jsonl")
+    # the same conversations scored from a file of one's own and as the split's first two
+    from_file = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(tmp_path / "two.jsonl")])
+    from_split = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--limit-dialogues", "2", *common])
+    assert from_file.exit_code == 0 and from_split.exit_code == 0, from_file.output
+    assert json.loads(from_file.stdout) == json.loads(from_split.stdout)
+
     predicted = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(tmp_path / "two.jsonl"),
                                     "--online", "--out", str(tmp_path / "acts.jsonl")])
     assert predicted.exit_code == 0, predicted.output

@@ -7,6 +7,7 @@ import torch
 from typer.testing import CliRunner
 
 from turnformer.cli import app
+from turnformer.data import load_split, write_jsonl
 from turnformer.dialogue import Dialogue, DialogueError, next_speaker
 from turnformer.models.transformer_generator import IGNORE, GeneratorConfig, TransformerGenerator
 from turnformer.tasks.generation import (EOU, SOU, SPEAKER_R, Vocabulary, encode_instance, make_generation_batches,
@@ -130,6 +131,11 @@ def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
     assert scored.exit_code == 0, scored.output
     metrics = json.loads(scored.stdout)
     assert {"perplexity", "bleu_1", "bleu_4", "distinct_1", "distinct_2"} <= set(metrics) and metrics["perplexity"] > 1
+    five = tmp_path / "five.jsonl"  # the same five conversations from a file of one's own: the same scores
+    write_jsonl(load_split("dailydialog", "test", data_dir).dialogues[:5], five)
+    from_file = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(five)])
+    assert from_file.exit_code == 0, from_file.output
+    assert json.loads(from_file.stdout) == metrics
 
     conversations = tmp_path / "c.jsonl"
     conversations.write_text("".join(json.dumps({"id": d.id, "turns": [{"speaker": t.speaker, "text": t.text} for t in d.turns]}) + "\n"

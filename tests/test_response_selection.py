@@ -10,6 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from turnformer.cli import app
+from turnformer.data import load_split, write_jsonl
 from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
 from turnformer.models.mdfn import MDFN_VARIANTS, MDFNConfig, MaskedAttentionBlock, build_mdfn, pool_turns, turn_slots
 from turnformer.structure import SPEAKER, TokenMeta
@@ -269,6 +270,11 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     assert metrics["groups"] == 886 and 0 <= metrics["R4@1"] <= metrics["R4@2"] <= 1  # the whole dev set
     first = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "test", "--limit-dialogues", "10", *common])
     assert first.exit_code == 0 and json.loads(first.stdout)["groups"] == 10
+    items = tmp_path / "ten.jsonl"  # the same ten items in a file of one's own: the same scores
+    write_jsonl(load_split("mutual", "validation", data_dir).items[:10], items)
+    from_file = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(items)])
+    assert from_file.exit_code == 0, from_file.output
+    assert json.loads(from_file.stdout) == json.loads(first.stdout)
 
     submission = tmp_path / "submission.txt"
     predicted = runner.invoke(app, ["predict", "--task", "response-selection", "--checkpoint", str(out), "--input",

@@ -419,14 +419,16 @@ def changed_since_checkpoint(out: Path, recipe: dict, limits: dict | None) -> li
 @app.command()
 def evaluate(
     checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
-    split: str = typer.Option("test", help="train, validation or test."),
+    split: Optional[str] = typer.Option(None, help="train, validation or test (default: test)."),
+    input_file: Optional[Path] = typer.Option(None, "--input", help="Score this labelled file instead of a split of the "
+                                              "recipe's dataset: generic JSONL (response selection: also tab-separated)."),
     confusion: Optional[Path] = typer.Option(None, help="Write a confusion-matrix figure here (PNG, or .svg, .pdf, ...)."),
     limit_dialogues: Optional[int] = typer.Option(None, help="Score only the first N conversations of the split "
                                                   "(items, for response selection)."),
     beam: int = typer.Option(1, "--beam", min=1, help="Generation: beam size of the scored responses (1 = greedy)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
-    """Score a trained model on a split of its recipe's dataset."""
+    """Score a trained model on a split of its recipe's dataset, or on a labelled file of your own (--input)."""
     from turnformer.plots import figure_path
     from turnformer.tasks.erc import (apply_limits, check_split, encode_conversations, evaluate as evaluate_erc, load_erc_data,
                                       make_batches)
@@ -436,7 +438,13 @@ def evaluate(
     try:
         check_counts({"--limit-dialogues": limit_dialogues})
         confusion = figure_path(confusion) if confusion is not None else None
+        if input_file is not None and split is not None:
+            raise DialogueError("--input and --split: give one or the other (--input is scored as a whole)")
         task, model, tokenizer, run = load_any_trained(checkpoint)
+        trained_on = run["recipe"]["dataset"]  # its primary metric (DailyDialog: micro F1 without neutral) stays on a file
+        if input_file is not None:
+            run, split = scoring_file(run, input_file), "test"
+        split = split or "test"
         if beam > 1 and task != "generation":
             raise DialogueError(f"--beam is for generation models; {checkpoint} is a model for {task}")
         if confusion is not None and task != "erc":
@@ -468,12 +476,20 @@ def evaluate(
         batches = make_batches(encoded, 8, tokenizer.pad_token_id)
     except USER_ERRORS as e:
         fail(describe(e))
-    metrics = evaluate_erc(model, batches, labels, recipe["dataset"])
+    metrics = evaluate_erc(model, batches, labels, trained_on)
     if confusion is not None:
         gold, pred = predict_all(model, batches)
         confusion_matrix_plot([labels[i] for i in gold], [labels[i] for i in pred], labels, confusion)
     console.print_json(data={"conversations": len(scored), "utterances": sum(len(d) for d in scored),
                              **{k: v for k, v in metrics.items() if k != "per_class"}})
+
+
+def scoring_file(run: dict, path: Path) -> dict:
+    """A trained run's description with its recipe's test split replaced by a user's labelled file (read with
+    the run's label set, so an unknown label names the file and line)."""
+    if not path.is_file():
+        raise DialogueError(f"--input {path}: no such file")
+    return {**run, "recipe": {**run["recipe"], "dataset": "file", "test_file": str(path.resolve())}}
 
 
 @app.command()

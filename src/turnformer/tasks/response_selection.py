@@ -92,14 +92,15 @@ def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionIt
     return ResponseSelectionItem(context=dialogue, candidates=turns, answer=answer, id=dialogue.id, relevance=relevance)
 
 
-def load_selection_data(recipe: dict, data_dir=None) -> dict[str, list[ResponseSelectionItem]]:
-    """Train / validation / test items of a recipe's dataset (see the module docstring)."""
+def load_selection_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS) -> dict[str, list[ResponseSelectionItem]]:
+    """Train / validation / test items of a recipe's dataset (see the module docstring); of a user's files, only
+    those of the splits in ``only``."""
     from turnformer.data import load_split
 
     dataset = recipe["dataset"]
     if dataset == "file":
         splits = {}
-        for split in SPLITS:
+        for split in only:
             path = recipe.get(f"{split}_file")
             if not path:
                 raise DialogueError(f"recipe {recipe.get('recipe_path')}: dataset 'file' needs {split}_file")
@@ -265,9 +266,9 @@ def load_trained(checkpoint):
 def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None, limit: int | None = None) -> dict:
     """Ranking metrics of a trained model on a split of its recipe's data (its first `limit` items; for MuTual:
     ``test`` and ``validation`` as in training, i.e. the dev set and the held-out training items)."""
-    splits = load_selection_data(run["recipe"], data_dir)
-    if split not in splits:
-        raise DialogueError(f"unknown split {split!r}; known: {', '.join(splits)}")
+    if split not in SPLITS:
+        raise DialogueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    splits = load_selection_data(run["recipe"], data_dir, only=[split])
     encoded = encode_items(splits[split][:limit], tokenizer, model.config.max_turns)
     batches, report = make_selection_batches(encoded, 16, special_tokens(tokenizer), model.config.max_length)
     return {**evaluate(model, batches), "truncation": report}
