@@ -84,6 +84,9 @@ def test_evaluate_scores_a_labelled_file_of_ones_own(trained_run, files, tmp_pat
     unlabelled.write_text(json.dumps({"turns": [{"speaker": "A", "text": "hi"}]}) + "\n")
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(unlabelled)])
     assert result.exit_code == 2 and f"{unlabelled.resolve()}: no turn carries a 'emotion' label" in result.output
+    unlabelled.write_text(json.dumps({"turns": [{"speaker": "A", "text": "hi", "act": "inform"}]}) + "\n")  # another kind
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(unlabelled)])
+    assert result.exit_code == 2 and "its turns carry 'act' labels; the kind read is the recipe's label_kind" in result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(tmp_path / "missing.jsonl")])
     assert result.exit_code == 2 and "missing.jsonl: no such file" in result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(unknown), "--split", "test"])

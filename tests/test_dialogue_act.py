@@ -281,3 +281,5 @@ def test_streaming_session_checks_its_input(tokenizer):
     assert all(session.add("A", f"utterance number {i}")["label"] in "abc" for i in range(20))
     with pytest.raises(DialogueError, match="utterance 20: text: expected a non-empty string"):
         session.add("A", 42)
+    long = "word " * (model.config.max_utterance_tokens + 1)  # cut to its start, and said so
+    assert session.add("A", long)["truncated"] and not session.add("A", "short")["truncated"]

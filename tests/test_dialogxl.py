@@ -191,6 +191,9 @@ def test_streaming_session_checks_its_input():
         session.add("Ross", 42)
     with pytest.raises(DialogueError, match="utterance 1: speaker: missing or empty speaker"):
         session.add(None, "hello")
+    with pytest.raises(DialogueError, match="utterance 1: speaker: speaker must be a string, got float 1.5"):
+        session.add(1.5, "hello")
+    assert session.add(7, "hello")["speaker"] == "7" and session.speakers == {"Ross": 0, "7": 1}  # a numeric id, as in files
 
 
 def test_memory_attention_benchmark_measures_the_share_on_memory():

@@ -40,7 +40,10 @@ class Turn:
         self.validate()
 
     def validate(self, source: str | None = None) -> None:
-        if not isinstance(self.speaker, str) or is_blank(self.speaker):
+        if self.speaker is not None and not isinstance(self.speaker, str):
+            raise DialogueError(f"{_where(source, 'speaker')}: speaker must be a string, got {type(self.speaker).__name__} "
+                                f"{self.speaker!r}")
+        if self.speaker is None or is_blank(self.speaker):
             raise DialogueError(f"{_where(source, 'speaker')}: missing or empty speaker ({self.speaker!r})")
         if not isinstance(self.text, str):
             raise DialogueError(f"{_where(source, 'text')}: text must be a string, got {type(self.text).__name__}")
@@ -148,6 +151,8 @@ def as_turn(value: Any, source: str, default_speaker: str | None = None) -> Turn
     else:
         raise DialogueError(f"{source}: expected a (speaker, text) pair, a {{\"speaker\", \"text\"}} mapping or a Turn, "
                             f"got {type(value).__name__} {str(value)[:40]!r}")
+    if isinstance(speaker, int) and not isinstance(speaker, bool):  # a numeric speaker id, as a conversation file's is read
+        speaker = str(speaker)
     try:
         return Turn(speaker=speaker, text=text, labels=labels)
     except DialogueError as e:

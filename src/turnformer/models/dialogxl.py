@@ -317,7 +317,8 @@ class DialogXLSession:
 
     @torch.no_grad()
     def add(self, speaker: str, text: str) -> dict:
-        as_turn((speaker, text), f"utterance {self.turn}")  # a DialogueError naming the utterance and field
+        turn = as_turn((speaker, text), f"utterance {self.turn}")  # a DialogueError naming the utterance and field
+        speaker = turn.speaker  # a numeric id as its string
         ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
         limit = self.model.config.max_utterance_tokens
         truncated = len(ids) > limit

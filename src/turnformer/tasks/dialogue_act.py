@@ -234,7 +234,9 @@ class DialogueActSession:
         if not isinstance(text, str) or is_blank(text):
             raise DialogueError(f"utterance {self.added}: text: expected a non-empty string, got {text!r:.40}")
         self.added += 1
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: self.model.config.max_utterance_tokens]
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        truncated = len(ids) > self.model.config.max_utterance_tokens  # cut to its start, as in training and predict
+        ids = ids[: self.model.config.max_utterance_tokens]
         device = next(self.model.parameters()).device
         tokens = torch.tensor([ids or [self.tokenizer.unk_token_id]], device=device)
         self.vectors.append(self.model.encode_utterances(tokens)[0])
@@ -243,7 +245,8 @@ class DialogueActSession:
         logits = self.model.contextualise_at(vectors, mask, torch.tensor([vectors.shape[1] - 1], device=device))
         probs = logits[0].softmax(-1).tolist()
         best = max(range(len(probs)), key=probs.__getitem__)
-        return {"speaker": speaker, "text": text, "label": self.labels[best], "probabilities": dict(zip(self.labels, probs))}
+        return {"speaker": speaker, "text": text, "label": self.labels[best], "probabilities": dict(zip(self.labels, probs)),
+                "truncated": truncated}
 
 
 __all__ = ["DIALOGUE_ACT_MODELS", "SPLITS", "DialogueActSession", "encode_dialogues", "evaluate", "load_trained",

@@ -150,7 +150,10 @@ def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -
     """Fail, naming the file, where no turn of a split carries a label of `kind`: nothing to learn or to score."""
     if not any(kind in turn.labels for d in dialogues for turn in d.turns):
         why = "nothing to learn" if split == "train" else f"the {split} split cannot be scored"
-        raise DialogueError(f"{path}: no turn carries a {kind!r} label: {why}")
+        present = sorted({other for d in dialogues for turn in d.turns for other in turn.labels})
+        hint = (f" (its turns carry {', '.join(map(repr, present))} labels; the kind read is the recipe's label_kind: "
+                f"train with --set label_kind=\"{present[0]}\" for those)" if present else "")
+        raise DialogueError(f"{path}: no turn carries a {kind!r} label: {why}{hint}")
 
 
 def apply_limits(splits: dict[str, list[Dialogue]], limits: dict[str, int] | None, kind: str, option: str | None = None) -> None:
