@@ -488,7 +488,7 @@ def scoring_file(run: dict, path: Path) -> dict:
     """A trained run's description with its recipe's test split replaced by a user's labelled file (read with
     the run's label set, so an unknown label names the file and line)."""
     if not path.is_file():
-        raise DialogueError(f"--input {path}: no such file")
+        raise DialogueError(f"--input {path}: no such file (a split of the run's own dataset is --split)")
     return {**run, "recipe": {**run["recipe"], "dataset": "file", "test_file": str(path.resolve())}}
 
 
