@@ -83,3 +83,22 @@ def test_train_reports_bad_input(conversation_files, tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     result = runner.invoke(app, ["predict", "--checkpoint", str(tmp_path / "model.safetensors"), "--input", "x.jsonl"])
     assert result.exit_code == 2 and "model.safetensors: a file; give the run folder" in result.output
+
+
+@pytest.mark.data
+def test_evaluate_on_a_file_keeps_the_trained_datasets_metric(data_dir, tiny_backbone_dir, tmp_path):
+    """A DailyDialog emotion model scored on a file of DailyDialog conversations: the same numbers as the split's
+    first ones, and its primary metric is still micro F1 without neutral (not the weighted F1 of other files)."""
+    from turnformer.data import load_split
+
+    out, common = tmp_path / "run", ["--data-dir", str(data_dir)]
+    trained = runner.invoke(app, ["train", "--dataset", "dailydialog", "--limit-dialogues", "4", "--out", str(out),
+                                  "--set", f'backbone="{tiny_backbone_dir}"', "--set", "model_config.heads=[1,1,1,1]",
+                                  "--set", "train.epochs=1", "--set", "train.batch_size=2", *common])
+    assert trained.exit_code == 0, trained.output
+    write_jsonl(load_split("dailydialog", "test", data_dir).dialogues[:4], tmp_path / "four.jsonl")
+    from_file = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(tmp_path / "four.jsonl")])
+    from_split = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--limit-dialogues", "4", *common])
+    assert from_file.exit_code == 0 and from_split.exit_code == 0, from_file.output
+    scores = json.loads(from_file.stdout)
+    assert scores == json.loads(from_split.stdout) and scores["primary"] == scores["micro_f1_no_neutral"]
