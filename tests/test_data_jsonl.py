@@ -320,5 +320,15 @@ def test_turns_in_every_form_and_what_is_refused(tmp_path):
     pretty.write_text(json.dumps([{"turns": [{"speaker": "A", "text": "hi"}]}], indent=2))
     with pytest.raises(DialogueError, match="pretty.json:1: malformed JSON .* write one conversation per line"):
         read_jsonl(pretty)
+    # an array of conversations on one line, or broken over lines after its first: the same hint, not a type name
+    array = [{"turns": [{"speaker": "A", "text": "hi"}]}, {"turns": [{"speaker": "B", "text": "yo"}]}]
+    one_line = write_lines(tmp_path / "one.json", json.dumps(array))
+    split_lines = write_lines(tmp_path / "split.json", json.dumps(array)[:-1] + ",", json.dumps(array[0]) + "]")
+    for path in (one_line, split_lines):
+        with pytest.raises(DialogueError, match=r"\.json:1: .*write one conversation per line .*jq -c"):
+            read_jsonl(path)
+    later = write_lines(tmp_path / "later.jsonl", json.dumps(array[0]), json.dumps(array))
+    with pytest.raises(DialogueError, match=r"later\.jsonl:2: expected a JSON object with 'turns', got a JSON array \(one conversation per line\)$"):
+        read_jsonl(later)
     with pytest.raises(TypeError, match="expected a list of label names, got str"):
         read_jsonl(surrogate, label_sets={"emotion": "joy"})

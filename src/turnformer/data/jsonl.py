@@ -151,6 +151,10 @@ def parse_dialogue(
     return Dialogue(turns=tuple(turns), id=dlg_id, meta=meta)
 
 
+ONE_DOCUMENT_HINT = ("; the file looks like one JSON document: write one conversation per line (JSON Lines), "
+                     "e.g. jq -c '.[]' FILE.json > FILE.jsonl for an array of conversations")
+
+
 def _count_null_label(report: LoadReport | None, where: str, field: str) -> None:
     if report is not None:
         report.add("null_label", f"{where}: {field}: null, read as no label of this kind")
@@ -181,11 +185,13 @@ def read_jsonl(
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
-            hint = ("; the file looks like one JSON document: write one conversation per line (JSON Lines)"
-                    if lineno == 1 and line.strip() in ("[", "{") else "")
+            hint = (ONE_DOCUMENT_HINT if lineno == 1 and (line.strip() == "{" or line.lstrip().startswith("[")) else "")
             raise DialogueError(f"{where}: malformed JSON (column {err.colno}): {err.msg}{hint}") from None
         except RecursionError:
             raise DialogueError(f"{where}: JSON nested too deeply to be a conversation") from None
+        if isinstance(obj, list):  # a whole JSON array on one line: name the format rather than the type
+            hint = ONE_DOCUMENT_HINT if lineno == 1 else " (one conversation per line)"
+            raise DialogueError(f"{where}: expected a JSON object with 'turns', got a JSON array{hint}")
         dialogue = parse_dialogue(obj, where, label_sets, report)
         if dialogue.id is not None:
             if dialogue.id in line_of_id:
