@@ -97,7 +97,7 @@ def test_file_options_with_a_benchmark_are_refused(files, tmp_path):
     result = runner.invoke(app, ["train", "--dataset", "meld", "--train-file", str(files["train"]), "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "--train-file is for your own data: drop --dataset meld" in result.output
     result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--out", str(tmp_path / "x")])
-    assert result.exit_code == 2 and "needs validation_file" in result.output  # the file recipe, not MELD
+    assert result.exit_code == 2 and "needs a validation file (the best epoch is chosen on it): --validation-file PATH" in result.output  # the file recipe, not MELD
 
 
 @pytest.mark.parametrize("setting, message", [

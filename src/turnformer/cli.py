@@ -333,7 +333,7 @@ def train(
     task: str = typer.Option("erc", help="Task: erc (emotions), dialogue-act, response-selection or generation."),
     model: str = typer.Option(
         "dialogxl", help="erc: dialogxl (and its variants dialogxl-no-speaker, dialogxl-speaker-emb, ...), concat-context, "
-        "segment-recurrence. dialogue-act: lc-attention, lstm, lstm-blstm, lstm-attention. response-selection: mdfn, "
+        "segment-recurrence. dialogue-act: lc-attention, lstm, lstm-blstm, lstm-attention, minilm-utterance. response-selection: mdfn, "
         "plain-encoder, mdfn-ua-only, mdfn-sa-only, mdfn-maxpool, mdfn-meanpool, mdfn-linear-fusion. generation: transformer, "
         "transformer-dra, dialogbert, dialogbert-dra, phaed (and phaed-no-speaker-tokens, phaed-no-turn-emb, phaed-no-turn-attn, "
         "phaed-no-recurrence), gpt2-scratch."

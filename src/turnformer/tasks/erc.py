@@ -128,6 +128,16 @@ def check_split(split: str) -> None:
         raise DialogueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
 
 
+def split_file(recipe: dict, split: str) -> str:
+    """The path of a ``dataset = "file"`` recipe's `split`; its absence is an error naming the option that gives it."""
+    path = recipe.get(f"{split}_file")
+    if not path:
+        why = "the best epoch is chosen on it" if split == "validation" else f"the {split} split is read from it"
+        raise DialogueError(f"training on your own files needs a {split} file ({why}): --{split}-file PATH "
+                            f"(or {split}_file in a recipe)")
+    return path
+
+
 def read_split_files(recipe: dict, only: Sequence[str] = SPLITS,
                      label_sets: dict[str, list[str]] | None = None) -> dict[str, list[Dialogue]]:
     """The conversations of a ``dataset = "file"`` recipe: its ``train_file``, ``validation_file`` and
@@ -137,9 +147,7 @@ def read_split_files(recipe: dict, only: Sequence[str] = SPLITS,
 
     splits = {}
     for split in only:
-        path = recipe.get(f"{split}_file")
-        if not path:
-            raise DialogueError(f"recipe {recipe.get('recipe_path')}: dataset 'file' needs {split}_file")
+        path = split_file(recipe, split)
         splits[split] = list(read_jsonl(path, label_sets))
         if not splits[split]:
             raise DialogueError(f"{path}: no conversations in the {split} file")

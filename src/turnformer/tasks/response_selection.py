@@ -34,7 +34,7 @@ from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem,
                                  is_blank, next_speaker)
 from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, SelectionBatch, build_mdfn
 from turnformer.structure import SpecialTokens, pack_token_ids
-from turnformer.tasks.erc import SPLITS, checkpoint_paths
+from turnformer.tasks.erc import SPLITS, checkpoint_paths, split_file
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics
 
 RESPONSE_SELECTION_MODELS = tuple(MDFN_VARIANTS)
@@ -101,9 +101,7 @@ def load_selection_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLIT
     if dataset == "file":
         splits = {}
         for split in only:
-            path = recipe.get(f"{split}_file")
-            if not path:
-                raise DialogueError(f"recipe {recipe.get('recipe_path')}: dataset 'file' needs {split}_file")
+            path = split_file(recipe, split)
             splits[split] = read_selection_file(Path(path))
             if not any(sum(item.gold() or ()) for item in splits[split]):
                 raise DialogueError(f"{path}: no item has a right candidate (label 1): the {split} split cannot be scored")
