@@ -230,6 +230,8 @@ def test_predict_outputs_and_inputs(trained_run, files, tmp_path):
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", str(nested)])
     assert result.exit_code == 0, result.output
     assert len(nested.read_text().splitlines()) == 6 and not list(nested.parent.glob("*.tmp"))
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", "-"])
+    assert result.exit_code == 0 and result.stdout == nested.read_text()  # "-": the same lines on standard output
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", str(tmp_path)])
     assert result.exit_code == 2 and "a folder; give a file name" in result.output and not list(tmp_path.glob("*.tmp"))
 

@@ -197,6 +197,29 @@ def test_writer_is_atomic(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no temporary file left behind
 
 
+def test_writer_goes_through_links_pipes_and_dash_without_replacing_them(tmp_path, capsys):
+    import threading
+
+    one = [Dialogue.from_turns([("A", "one")], id="c1")]
+    target = tmp_path / "real.jsonl"
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target.name)
+    write_jsonl(one, link)  # renaming a temporary file over the link would put a file in its place
+    assert link.is_symlink() and read_jsonl(target) == one
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    write_jsonl(one, fifo)
+    reader.join(timeout=10)
+    assert fifo.is_fifo() and received == [target.read_bytes()]
+    capsys.readouterr()
+    write_jsonl(one, "-")  # standard output
+    assert capsys.readouterr().out.encode() == target.read_bytes() and not Path("-").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.jsonl", "pipe", "real.jsonl"]
+
+
 def test_writer_response_selection_items(tmp_path):
     ctx = Dialogue.from_turns([("m", "hello ."), ("f", "hi .")], id="dev_1")
     item = ResponseSelectionItem(context=ctx, candidates=(Turn("m", "a"), Turn("m", "b")), answer=1, id="dev_1")

@@ -8,7 +8,6 @@ and exit code 2; no traceback.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -82,10 +81,10 @@ def check_counts(options: dict[str, Optional[int]]) -> None:
 
 
 def write_jsonl(rows: list[dict], out: Path) -> None:
-    """One JSON object per line, written atomically: a crash never leaves half a file."""
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, out)
+    """One JSON object per line, written whole (`turnformer.data._io.write_file`: ``-`` is standard output)."""
+    from turnformer.data._io import write_file
+
+    write_file(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
 
 
 def pick_dialogue(dialogues: list[Dialogue], wanted: Optional[str], source: str) -> Dialogue:
@@ -496,7 +495,7 @@ def scoring_file(run: dict, path: Path) -> dict:
 def predict(
     checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
     input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
-    out: Optional[Path] = typer.Option(None, help="Write JSONL here (one line per utterance); default a table."),
+    out: Optional[Path] = typer.Option(None, help="Write JSONL here (one line per utterance; - for standard output); default a table."),
     online: bool = typer.Option(False, "--online", help="Dialogue acts: predict each utterance from the preceding ones only."),
     task_: Optional[str] = typer.Option(None, "--task", help="Check that the checkpoint is of this task (erc, dialogue-act, response-selection)."),
     submission: Optional[Path] = typer.Option(None, help="Response selection: also write MuTual's submission file (id, then candidates best first)."),
@@ -580,7 +579,7 @@ def generate(
     checkpoint: Path = typer.Option(..., help="Run folder of a generation model (uses best/) or a checkpoint folder."),
     input: Optional[str] = typer.Option(None, "--input", help="Conversations to continue (JSONL or NAME:SPLIT); "
                                         "without it, an interactive chat on the terminal."),
-    out: Optional[Path] = typer.Option(None, help="Write JSONL here (id, speaker, response); default a table."),
+    out: Optional[Path] = typer.Option(None, help="Write JSONL here (id, speaker, response; - for standard output); default a table."),
     speaker: Optional[str] = typer.Option(None, help="Who replies (default: the speaker before the last one)."),
     beam: int = typer.Option(1, "--beam", min=1, help="Beam size (1 = greedy decoding)."),
     data_dir: Optional[Path] = DataDir,

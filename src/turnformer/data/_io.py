@@ -1,9 +1,12 @@
-"""Reading files so that every failure names the file and the line (1-based) at fault."""
+"""Reading files so that every failure names the file and the line (1-based) at fault; writing them whole."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
+import sys
+import tempfile
 import zlib
 from pathlib import Path
 from typing import Any, Iterator
@@ -26,6 +29,34 @@ def check_output_file(path: Path, what: str = "") -> Path:
         raise DialogueError(f"{head}: {blocking} is a file, not a folder")
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Write `data` to `path` whole: to a temporary file in the same folder, then renamed over `path`, so a crash
+    never leaves half a file. ``-`` is standard output. A path that is a link or not a regular file (``/dev/stdout``,
+    a named pipe) is written through as it is: renaming over it would put a file in its place."""
+    path = Path(path)
+    if str(path) == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        with open(path, "wb") as fh:
+            fh.write(data)
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; give the file the usual permissions
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 GZIP_MAGIC = b"\x1f\x8b"

@@ -89,7 +89,7 @@ def stats_cmd(
 def convert_cmd(
     name: str = typer.Argument(..., help="Dataset name (turnformer data list)."),
     split: str = typer.Option(..., "--split", "-s", help="train, validation (dev/val) or test."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output .jsonl file (written atomically)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output .jsonl file (written atomically; - for standard output)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
     """Write one benchmark split in the generic JSONL format (docs/data-format.md)."""
@@ -100,9 +100,9 @@ def convert_cmd(
     _run(check_output_file, out, "--out")  # before the split is read
     ds = _run(load_split, name, split, data_dir)
     n = _run(write_jsonl, ds.items, out)
-    typer.echo(f"wrote {n} {ds.name}/{ds.split} conversations to {out}")
+    typer.echo(f"wrote {n} {ds.name}/{ds.split} conversations to {out}", err=True)  # stderr: --out - is stdout
     if ds.report:
-        typer.echo(f"load report: {ds.report.summary()}")
+        typer.echo(f"load report: {ds.report.summary()}", err=True)
 
 
 @data_app.command("download")

@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from turnformer.data._io import check_output_file, iter_lines
+from turnformer.data._io import check_output_file, iter_lines, write_file
 from turnformer.data.report import LoadReport
 from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank
 
@@ -220,12 +219,6 @@ def dumps_dialogue(d: Dialogue) -> str:
         raise DialogueError(f"dialogue {d.id!r}: cannot be written as JSON: {err}") from None
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str | os.PathLike[str]) -> int:
     """Write conversations to `path`, one a line, atomically; returns the number written.
 
@@ -245,23 +238,7 @@ def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str
             lines.append(line.encode("utf-8"))
         except UnicodeEncodeError as err:
             raise DialogueError(f"dialogue {i} ({getattr(d, 'id', None)!r}): text is not valid Unicode ({err.reason})") from None
-    parent = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
-        with os.fdopen(fd, "wb") as fh:
-            for line in lines:
-                fh.write(line)
-                fh.write(b"\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_file(path, b"".join(line + b"\n" for line in lines))
     return len(lines)
 
 

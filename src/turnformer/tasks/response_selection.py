@@ -22,7 +22,6 @@ batching so that a batch carries little padding (the training loop shuffles the 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -30,6 +29,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from turnformer.data._io import write_file
 from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, as_dialogue, as_turn,
                                  is_blank, next_speaker)
 from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, SelectionBatch, build_mdfn
@@ -384,10 +384,8 @@ def write_submission(rows: Sequence[dict], path: Path) -> None:
             raise DialogueError(f"item {r['id']!r}: an id with a tab or line break cannot be written in the submission format")
         if len(r["ranking"]) > len(LETTERS):
             raise DialogueError(f"item {r['id']}: {len(r['ranking'])} candidates; the submission format has letters A-J only")
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join("\t".join([str(r["id"]), *(LETTERS[i] for i in r["ranking"])]) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, path)
+    lines = ("\t".join([str(r["id"]), *(LETTERS[i] for i in r["ranking"])]) + "\n" for r in rows)
+    write_file(Path(path), "".join(lines).encode("utf-8"))
 
 
 __all__ = ["RESPONSE_SELECTION_MODELS", "ResponseRanker", "dialogue_to_item", "encode_items", "evaluate", "evaluate_split", "load_items",
