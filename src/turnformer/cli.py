@@ -22,7 +22,7 @@ from turnformer.tasks.erc import load_trained
 from turnformer.training import CheckpointError
 
 app = typer.Typer(help="Multi-turn, multi-party dialogue modelling with structure-aware Transformers.", no_args_is_help=True)
-plot_app = typer.Typer(help="Figures: attention masks of a conversation.", no_args_is_help=True)
+plot_app = typer.Typer(help="Figures: the attention masks of a conversation, and what a trained model attends to (DialogXL, dialogue acts).", no_args_is_help=True)
 app.add_typer(data_app, name="data", help="Benchmark datasets: statistics, download, conversion.")
 app.add_typer(backbone_app, name="backbone", help="Offline backbones: load and check against transformers.")
 app.add_typer(plot_app, name="plot")
