@@ -77,7 +77,9 @@ def test_selection_tsv_groups_lines_and_names_bad_lines(tmp_path):
     for bad, message in [("2\ta\tb\n", ":1: label"), ("1\tonly a response\n", ":1: expected a label"),
                          ("1\ta\t \tc\n", ":1: column 3: empty utterance"),
                          ('[{"turns": []}]\n', ":1: label: .*this looks like JSON: give items as JSON Lines"),
-                         ('1\ta\tb\n{"x": 1}\n', r":2: label: expected 0 or 1 in the first column, got '\{\"x\": 1\}'$")]:
+                         ('1\ta\tb\n{"x": 1}\n', r":2: label: expected 0 or 1 in the first column, got '\{\"x\": 1\}'$"),
+                         ("label\tcontext\tresponse\n1\ta\tb\n", ":1: label: .*got 'label'; a header line is not part of the format"),
+                         ("1\ta\tb\nlabel\tcontext\tresponse\n", ":2: label: .*got 'label'$")]:
         path.write_text(bad, encoding="utf-8")
         with pytest.raises(DialogueError, match=message):
             read_selection_tsv(path)

@@ -57,7 +57,8 @@ def read_selection_tsv(path: str | Path, report: LoadReport | None = None) -> li
         if label.strip() not in ("0", "1"):
             # a JSON document (a whole-file array or object) has no tab-separated label: say which format was expected
             hint = ("; this looks like JSON: give items as JSON Lines, one object a line (with meta.candidates)"
-                    if group is None and line.lstrip()[:1] in ("[", "{") else "")
+                    if group is None and line.lstrip()[:1] in ("[", "{") else
+                    "; a header line is not part of the format: remove it" if group is None and len(utterances) >= 2 else "")
             raise DialogueError(f"{where}: label: expected 0 or 1 in the first column, got {label[:40]!r}{hint}")
         if len(utterances) < 2:
             raise DialogueError(f"{where}: expected a label, at least one context utterance and a response, "
