@@ -137,6 +137,27 @@ def test_ctrl_c_saves_last_and_resume_continues(tmp_path, uninterrupted):
     assert resumed.steps == expected.steps and len(resumed.history) == 3
 
 
+class DropoutClassifier(TinyClassifier):
+    """Draws random numbers in every training batch (dropout), as the real models do."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.nn.functional.dropout(torch.tanh(self.norm(self.inp(x))), 0.3, self.training))
+
+
+def test_ctrl_c_inside_an_update_of_a_model_with_dropout_resumes_exactly(tmp_path):
+    """The dropout masks that the interrupted update's first batches drew are not kept: the checkpoint holds the
+    random state of the last whole update, so the resumed run draws the same masks as an uninterrupted one."""
+    set_seed(0)
+    reference, _ = run(tmp_path / "reference", model=DropoutClassifier())
+    set_seed(0)
+    model = DropoutClassifier()
+    model.interrupt_at = 15   # epoch 2, its 5th batch: the 4th has drawn its masks inside the unfinished update
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "run", model=model)
+    resumed, _ = run(tmp_path / "run", resume=True, model=DropoutClassifier())
+    assert torch.equal(flat_params(resumed), flat_params(reference))
+
+
 def test_sigint_inside_an_update_takes_effect_after_it(tmp_path, uninterrupted):
     """A real Ctrl-C arriving during optimizer.step() is held until the update is recorded."""
     _, reference, _ = uninterrupted

@@ -408,6 +408,9 @@ class _Trainer:
         self.local_loss = torch.zeros((), device=accelerator.device)   # this process's losses not yet folded
         self.local_count = 0
         self.saved_at: tuple[int, int, int] | None = None
+        # the random state at the last whole update, while a next one is under way: a Ctrl-C saves this one, so
+        # the resumed run draws again the dropout masks that the unfinished update's first batches drew
+        self.rng_at_last_update: dict[str, Any] | None = None
 
     # -- resume --------------------------------------------------------------------------------------
 
@@ -520,6 +523,7 @@ class _Trainer:
                     return False
                 group = local[i: i + accumulate]
                 group_loss = torch.zeros((), device=acc.device)
+                self.rng_at_last_update = _get_rng_state()
                 for j, index in enumerate(group):
                     batch = send_to_device(self.batches[index], acc.device)
                     sync = j == len(group) - 1     # DDP all-reduces the gradients on the group's last batch only
@@ -539,6 +543,7 @@ class _Trainer:
                     self.optimizer.zero_grad(set_to_none=True)
                     i += len(group)
                     st.batch_in_epoch, st.global_step = i, st.global_step + 1
+                    self.rng_at_last_update = None   # the current state is the last whole update's again
                     self.local_loss += group_loss
                     self.local_count += len(group)
                     now = time.monotonic()
@@ -659,7 +664,7 @@ class _Trainer:
                               f"batch {st.batch_in_epoch}/{self.per_process})")
             _record(st.history, self._partial_entry(st.epoch))
         logger.warning("interrupted: saving %s/last at step %d before exiting", self.config.out_dir, st.global_step)
-        self._save("last", collective=False)
+        self._save("last", collective=False, rng=self.rng_at_last_update)
 
     # -- bookkeeping ---------------------------------------------------------------------------------
 
@@ -681,8 +686,10 @@ class _Trainer:
     def _seconds(self) -> float:
         return self.seconds_before + time.monotonic() - self.session_start
 
-    def _save(self, name: str, *, collective: bool = True, link_from: str | None = None) -> None:
-        """Write checkpoint `out_dir/name` (main process only; with `collective`, the others wait)."""
+    def _save(self, name: str, *, collective: bool = True, link_from: str | None = None,
+              rng: dict[str, Any] | None = None) -> None:
+        """Write checkpoint `out_dir/name` (main process only; with `collective`, the others wait), with the random
+        state `rng` (default: the current one)."""
         st = self.state
         if collective:
             self._fold_loss(collective=True)
@@ -695,13 +702,13 @@ class _Trainer:
                     for file in CHECKPOINT_FILES:
                         _link_or_copy(source / file, tmp / file)
                 else:
-                    self._write_files(tmp)
+                    self._write_files(tmp, rng)
             if name == "last":
                 self.saved_at = (st.epoch, st.batch_in_epoch, st.global_step)
         if collective:
             self.acc.wait_for_everyone()
 
-    def _write_files(self, directory: Path) -> None:
+    def _write_files(self, directory: Path, rng: dict[str, Any] | None = None) -> None:
         config = {
             "model_class": _class_name(self.model), "model": self.model_config, "train": self.config.to_dict(),
         }
@@ -711,7 +718,7 @@ class _Trainer:
         _write_json(directory / STATE_FILE, dataclasses.asdict(self.state))
         torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
                    directory / OPTIMIZER_FILE)
-        torch.save(_get_rng_state(), directory / RNG_FILE)
+        torch.save(rng if rng is not None else _get_rng_state(), directory / RNG_FILE)
         for file in (OPTIMIZER_FILE, RNG_FILE, MODEL_FILE):
             _fsync(directory / file)
 
