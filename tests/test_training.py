@@ -158,26 +158,33 @@ def test_ctrl_c_inside_an_update_of_a_model_with_dropout_resumes_exactly(tmp_pat
     assert torch.equal(flat_params(resumed), flat_params(reference))
 
 
-def test_sigint_inside_an_update_takes_effect_after_it(tmp_path, uninterrupted):
-    """A real Ctrl-C arriving during optimizer.step() is held until the update is recorded."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigint_or_sigterm_inside_an_update_takes_effect_after_it(tmp_path, uninterrupted, signum):
+    """A real Ctrl-C, or SIGTERM (kill, a job scheduler), arriving during optimizer.step() is held until the update
+    is recorded; then `last/` is saved there."""
+    from turnformer.training import Terminated
+
     _, reference, _ = uninterrupted
     steps = []
 
     def hook(optimizer, args, kwargs):
         steps.append(1)
         if len(steps) == 5:
-            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signum)
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)   # pytest-xdist workers may ignore SIGINT
+    before = signal.getsignal(signal.SIGTERM)
     handle = register_optimizer_step_post_hook(hook)
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(Terminated if signum == signal.SIGTERM else KeyboardInterrupt):
             run(tmp_path)
     finally:
         handle.remove()
         signal.signal(signal.SIGINT, previous)
+    assert signal.getsignal(signal.SIGTERM) == before   # training's handler is gone with it
     state = json.loads((tmp_path / "last" / "trainer_state.json").read_text())
     assert (state["epoch"], state["batch_in_epoch"], state["global_step"]) == (1, 3, 5)
+    assert ("Terminated" in state["stop_reason"]) == (signum == signal.SIGTERM)
     model, _ = run(tmp_path, resume=True, model=TinyClassifier())
     assert torch.equal(flat_params(model), reference)
 

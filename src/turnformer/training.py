@@ -47,7 +47,7 @@ from torch import nn
 __all__ = [
     "CHECKPOINT_FILES", "CheckpointError", "TrainConfig", "TrainResult", "TrainableModel", "build_optimizer",
     "build_scheduler", "epoch_order", "load_checkpoint", "predict_all", "read_checkpoint_config", "set_seed",
-    "train",
+    "Terminated", "train",
 ]
 
 logger = logging.getLogger(__name__)
@@ -314,7 +314,8 @@ def train(
     the last `len(train_batches) % N` batches of each epoch's shuffled order are dropped (a warning
     says how many), so every process makes the same number of updates.
 
-    Ctrl-C (KeyboardInterrupt) saves `last/` at the last completed update and re-raises.
+    Ctrl-C (KeyboardInterrupt) or SIGTERM (`Terminated`, a KeyboardInterrupt) saves `last/` at the last
+    completed update and re-raises.
     """
     if not isinstance(model, nn.Module) or not callable(getattr(model, "loss", None)):
         raise TypeError(f"train() needs an nn.Module with a loss(batch) method, got {type(model).__name__}")
@@ -471,13 +472,14 @@ class _Trainer:
         self.session_start = time.monotonic()
         self.seconds_before = self.state.train_seconds
         try:
-            for epoch in range(self.state.epoch, self.config.epochs):
-                if not self._train_epoch(epoch):
-                    break
-                self._end_epoch(epoch)
-        except KeyboardInterrupt:
+            with _handlers({signal.SIGTERM: _raise_terminated}):
+                for epoch in range(self.state.epoch, self.config.epochs):
+                    if not self._train_epoch(epoch):
+                        break
+                    self._end_epoch(epoch)
+        except KeyboardInterrupt as interruption:   # Ctrl-C, or SIGTERM (Terminated)
             try:
-                self._save_on_interrupt()
+                self._save_on_interrupt(type(interruption).__name__)
             except Exception:
                 logger.exception("could not save %s/last after the interruption", self.config.out_dir)
             raise
@@ -534,7 +536,7 @@ class _Trainer:
                                              f"got {getattr(loss, 'shape', type(loss))}")
                         acc.backward(loss / len(group))
                     group_loss += loss.detach().float()
-                with _sigint_deferred():   # an update and its bookkeeping happen entirely or not at all
+                with _interrupts_deferred():   # an update and its bookkeeping happen entirely or not at all
                     if config.grad_clip:
                         acc.clip_grad_norm_(self.wrapped.parameters(), config.grad_clip)
                     self.optimizer.step()
@@ -577,7 +579,7 @@ class _Trainer:
             "epoch": epoch + 1, "complete": True, "train_loss": train_loss, "seconds": st.epoch_seconds,
             "eval_seconds": time.monotonic() - started, "steps": st.global_step, "validation": validation, "test": test,
         }
-        with _sigint_deferred():   # the record, best/ and last/ agree even under Ctrl-C
+        with _interrupts_deferred():   # the record, best/ and last/ agree even under Ctrl-C
             _record(st.history, entry)
             improved = _better(validation["primary"], st.best_validation)
             if improved:
@@ -649,7 +651,7 @@ class _Trainer:
             "stopped": st.stop_reason,
         }
 
-    def _save_on_interrupt(self) -> None:
+    def _save_on_interrupt(self, what: str = "KeyboardInterrupt") -> None:
         """Ctrl-C: the main process saves `last/` at the last completed update (no collective calls:
         the other processes may be anywhere), unless it is already there."""
         if not self.acc.is_main_process:
@@ -660,7 +662,7 @@ class _Trainer:
             return
         if st.epoch < self.config.epochs:
             st.stopped_early = True
-            st.stop_reason = (f"interrupted (KeyboardInterrupt) at step {st.global_step} (epoch {st.epoch + 1}, "
+            st.stop_reason = (f"interrupted ({what}) at step {st.global_step} (epoch {st.epoch + 1}, "
                               f"batch {st.batch_in_epoch}/{self.per_process})")
             _record(st.history, self._partial_entry(st.epoch))
         logger.warning("interrupted: saving %s/last at step %d before exiting", self.config.out_dir, st.global_step)
@@ -1024,27 +1026,44 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during training (``kill``, or a job scheduler's notice before it stops the job): handled as Ctrl-C
+    is, ``last/`` saved at the last whole update first."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated(f"signal {signal.Signals(signum).name}")
+
+
 @contextlib.contextmanager
-def _sigint_deferred():
-    """Hold a Ctrl-C that arrives inside the block until the block is done (main thread only)."""
-    received: list[Any] = []
-    previous = None
-    installed = False
+def _handlers(handlers: dict[int, Any]):
+    """Install signal handlers for the block, restoring the previous ones after it; yields those (main thread only:
+    elsewhere nothing is installed and the dict is empty)."""
+    previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        try:
-            previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
-            installed = True
-        except (ValueError, OSError, TypeError):
-            pass
-    if not installed:
-        yield
-        return
+        for signum, handler in handlers.items():
+            try:
+                previous[signum] = signal.signal(signum, handler)
+            except (ValueError, OSError, TypeError):
+                pass
     try:
-        yield
+        yield previous
     finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+        for signum, handler in previous.items():
+            default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+            signal.signal(signum, handler if handler is not None else default)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Hold a Ctrl-C or SIGTERM that arrives inside the block until the block is done, then deliver it."""
+    received: list[tuple[int, Any]] = []
+    with _handlers({signum: lambda s, frame: received.append((s, frame)) for signum in (signal.SIGINT, signal.SIGTERM)}) as previous:
+        yield
     if received:
-        if callable(previous):
-            previous(signal.SIGINT, received[0])
-        elif previous != signal.SIG_IGN:
-            signal.raise_signal(signal.SIGINT)
+        signum, frame = received[0]
+        handler = previous.get(signum)
+        if callable(handler):
+            handler(signum, frame)
+        elif handler != signal.SIG_IGN:
+            signal.raise_signal(signum)
