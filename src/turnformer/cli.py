@@ -632,7 +632,7 @@ def chat(bot) -> None:
         turns.append(("user", line))
         reply = bot.respond(turns, speaker="bot")
         turns.append(("bot", reply or "..."))
-        console.print(f"bot> {reply}", highlight=False)
+        console.print(f"bot> {reply}" if reply else "bot> (nothing: the model ended its reply at once)", highlight=False)
 
 
 def predict_selection(model, tokenizer, spec: str, out: Optional[Path], submission: Optional[Path], data_dir) -> None:
