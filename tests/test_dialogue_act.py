@@ -257,6 +257,13 @@ def test_minilm_utterance_baseline_trains_and_loads_back(tmp_path, data_dir, tin
         pair = model.encode_utterances(tokens)
         alone = model.encode_utterances(tokens[1:, :1])  # padding after the words changes nothing
     assert pair.shape == (2, 32) and torch.allclose(pair[1], alone[0], atol=1e-5)
+    # Utterances of mixed lengths run in sorted chunks cut to each chunk's longest: the same vectors, in input order.
+    lengths = torch.tensor([1, 7, 3, 9, 2, 5, 8, 4, 6, 1, 9])
+    mixed = torch.where(torch.arange(9) < lengths[:, None], torch.randint(1000, 2000, (11, 9)), 0)
+    with torch.no_grad():
+        chunked = model._encode_pretrained(mixed, chunk=3)
+        one_by_one = torch.cat([model._encode_pretrained(row[None, : int(n)]) for row, n in zip(mixed, lengths)])
+    assert torch.allclose(chunked, one_by_one, atol=1e-5)
 
     recipe = {"task": "dialogue-act", "model": "minilm-utterance", "dataset": "dailydialog", "backbone": str(tiny_backbone_dir),
               "model_config": {"classifier_hidden": 16}, "train": {"epochs": 1, "lr": 1e-3, "batch_size": 16}}
