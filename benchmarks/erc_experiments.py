@@ -178,7 +178,7 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
         return [Experiment(f"dialogue-act-{dataset}-{model}", model, dataset, seeds,
                            ("train.epochs=3",) if dataset == "swda" else (), task="dialogue-act")
                 for dataset in ("swda", "dailydialog") for model in ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")] + [
-            # the fine-tuned all-MiniLM-L6-v2 row keeps its recipe's 2 epochs (about 20 times slower per utterance)
+            # the fine-tuned all-MiniLM-L6-v2 row keeps its recipe's 2 epochs (about 20 times slower per utterance than the LSTMs)
             Experiment(f"dialogue-act-{dataset}-minilm-utterance", "minilm-utterance", dataset, seeds, task="dialogue-act")
             for dataset in ("swda", "dailydialog")]
     if name == "act-grid":  # the LC Attention paper's Tables 5 and 6: window W x context padding P, --grid-seeds, 3 epochs
