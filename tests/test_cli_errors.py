@@ -206,6 +206,14 @@ def test_splits_without_labels_are_refused_before_any_work(trained_run, tiny_bac
     result = runner.invoke(app, ["train", "--train-file", str(unlabelled), "--validation-file", str(files["validation"]),
                                  "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), *_tiny(tiny_backbone_dir)])
     assert result.exit_code == 2 and f"{unlabelled}: no turn carries a 'emotion' label: nothing to learn" in result.output
+    # labels under a field the reader does not know ({"label": "joy"}): the error names the field it ignored
+    misnamed = tmp_path / "misnamed.jsonl"
+    misnamed.write_text("".join(json.dumps({"turns": [{"speaker": "A", "text": "hi", "label": "joy"}], "source": "x"}) + "\n"
+                                for _ in range(2)))
+    result = runner.invoke(app, ["train", "--train-file", str(misnamed), "--validation-file", str(files["validation"]),
+                                 "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), *_tiny(tiny_backbone_dir)])
+    assert result.exit_code == 2 and ("nothing to learn (fields ignored as unknown: 'source', 'label'; a turn's label is read "
+                                      "from \"labels\": {\"emotion\": ...} or a top-level \"emotion\" field)") in result.output, result.output
 
     recipe = {**json.loads((trained_run / "run.json").read_text())["recipe"], "test_file": str(unlabelled)}
     run = _copy_run(trained_run, tmp_path / "run", recipe=recipe)

@@ -148,7 +148,7 @@ def read_split_files(recipe: dict, only: Sequence[str] = SPLITS,
     splits = {}
     for split in only:
         path = split_file(recipe, split)
-        splits[split] = list(read_jsonl(path, label_sets))
+        splits[split] = read_jsonl(path, label_sets)  # a list, with the load report kept for error hints
         if not splits[split]:
             raise DialogueError(f"{path}: no conversations in the {split} file")
     return splits
@@ -159,9 +159,25 @@ def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -
     if not any(kind in turn.labels for d in dialogues for turn in d.turns):
         why = "nothing to learn" if split == "train" else f"the {split} split cannot be scored"
         present = sorted({other for d in dialogues for turn in d.turns for other in turn.labels})
-        hint = (f" (its turns carry {', '.join(map(repr, present))} labels; the kind read is the recipe's label_kind: "
-                f"train with --set label_kind=\"{present[0]}\" for those)" if present else "")
+        ignored = ignored_fields(dialogues)
+        if present:
+            hint = (f" (its turns carry {', '.join(map(repr, present))} labels; the kind read is the recipe's label_kind: "
+                    f"train with --set label_kind=\"{present[0]}\" for those)")
+        elif ignored:  # e.g. {"label": "question"}: a field the reader does not know, not a label
+            hint = (f" (fields ignored as unknown: {', '.join(map(repr, ignored))}; a turn's label is read from "
+                    f"\"labels\": {{\"{kind}\": ...}} or a top-level \"{kind}\" field)")
+        else:
+            hint = ""
         raise DialogueError(f"{path}: no turn carries a {kind!r} label: {why}{hint}")
+
+
+def ignored_fields(dialogues: Sequence[Dialogue], most: int = 5) -> list[str]:
+    """The names of the unknown fields that reading a conversation file ignored (from its load report, where the
+    dialogues still carry one), first seen first."""
+    report = getattr(dialogues, "report", None)
+    names = [message.split(": ")[-2].rsplit(".", 1)[-1] for message in (report.messages if report else [])
+             if message.endswith("unknown field ignored")]
+    return list(dict.fromkeys(names))[:most]
 
 
 def apply_limits(splits: dict[str, list[Dialogue]], limits: dict[str, int] | None, kind: str, option: str | None = None) -> None:
