@@ -66,7 +66,7 @@ def parse_dialogue(
         raise _err(where, "", f"expected a JSON object with 'turns', got {type(obj).__name__}")
     for key in obj:
         if key not in DIALOGUE_KEYS and report is not None:
-            report.add("unknown_field", f"{where}: {key}: unknown field ignored")
+            report.ignore_field(where, key, key)
     if "turns" not in obj:
         raise _err(where, "turns", "missing field")
     turns_raw = obj["turns"]
@@ -90,7 +90,7 @@ def parse_dialogue(
             raise _err(where, at, f"expected an object with speaker and text, got {type(t).__name__}")
         for key in t:
             if key not in TURN_KEYS and report is not None:
-                report.add("unknown_field", f"{where}: {at}.{key}: unknown field ignored")
+                report.ignore_field(where, f"{at}.{key}", key)
         speaker = t.get("speaker")
         if speaker is None:
             raise _err(where, f"{at}.speaker", "missing speaker")

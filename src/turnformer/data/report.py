@@ -29,6 +29,12 @@ class LoadReport:
     source: str
     counts: Counter = field(default_factory=Counter)
     messages: list[str] = field(default_factory=list)
+    ignored_fields: Counter = field(default_factory=Counter)  # unknown field names read past, first seen first
+
+    def ignore_field(self, where: str, path: str, name: str) -> None:
+        """Count an unknown field (`path` within the record at `where`, e.g. ``turns[2].label``) that was skipped."""
+        self.add("unknown_field", f"{where}: {path}: unknown field ignored")
+        self.ignored_fields[name] += 1
 
     def add(self, reason: str, message: str, n: int = 1) -> None:
         """Count `n` occurrences of `reason`, and keep a message naming the file and line or field."""
@@ -38,6 +44,7 @@ class LoadReport:
     def merge(self, other: "LoadReport") -> None:
         self.counts.update(other.counts)
         self.messages.extend(other.messages)
+        self.ignored_fields.update(other.ignored_fields)
 
     def __bool__(self) -> bool:  # a report is "truthy" when something was repaired or skipped
         return bool(+self.counts)

@@ -159,7 +159,8 @@ def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -
     if not any(kind in turn.labels for d in dialogues for turn in d.turns):
         why = "nothing to learn" if split == "train" else f"the {split} split cannot be scored"
         present = sorted({other for d in dialogues for turn in d.turns for other in turn.labels})
-        ignored = ignored_fields(dialogues)
+        report = getattr(dialogues, "report", None)  # a file's conversations as read carry their load report
+        ignored = list(report.ignored_fields)[:5] if report else []
         if present:
             hint = (f" (its turns carry {', '.join(map(repr, present))} labels; the kind read is the recipe's label_kind: "
                     f"train with --set label_kind=\"{present[0]}\" for those)")
@@ -169,15 +170,6 @@ def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -
         else:
             hint = ""
         raise DialogueError(f"{path}: no turn carries a {kind!r} label: {why}{hint}")
-
-
-def ignored_fields(dialogues: Sequence[Dialogue], most: int = 5) -> list[str]:
-    """The names of the unknown fields that reading a conversation file ignored (from its load report, where the
-    dialogues still carry one), first seen first."""
-    report = getattr(dialogues, "report", None)
-    names = [message.split(": ")[-2].rsplit(".", 1)[-1] for message in (report.messages if report else [])
-             if message.endswith("unknown field ignored")]
-    return list(dict.fromkeys(names))[:most]
 
 
 def apply_limits(splits: dict[str, list[Dialogue]], limits: dict[str, int] | None, kind: str, option: str | None = None) -> None:
