@@ -31,6 +31,12 @@ def best_entry(result: dict, max_epoch: int | None = None) -> tuple[dict | None,
     return max(finished, key=lambda h: (h["validation"]["primary"], -h["epoch"]), default=None), len(finished) < max_epoch
 
 
+def run_config(recipe: dict) -> dict:
+    """What a results file records of a run's recipe: the settings that decide its training."""
+    return {"model_config": recipe["model_config"], "train": recipe["train"],
+            **{k: recipe[k] for k in ("window", "context_padding", "setting", "holdout") if k in recipe}}
+
+
 def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extra: dict | None = None,
             max_epoch: int | None = None) -> dict:
     """The results record of `runs` (one per seed), or of their first `max_epoch` epochs; raises SystemExit naming a
@@ -78,8 +84,7 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
     metric = {"dialogue-act": "accuracy", "response-selection": "R4@1", "generation": "perplexity"}.get(task) or primary_metric(recipe["dataset"])
     return make_result(
         experiment, task=task, dataset=recipe["dataset"], split=split, model=recipe["model"],
-        backbone=recipe.get("backbone", "none (trained from scratch)"), config={"model_config": recipe["model_config"], "train": recipe["train"],
-                **{k: recipe[k] for k in ("window", "context_padding", "setting", "holdout") if k in recipe}},
+        backbone=recipe.get("backbone", "none (trained from scratch)"), config=run_config(recipe),
         metric=metric, scores=scores, seeds=seeds, paper=recipe.get("paper"),
         extra={**({"accuracy": accuracy} if accuracy else {}), **ranking, "validation": validation, "best_epoch": best_epochs, "train_seconds": seconds,
                "partial": partial_runs or False, **({"online_accuracy": online} if online else {}),

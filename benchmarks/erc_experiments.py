@@ -56,7 +56,9 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   conversation a batch), with the memory-bias variant (recipes/erc-swda-dialogxl-memory-bias.toml), one seed.
 
 A run whose folder already holds result.json is not run again, and an interrupted one continues
-(``--resume``), so the command can be repeated until everything is done. ``--deadline`` gives every
+(``--resume``), so the command can be repeated until everything is done. A seed whose run folder is gone but which
+the experiment's results file holds, collected from whole runs of the recipe as it is now, is not trained again: the
+file keeps it beside the seeds collected later (``--seeds 2,3`` adds to a file of seed 1), and its command says so. ``--deadline`` gives every
 run a time budget ending that many seconds after the start: runs cut by it are recorded as partial,
 and continue from their checkpoint when the command is repeated.
 With ``--workers`` above 1 every run gets one CPU thread (the runs share the machine, or one GPU).
@@ -76,7 +78,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collect_erc import collect  # noqa: E402
+from collect_erc import collect, run_config  # noqa: E402
 
 from turnformer.recipes import find_recipe, load_recipe  # noqa: E402
 from turnformer.results import RESULTS_DIR, make_result, write_result  # noqa: E402
@@ -316,6 +318,57 @@ def recipe_record(experiment: Experiment, runs_dir: Path, results_dir: Path = RE
         command="; ".join(commands[i] for i in index) + f" (recipe values as in config; read from {path.name}, commit {recipe['commit']})")
 
 
+def scored_epochs(config: dict, max_epoch: int | None) -> int | None:
+    epochs = config["train"].get("epochs")
+    return min(epochs, max_epoch) if epochs and max_epoch else max_epoch or epochs
+
+
+def earlier_record(experiment: Experiment, results_dir: Path = RESULTS_DIR) -> dict | None:
+    """The experiment's results file from an earlier collection, if its runs were whole and trained the recipe as it
+    is now, scored over the same epochs: its seeds are not trained again when their run folders are gone, and stay in
+    the file when other seeds are collected. None otherwise."""
+    path = results_dir / f"{experiment.id}.json"
+    if not path.exists() or experiment.limit_train or experiment.limit_eval:
+        return None
+    earlier = json.loads(path.read_text())
+    recipe = load_recipe(find_recipe(experiment.task, experiment.model, experiment.dataset), list(experiment.overrides))
+    same = (earlier["config"] == run_config(recipe) and not earlier["extra"].get("partial")
+            and scored_epochs(earlier["config"], earlier["extra"].get("max_epoch")) == scored_epochs(earlier["config"], experiment.max_epoch))
+    return earlier if same else None
+
+
+def seeds_to_run(experiment: Experiment, earlier: dict | None, runs_dir: Path) -> list[int]:
+    """The experiment's seeds that its runs give: all but those an earlier collection holds whose run folders are gone."""
+    return [s for s in experiment.seeds
+            if not (earlier and s in earlier["seeds"] and not (run_dir(experiment, s, runs_dir) / "result.json").exists())]
+
+
+def with_earlier_seeds(record: dict, earlier: dict) -> dict:
+    """`record` (the runs on disk) joined with the seeds of an earlier collection of the same training that it lacks,
+    in seed order; a seed in both is the runs' own. `earlier` must come from `earlier_record`."""
+    if record["config"] != earlier["config"]:  # the runs on disk trained something else: the earlier seeds cannot join
+        return record
+    kept = [i for i, s in enumerate(earlier["seeds"]) if s not in record["seeds"]]
+    if not kept:
+        return record
+
+    def per_seed(r: dict) -> dict:
+        return {k: v for k, v in r["extra"].items() if isinstance(v, list) and len(v) == len(r["seeds"])}
+
+    new, old = per_seed(record), per_seed(earlier)
+    rows = [(s, record["scores"][i], {k: v[i] for k, v in new.items()}, None) for i, s in enumerate(record["seeds"])]
+    rows += [(earlier["seeds"][i], earlier["scores"][i], {k: v[i] for k, v in old.items()}, earlier["commit"]) for i in kept]
+    rows.sort(key=lambda row: row[0])
+    keys = [k for k in new if k in old]  # a measure the earlier runs did not record is dropped rather than left uneven
+    seeds_read = ", ".join(str(earlier["seeds"][i]) for i in kept)
+    return make_result(
+        record["experiment"], task=record["task"], dataset=record["dataset"], split=record["split"], model=record["model"],
+        backbone=record["backbone"], config=record["config"], metric=record["metric"], paper=record["paper"],
+        seeds=[row[0] for row in rows], scores=[row[1] for row in rows],
+        extra={**{k: v for k, v in record["extra"].items() if k not in new}, **{k: [row[2][k] for row in rows] for k in keys}},
+        command=f"{record['command']}; seed(s) {seeds_read} read from {record['experiment']}.json as collected at commit {earlier['commit']}")
+
+
 def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:
     out = run_dir(experiment, seed, runs_dir)
     if out.parent.name != experiment.id or finished(out):  # a recipe's run that a grid cell reads is not run again
@@ -386,7 +439,8 @@ def main() -> None:
             raise SystemExit(f"--experiments: not in the plans: {', '.join(unknown)}")
         experiments = [e for e in experiments if e.id in wanted]
     from_recipe_files = {e.id: record for e in experiments if (record := recipe_record(e, args.runs_dir))}
-    jobs = [(e, s) for e in experiments if e.id not in from_recipe_files for s in e.seeds]
+    earlier = {e.id: record for e in experiments if e.id not in from_recipe_files and (record := earlier_record(e))}
+    jobs = [(e, s) for e in experiments if e.id not in from_recipe_files for s in seeds_to_run(e, earlier.get(e.id), args.runs_dir)]
     # Longest first (DailyDialog, SwDA), so that the pool does not end waiting on one long run.
     weight = {"dailydialog": 3, "swda": 2}
     # --seed-major: every experiment's first seed before any second one, experiments of one seed (ablations) last
@@ -403,12 +457,17 @@ def main() -> None:
             print(f"{e.id}: {record['mean']:.2f} ± {record['std']:.2f} over seeds {record['seeds']}, from the recipe's results"
                   f" -> {write_result(record)}", flush=True)
             continue
-        runs = [run_dir(e, s, args.runs_dir) for s in e.seeds]
+        runs = [run_dir(e, s, args.runs_dir) for s in seeds_to_run(e, earlier.get(e.id), args.runs_dir)]
         missing = [str(r) for r in runs if not (r / "result.json").exists()]
         if missing:
             print(f"{e.id}: not collected, unfinished runs: {', '.join(missing)}", flush=True)
             continue
+        if not runs:
+            print(f"{e.id}: seeds {list(e.seeds)} already collected in {RESULTS_DIR / e.id}.json", flush=True)
+            continue
         record = collect(e.id, runs, allow_partial=True, extra=e.extra, max_epoch=e.max_epoch)
+        if e.id in earlier:
+            record = with_earlier_seeds(record, earlier[e.id])
         if "window" in e.extra:  # a cell of the W x P grid: the paper's number for that cell, if it ran it
             record["paper"] = PAPER_ACT_GRID.get((e.dataset, e.model, e.extra["window"], e.extra["padding"]))
         if e.extra.get("mem_len") == 0:  # DialogXL without memory (each utterance alone) is not the paper's model

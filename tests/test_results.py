@@ -257,3 +257,45 @@ def test_a_grid_cell_at_its_recipe_cell_reads_the_recipes_results_file_when_its_
     for seed in (1, 3):
         _fake_run(tmp_path / "runs" / cell.recipe_runs / f"seed{seed}", validation=[70, 75, 76], test=[71, 72, 74])
     assert bench.recipe_record(cell, tmp_path / "runs", tmp_path / "results") is None
+
+
+def test_seeds_collected_earlier_are_not_trained_again_and_stay_beside_new_ones(tmp_path):
+    from turnformer.recipes import find_recipe, load_recipe
+
+    bench = load_benchmark_script("erc_experiments")
+    experiment = next(e for e in bench.plan("acts", (2, 3), (2, 3), 120) if e.id == "dialogue-act-dailydialog-lstm-blstm")
+    config = bench.run_config(load_recipe(find_recipe("dialogue-act", "lstm-blstm", "dailydialog")))
+
+    def results_file(**changes):
+        record = make_result(experiment.id, task="dialogue-act", dataset="dailydialog", split="test", model="lstm-blstm",
+                             backbone="b", config={**config, **changes}, metric="accuracy", scores=[80.0], seeds=[1],
+                             extra={"validation": [81.0], "best_epoch": [4], "train_seconds": [9.0], "old_only": [1], "partial": False},
+                             command="turnformer train ... --seed 1 (recipe values as in config)")
+        write_result(record, tmp_path / "results")
+
+    results_file(train={**config["train"], "epochs": 9})  # another training: no seed of it counts
+    assert bench.earlier_record(experiment, tmp_path / "results") is None
+    results_file()
+    earlier = bench.earlier_record(experiment, tmp_path / "results")
+    assert earlier["seeds"] == [1]
+    runs = tmp_path / "runs"
+    assert bench.seeds_to_run(experiment, earlier, runs) == [2, 3]
+    wider = bench.Experiment(experiment.id, experiment.model, experiment.dataset, (1, 2), task="dialogue-act")
+    assert bench.seeds_to_run(wider, earlier, runs) == [2]
+    for seed, test in ((3, 70.0), (2, 60.0)):  # out of seed order: the joined record is in seed order
+        out = _fake_run(runs / experiment.id / f"seed{seed}", validation=[70, 75], test=[test - 1, test])
+        info = json.loads((out / "run.json").read_text())
+        info["seed"], info["recipe"] = seed, {**info["recipe"], **config}
+        (out / "run.json").write_text(json.dumps(info))
+    assert bench.seeds_to_run(wider, earlier, runs) == [2] and bench.seeds_to_run(experiment, None, runs) == [2, 3]
+    collect = load_benchmark_script("collect_erc").collect
+    record = collect(experiment.id, [runs / experiment.id / "seed3", runs / experiment.id / "seed2"])
+    joined = bench.with_earlier_seeds(record, earlier)
+    assert joined["seeds"] == [1, 2, 3] and joined["scores"] == [80.0, 60.0, 70.0]
+    assert joined["extra"]["validation"] == [81.0, 75, 75] and joined["extra"]["best_epoch"] == [4, 2, 2]
+    # a measure that only one side recorded (the earlier file's old_only, the runs' online accuracy) is left out
+    assert "old_only" not in joined["extra"] and "online_accuracy" not in joined["extra"] and "online_accuracy" in record["extra"]
+    assert joined["mean"] == pytest.approx(70.0) and "seed(s) 1 read from" in joined["command"] and "--seed 2" in joined["command"]
+    # runs on disk of another training replace the earlier seeds rather than join them
+    other = {**record, "config": {**record["config"], "window": 7}}
+    assert bench.with_earlier_seeds(other, earlier) is other
