@@ -83,7 +83,7 @@ def test_evaluate_scores_a_labelled_file_of_ones_own(trained_run, files, tmp_pat
     unlabelled = tmp_path / "unlabelled.jsonl"
     unlabelled.write_text(json.dumps({"turns": [{"speaker": "A", "text": "hi"}]}) + "\n")
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(unlabelled)])
-    assert result.exit_code == 2 and f"{unlabelled.resolve()}: no turn carries a 'emotion' label" in result.output
+    assert result.exit_code == 2 and f"{unlabelled.resolve()}: no turn carries an 'emotion' label" in result.output
     unlabelled.write_text(json.dumps({"turns": [{"speaker": "A", "text": "hi", "act": "inform"}]}) + "\n")  # another kind
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(unlabelled)])
     assert result.exit_code == 2 and "its turns carry 'act' labels; the kind read is the recipe's label_kind" in result.output
@@ -201,11 +201,11 @@ def test_splits_without_labels_are_refused_before_any_work(trained_run, tiny_bac
                                                        for i in range(2)])
     result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(unlabelled),
                                  "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), *_tiny(tiny_backbone_dir)])
-    assert result.exit_code == 2 and f"{unlabelled}: no turn carries a 'emotion' label: the validation split cannot be scored" in result.output
+    assert result.exit_code == 2 and f"{unlabelled}: no turn carries an 'emotion' label: the validation split cannot be scored" in result.output
     assert not (tmp_path / "x").exists()
     result = runner.invoke(app, ["train", "--train-file", str(unlabelled), "--validation-file", str(files["validation"]),
                                  "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), *_tiny(tiny_backbone_dir)])
-    assert result.exit_code == 2 and f"{unlabelled}: no turn carries a 'emotion' label: nothing to learn" in result.output
+    assert result.exit_code == 2 and f"{unlabelled}: no turn carries an 'emotion' label: nothing to learn" in result.output
     # labels under a field the reader does not know ({"label": "joy"}): the error names the field it ignored
     misnamed = tmp_path / "misnamed.jsonl"
     misnamed.write_text("".join(json.dumps({"turns": [{"speaker": "A", "text": "hi", "label": "joy"}], "source": "x"}) + "\n"
@@ -218,18 +218,18 @@ def test_splits_without_labels_are_refused_before_any_work(trained_run, tiny_bac
     recipe = {**json.loads((trained_run / "run.json").read_text())["recipe"], "test_file": str(unlabelled)}
     run = _copy_run(trained_run, tmp_path / "run", recipe=recipe)
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(run)])
-    assert result.exit_code == 2 and f"{unlabelled}: no turn carries a 'emotion' label: the test split cannot be scored" in result.output
+    assert result.exit_code == 2 and f"{unlabelled}: no turn carries an 'emotion' label: the test split cannot be scored" in result.output
     partly = _write(tmp_path, "partly.jsonl", [Dialogue(tuple(Turn(t.speaker, t.text) for t in _dialogue(0)), id="u"), _dialogue(1)])
     run = _copy_run(trained_run, tmp_path / "run-partly", recipe={**recipe, "test_file": str(partly)})
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(run), "--limit-dialogues", "1"])
-    assert result.exit_code == 2 and "--limit-dialogues 1: no turn carries a 'emotion' label" in result.output, result.output
+    assert result.exit_code == 2 and "--limit-dialogues 1: no turn carries an 'emotion' label" in result.output, result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(run)])
     assert result.exit_code == 0 and json.loads(result.stdout)["utterances"] == 6, result.output
     # a training file with labels whose first conversation has none: --limit-train 1 leaves nothing to learn
     result = runner.invoke(app, ["train", "--train-file", str(partly), "--validation-file", str(files["validation"]),
                                  "--test-file", str(files["test"]), "--out", str(tmp_path / "y"), "--limit-train", "1",
                                  *_tiny(tiny_backbone_dir)])
-    assert result.exit_code == 2 and "the first 1 train dialogues: no turn carries a 'emotion' label: nothing to learn" in result.output
+    assert result.exit_code == 2 and "the first 1 train dialogues: no turn carries an 'emotion' label: nothing to learn" in result.output
     assert not (tmp_path / "y").exists()
 
 

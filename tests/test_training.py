@@ -467,3 +467,30 @@ def test_two_processes_stay_in_sync_and_resume_exactly(tmp_path):
         assert torch.equal(r["b"], r["a"])                          # stopped + resumed == uninterrupted
         assert r["losses_b"] == pytest.approx(r["losses_a"])
     assert ranks[0]["losses_a"] == ranks[1]["losses_a"]             # the epoch loss covers both processes
+
+
+def test_progress_bars_show_on_a_terminal_and_stay_out_of_pipes_and_logs():
+    """Evaluation and prediction loops show a bar on a terminal's stderr; output captured in a file or a pipe (a log,
+    `predict --out -`) gets none of it."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    code = "from turnformer.training import progress\nassert list(progress(range(3), 'predict')) == [0, 1, 2]\n"
+    primary, secondary = pty.openpty()
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    on_terminal = subprocess.Popen([sys.executable, "-c", code], stderr=secondary, stdout=secondary)
+    os.close(secondary)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # the other end closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    assert on_terminal.wait() == 0 and b"predict:" in shown and b"/3 [" in shown
+    piped = subprocess.run([sys.executable, "-c", code], capture_output=True)
+    assert piped.returncode == 0 and piped.stderr == b"" and piped.stdout == b""

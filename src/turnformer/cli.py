@@ -506,6 +506,7 @@ def predict(
     from rich.table import Table
 
     from turnformer.tasks.erc import encode_conversations, make_batch
+    from turnformer.training import progress
 
     try:
         check_output_file(out)
@@ -535,7 +536,7 @@ def predict(
                                      int(recipe.get("context_padding", 0)), online=online)
     else:
         per_turn = []
-        for dialogue in dialogues:
+        for dialogue in progress(dialogues, "predict", unit="conversation"):
             (encoded,), _ = encode_conversations([dialogue], tokenizer, "", labels, model.config.max_utterance_tokens)
             probs = model.probabilities(make_batch([encoded], tokenizer.pad_token_id))[0]
             per_turn.append([{"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))} for p in probs])

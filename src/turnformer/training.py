@@ -264,6 +264,14 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def progress(items, desc: str, unit: str = "batch", total: int | None = None):
+    """`items` with a progress bar on a terminal's stderr (evaluation, prediction: long on a big file), gone when
+    done; none where stderr is a file or a pipe, so that logs and captured output stay clean."""
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, unit=unit, total=total, leave=False, dynamic_ncols=True, disable=None)
+
+
 def predict_all(model: nn.Module, batches: Sequence[Any], device: torch.device | str | None = None) -> tuple[list, list]:
     """`model.predict` over all batches (eval mode, no gradients), gold and predicted labels concatenated.
     A building block for `eval_fn`s; batches go to `device` (default: the model's)."""
@@ -277,7 +285,7 @@ def predict_all(model: nn.Module, batches: Sequence[Any], device: torch.device |
     model.eval()
     try:
         with torch.no_grad():
-            for batch in batches:
+            for batch in progress(batches, "evaluate"):
                 g, p = model.predict(send_to_device(batch, device))
                 gold.extend(g)
                 predicted.extend(p)

@@ -199,11 +199,13 @@ def predict_dialogues(model: LCAttentionModel, tokenizer, dialogues: Sequence[Di
                       window: int, padding: int, online: bool = False, batch_size: int = 32) -> list[list[dict]]:
     """Per dialogue, per turn: {"label", "probabilities"} (offline: whole sub-dialogues; online: the
     P preceding utterances only). Gold labels are not needed."""
+    from turnformer.training import progress
+
     model.eval()
     ids, ys, _ = encode_dialogues(dialogues, tokenizer, labels, model.config.max_utterance_tokens, label_kind="\0none")
     out: list[list[dict | None]] = [[None] * len(turns) for turns in ids]
     device = next(model.parameters()).device
-    for batch in make_batches(ids, ys, window, padding, batch_size, tokenizer.pad_token_id, online):
+    for batch in progress(make_batches(ids, ys, window, padding, batch_size, tokenizer.pad_token_id, online), "predict"):
         probs = model.target_probabilities(batch.to(device)).cpu()
         for (d, t), p in zip(batch.where, probs):
             out[d][t] = {"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))}

@@ -38,11 +38,16 @@ class EncodeReport:
     unlabelled_utterances: int = 0
 
 
+def kind_label(kind: str) -> str:
+    """'an 'emotion' label', 'an 'act' label', 'a 'sentiment' label': the article of the kind's name."""
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind!r} label"
+
+
 def label_set_from_data(dialogues: Sequence[Dialogue], kind: str) -> list[str]:
     """The labels of a user's file, most frequent first (ties by name), for files with no fixed set."""
     counts = Counter(label for d in dialogues for label in d.labels(kind) if label is not None)
     if not counts:
-        raise DialogueError(f"no turn carries a {kind!r} label: nothing to learn")
+        raise DialogueError(f"no turn carries {kind_label(kind)}: nothing to learn")
     return [label for label, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
@@ -102,16 +107,9 @@ def make_batches(conversations: Sequence[EncodedConversation], batch_size: int, 
 
 def evaluate(model, batches: Sequence[ConversationBatch], labels: Sequence[str], dataset: str) -> dict:
     """The dataset's metrics (weighted F1, or micro F1 without neutral for DailyDialog) on batches."""
-    was_training = model.training
-    model.eval()
-    gold, pred = [], []
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        for batch in batches:
-            g, p = model.predict(batch.to(device))
-            gold += g
-            pred += p
-    model.train(was_training)
+    from turnformer.training import predict_all
+
+    gold, pred = predict_all(model, batches)
     names = list(labels)
     neutral = NEUTRAL.get(dataset)
     return erc_metrics(
@@ -169,7 +167,7 @@ def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -
                     f"\"labels\": {{\"{kind}\": ...}} or a top-level \"{kind}\" field)")
         else:
             hint = ""
-        raise DialogueError(f"{path}: no turn carries a {kind!r} label: {why}{hint}")
+        raise DialogueError(f"{path}: no turn carries {kind_label(kind)}: {why}{hint}")
 
 
 def apply_limits(splits: dict[str, list[Dialogue]], limits: dict[str, int] | None, kind: str, option: str | None = None) -> None:

@@ -232,11 +232,12 @@ def evaluate_perplexity(model, batches) -> dict:
     """Perplexity of the reference responses (speaker tokens left out); ``primary`` is its negative,
     so that the epoch with the lowest validation perplexity is the best one."""
     from turnformer.tasks.generation_metrics import perplexity
+    from turnformer.training import progress
 
     device = next(model.parameters()).device
     total, tokens = 0.0, 0
     with torch.no_grad():
-        for batch in batches:
+        for batch in progress(batches, "perplexity"):
             nll, n = model.negative_log_likelihood(batch.to(device))
             total, tokens = total + nll, tokens + n
     ppl = perplexity(total, tokens)
@@ -258,10 +259,12 @@ def evaluate_generation(model, batches, vocab: Vocabulary, decode: bool = True, 
 
 def generate_responses(model, batches, vocab: Vocabulary, beam_size: int = 1) -> tuple[list[list[str]], list[list[str]]]:
     """(references, hypotheses: greedy, or beam search with ``beam_size > 1``) as word lists, in the batches' order."""
+    from turnformer.training import progress
+
     device = next(model.parameters()).device
     references, hypotheses = [], []
     with torch.no_grad():
-        for batch in batches:
+        for batch in progress(batches, "generate"):
             gold, predicted = model.predict(batch.to(device), beam_size)
             references += [vocab.decode(g) for g in gold]
             hypotheses += [vocab.decode(h) for h in predicted]

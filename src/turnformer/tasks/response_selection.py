@@ -277,6 +277,8 @@ def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], 
                 truncation: dict | None = None) -> list[list[float]]:
     """Scores of every item's candidates (higher = better), in the items' order. ``truncation``, if
     given, is filled with the truncation report (see `make_selection_batches`)."""
+    from turnformer.training import progress
+
     model.eval()
     encoded = encode_items(items, tokenizer, model.config.max_turns)
     batches, report = make_selection_batches(encoded, batch_size, special_tokens(tokenizer), model.config.max_length, sort_by_length=False)
@@ -284,7 +286,7 @@ def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], 
         truncation.update(report)
     device = next(model.parameters()).device
     scores: list[list[float]] = []
-    for batch in batches:
+    for batch in progress(batches, "score"):
         scores.extend(model.predict(batch.to(device))[1])
     return scores
 
