@@ -58,8 +58,8 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
 A run whose folder already holds result.json is not run again, and an interrupted one continues
 (``--resume``), so the command can be repeated until everything is done. A seed whose run folder is gone but which
 the experiment's results file holds, collected from whole runs of the recipe as it is now, is not trained again: the
-file keeps it beside the seeds collected later (``--seeds 2,3`` adds to a file of seed 1), and its command says so. ``--deadline`` gives every
-run a time budget ending that many seconds after the start: runs cut by it are recorded as partial,
+file keeps it beside the seeds collected later (``--seeds 2,3`` adds to a file of seed 1), and its command says so.
+``--deadline`` gives every run a time budget ending that many seconds after the start: runs cut by it are recorded as partial,
 and continue from their checkpoint when the command is repeated.
 With ``--workers`` above 1 every run gets one CPU thread (the runs share the machine, or one GPU).
 """
@@ -356,8 +356,8 @@ def with_earlier_seeds(record: dict, earlier: dict) -> dict:
         return {k: v for k, v in r["extra"].items() if isinstance(v, list) and len(v) == len(r["seeds"])}
 
     new, old = per_seed(record), per_seed(earlier)
-    rows = [(s, record["scores"][i], {k: v[i] for k, v in new.items()}, None) for i, s in enumerate(record["seeds"])]
-    rows += [(earlier["seeds"][i], earlier["scores"][i], {k: v[i] for k, v in old.items()}, earlier["commit"]) for i in kept]
+    rows = [(s, record["scores"][i], {k: v[i] for k, v in new.items()}) for i, s in enumerate(record["seeds"])]
+    rows += [(earlier["seeds"][i], earlier["scores"][i], {k: v[i] for k, v in old.items()}) for i in kept]
     rows.sort(key=lambda row: row[0])
     keys = [k for k in new if k in old]  # a measure the earlier runs did not record is dropped rather than left uneven
     seeds_read = ", ".join(str(earlier["seeds"][i]) for i in kept)

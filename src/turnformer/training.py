@@ -264,12 +264,12 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def progress(items, desc: str, unit: str = "batch", total: int | None = None):
+def progress(items, desc: str, unit: str = "batch"):
     """`items` with a progress bar on a terminal's stderr (evaluation, prediction: long on a big file), gone when
     done; none where stderr is a file or a pipe, so that logs and captured output stay clean."""
     from tqdm.auto import tqdm
 
-    return tqdm(items, desc=desc, unit=unit, total=total, leave=False, dynamic_ncols=True, disable=None)
+    return tqdm(items, desc=desc, unit=unit, leave=False, dynamic_ncols=True, disable=None)
 
 
 def predict_all(model: nn.Module, batches: Sequence[Any], device: torch.device | str | None = None) -> tuple[list, list]:
