@@ -330,9 +330,12 @@ def earlier_record(experiment: Experiment, results_dir: Path = RESULTS_DIR) -> d
     path = results_dir / f"{experiment.id}.json"
     if not path.exists() or experiment.limit_train or experiment.limit_eval:
         return None
-    earlier = json.loads(path.read_text())
+    try:
+        earlier = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"{path}: not a results file ({e}); move it away to collect the experiment afresh")
     recipe = load_recipe(find_recipe(experiment.task, experiment.model, experiment.dataset), list(experiment.overrides))
-    same = (earlier["config"] == run_config(recipe) and not earlier["extra"].get("partial")
+    same = (earlier.get("config") == run_config(recipe) and not earlier["extra"].get("partial")
             and scored_epochs(earlier["config"], earlier["extra"].get("max_epoch")) == scored_epochs(earlier["config"], experiment.max_epoch))
     return earlier if same else None
 

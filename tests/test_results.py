@@ -299,3 +299,7 @@ def test_seeds_collected_earlier_are_not_trained_again_and_stay_beside_new_ones(
     # runs on disk of another training replace the earlier seeds rather than join them
     other = {**record, "config": {**record["config"], "window": 7}}
     assert bench.with_earlier_seeds(other, earlier) is other
+    # a results file that is not JSON is named, not read past
+    (tmp_path / "results" / f"{experiment.id}.json").write_text("{not json")
+    with pytest.raises(SystemExit, match=f"{experiment.id}.json: not a results file"):
+        bench.earlier_record(experiment, tmp_path / "results")

@@ -478,19 +478,28 @@ def test_progress_bars_show_on_a_terminal_and_stay_out_of_pipes_and_logs():
     import termios
 
     code = "from turnformer.training import progress\nassert list(progress(range(3), 'predict')) == [0, 1, 2]\n"
-    primary, secondary = pty.openpty()
-    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    on_terminal = subprocess.Popen([sys.executable, "-c", code], stderr=secondary, stdout=secondary)
-    os.close(secondary)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(primary, 4096)
-        except OSError:  # the other end closed
-            break
-        if not chunk:
-            break
-        shown += chunk
-    assert on_terminal.wait() == 0 and b"predict:" in shown and b"/3 [" in shown
+
+    def on_terminal(env: dict) -> tuple[int, bytes]:
+        primary, secondary = pty.openpty()
+        fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+        process = subprocess.Popen([sys.executable, "-c", code], stderr=secondary, stdout=secondary, env=env)
+        os.close(secondary)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:  # the other end closed
+                break
+            if not chunk:
+                break
+            shown += chunk
+        return process.wait(), shown
+
+    environment = {k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}
+    code_run, shown = on_terminal(environment)
+    assert code_run == 0 and b"predict:" in shown and b"/3 [" in shown
     piped = subprocess.run([sys.executable, "-c", code], capture_output=True)
     assert piped.returncode == 0 and piped.stderr == b"" and piped.stdout == b""
+    # the second process of a multi-process run (accelerate launch) stays quiet, so that the bars do not interleave
+    code_run, shown = on_terminal({**environment, "LOCAL_RANK": "1"})
+    assert code_run == 0 and b"predict:" not in shown

@@ -266,10 +266,12 @@ def build_scheduler(
 
 def progress(items, desc: str, unit: str = "batch"):
     """`items` with a progress bar on a terminal's stderr (evaluation, prediction: long on a big file), gone when
-    done; none where stderr is a file or a pipe, so that logs and captured output stay clean."""
+    done; none where stderr is a file or a pipe, so that logs and captured output stay clean, and none but the first
+    process's on a machine where several evaluate at once (`accelerate launch` sets LOCAL_RANK)."""
     from tqdm.auto import tqdm
 
-    return tqdm(items, desc=desc, unit=unit, leave=False, dynamic_ncols=True, disable=None)
+    first_process = os.environ.get("LOCAL_RANK", "0") == "0"
+    return tqdm(items, desc=desc, unit=unit, leave=False, dynamic_ncols=True, disable=None if first_process else True)
 
 
 def predict_all(model: nn.Module, batches: Sequence[Any], device: torch.device | str | None = None) -> tuple[list, list]:
