@@ -33,6 +33,9 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
 - ``act-batch``: the three dialogue-act context models at their recipe's W and P with fewer predicted utterances
   per batch than the recipes' ~320 (``ACT_BATCHES``: 80 and 160), so more updates an epoch; 3 epochs, ``--grid-seeds``.
   Their 320-utterance cells are the act-grid's cells at the recipe's W and P.
+- ``act-setup``: LC Attention and LSTM+BLSTM at their recipe's W and P with one of the settings the paper leaves open
+  changed (``ACT_SETUP``: learning rate, dropout, width, heads), 3 epochs, ``--grid-seeds``: does LC Attention's place
+  against the BLSTM depend on our choices? Their recipe settings are the act-grid's cells at the recipe's W and P.
 - ``selection``: response selection (recipes/response-selection-DATASET-MODEL.toml): the plain encoder and MDFN
   on MuTual and MuTual-plus over ``--seeds``, and MDFN's five ablations on MuTual with the first seed.
 - ``selection-head-lr``: the plain encoder and MDFN on MuTual over ``--seeds``, the layers above the encoder
@@ -91,6 +94,11 @@ FIGURE4_CPU = {"memory_lengths": (0, 100, 500, 1000), "train": 30, "eval": 8, "e
 PREDICTED_PER_BATCH = 320  # the dialogue-act recipes' batch: sub-dialogues per batch x window
 GRID_EPOCHS = 3  # of every W x P cell
 ACT_BATCHES = (80, 160)  # predicted utterances per batch in the act-batch plan (sub-dialogues x W)
+# act-setup: each variant changes one of the settings the LC Attention paper leaves open, from the recipes' choice
+ACT_SETUP = {"lr5e-4": {"train.lr": "5e-4"},  # half the recipes' 1e-3
+             "dropout0.5": {"model_config.dropout": "0.5"},  # against the recipes' 0.2: the paper calls attention prone to overfit
+             "hidden512": {"model_config.hidden": "512", "model_config.classifier_hidden": "512"},  # twice the width
+             "heads1": {"model_config.heads": "1"}}  # equations 4-7 as written: one head (attention models only)
 GENERATION_MAIN = ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")
 PHAED_ABLATIONS = ("phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence")
 # MuTual on the 2-core CPU (an epoch: 12 to 19 minutes for MDFN, 5 to 10 for the plain encoder, one thread each, two runs
@@ -212,6 +220,18 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                                      max_epoch=GRID_EPOCHS)
                           for u in ACT_BATCHES]
         return cells
+    if name == "act-setup":  # one open setting changed at a time, at the recipe's windowing and batch, 3 epochs
+        cells = []
+        for dataset in ("dailydialog", "swda"):
+            for model in ("lc-attention", "lstm-blstm"):
+                recipe = load_recipe(find_recipe("dialogue-act", model, dataset))
+                w, p = recipe["window"], recipe["context_padding"]
+                cells += [Experiment(f"dialogue-act-{dataset}-{model}-w{w}-p{p}-{variant}", model, dataset, grid_seeds,
+                                     (f"train.epochs={GRID_EPOCHS}", *(f"{k}={v}" for k, v in settings.items())),
+                                     task="dialogue-act", extra={"window": w, "padding": p, "setup": variant, "settings": settings},
+                                     max_epoch=GRID_EPOCHS)
+                          for variant, settings in ACT_SETUP.items() if not (variant == "heads1" and model == "lstm-blstm")]
+        return cells
     if name == "selection":  # MDFN's Tables 4, 7 and 9: the plain encoder and MDFN on MuTual and MuTual-plus, the ablations on MuTual
         main_rows = [Experiment(f"response-selection-{dataset}-{model}", model, dataset, seeds, task="response-selection")
                      for dataset in ("mutual", "mutual-plus") for model in ("mdfn", "plain-encoder")]
@@ -249,7 +269,7 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                            tuple(f"{k}={v}" for k, v in {**SELECTION_CPU["settings"], **rates}.items()),
                            limit_train=SELECTION_CPU["train"], task="response-selection", extra={"scale": SELECTION_CPU, **rates})
                 for model in ("plain-encoder", "mdfn")]
-    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, erc-longer, memory-bias, positions, table3, table4, figure4, figure4-cpu, acts, act-grid, act-batch, selection, selection-head-lr, selection-cpu, selection-cpu-head-lr, selection-cpu-lr, generation, generation-cpu")
+    raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, erc-longer, memory-bias, positions, table3, table4, figure4, figure4-cpu, acts, act-grid, act-batch, act-setup, selection, selection-head-lr, selection-cpu, selection-cpu-head-lr, selection-cpu-lr, generation, generation-cpu")
 
 
 # The LC Attention paper's Tables 5 (SwDA) and 6 (DailyDialog): accuracy per (dataset, model, W, P). A grid cell

@@ -35,14 +35,16 @@ def test_act_grid_cells_are_pivoted_by_model_window_and_padding():
 
     rows = [cell("lstm-blstm", 1, 2, [84.0, 83.0], 85.06), cell("lc-attention", 5, 2, [83.4], 85.81),
             cell("lstm-blstm", 1, 0, [80.5], partial=[{"stop_reason": "time budget"}]),   # cut short: marked
-            cell("lc-attention", 5, 2, [90.0], predicted_per_batch=80)]   # the batch sweep is no grid cell
-    rows[-1]["experiment"] += "-u80"
+            cell("lc-attention", 5, 2, [90.0], predicted_per_batch=80),   # the batch sweep is no grid cell
+            cell("lc-attention", 5, 2, [91.0], setup="heads1")]           # nor is the setup sweep
+    rows[-2]["experiment"] += "-u80"
+    rows[-1]["experiment"] += "-heads1"
     table = render_markdown(rows)
     grid = table[table.index("### dialogue-act: the W x P grid"):]
     assert "| model | W | P = 0 | P = 2 |" in grid
     assert "| lc-attention | 5 |  | 83.40 (85.81) |" in grid
     assert "| lstm-blstm | 1 | 80.50 * | 83.50 [2] (85.06) |" in grid
-    assert "90.00" not in grid
+    assert "90.00" not in grid and "91.00" not in grid
     assert "W x P grid" not in render_markdown([make_result("x", task="dialogue-act", dataset="d", split="test", model="lstm",
                                                             metric="accuracy", scores=[1.0], seeds=[1])])
 
@@ -139,6 +141,23 @@ def test_act_batch_cells_change_only_the_batch_of_their_recipe():
         assert (cell_recipe["window"], cell_recipe["context_padding"]) == (recipe["window"], recipe["context_padding"])
         assert cell_recipe["window"] * cell_recipe["train"]["batch_size"] == cell.extra["predicted_per_batch"]
         assert cell_recipe["train"]["epochs"] == 3 and cell.id.endswith(f"-u{cell.extra['predicted_per_batch']}")
+
+
+def test_act_setup_cells_change_one_open_setting_of_their_recipe():
+    from turnformer.recipes import find_recipe, load_recipe
+
+    bench = load_benchmark_script("erc_experiments")
+    cells = bench.plan("act-setup", (1,), (1,), 120, grid_seeds=(1, 2))
+    assert {(c.dataset, c.model) for c in cells} == {(d, m) for d in ("dailydialog", "swda") for m in ("lc-attention", "lstm-blstm")}
+    assert not any(c.model == "lstm-blstm" and c.extra["setup"] == "heads1" for c in cells)   # the BLSTM has no heads
+    for cell in cells:
+        path = find_recipe("dialogue-act", cell.model, cell.dataset)
+        recipe, cell_recipe = load_recipe(path), load_recipe(path, list(cell.overrides))
+        changed = {f"{section}.{key}" for section in ("train", "model_config")
+                   for key, value in cell_recipe[section].items() if recipe[section].get(key) != value}
+        assert changed == {"train.epochs", *bench.ACT_SETUP[cell.extra["setup"]]}, cell.id
+        assert (cell_recipe["window"], cell_recipe["context_padding"]) == (recipe["window"], recipe["context_padding"])
+        assert cell.seeds == (1, 2) and cell.id.endswith(cell.extra["setup"])
 
 
 def test_erc_longer_runs_dialogxl_and_its_baseline_ten_epochs_and_dialogxl_with_a_head_rate():

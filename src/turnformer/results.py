@@ -111,10 +111,10 @@ def render_markdown(results: list[dict[str, Any]]) -> str:
 
 def render_act_grid(rows: list[dict[str, Any]]) -> list[str]:
     """The W x P grid cells (results whose ``extra`` names ``window`` and ``padding``, at the grid's batch of
-    predicted utterances: not the act-batch sweep's) pivoted like the LC Attention paper's Tables 5 and 6:
-    per dataset, a row per (model, W), a column per P, each cell ours (the paper's)."""
+    predicted utterances and the recipe's settings: not the act-batch or act-setup sweeps') pivoted like the LC
+    Attention paper's Tables 5 and 6: per dataset, a row per (model, W), a column per P, each cell ours (the paper's)."""
     cells = {(r["dataset"], r["model"], r["extra"]["window"], r["extra"]["padding"]): r for r in rows
-             if {"window", "padding"} <= set(r.get("extra") or {}) and "predicted_per_batch" not in r["extra"]}
+             if {"window", "padding"} <= set(r.get("extra") or {}) and not {"predicted_per_batch", "setup"} & set(r["extra"])}
     if not cells:
         return []
     lines = ["### dialogue-act: the W x P grid", "",
