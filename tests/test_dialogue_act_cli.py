@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -22,6 +23,13 @@ def test_train_evaluate_predict_online(data_dir, tmp_path):
                                   "--limit-dialogues", "6", "--set", "train.epochs=1", "--out", str(out), *common])
     assert trained.exit_code == 0, trained.output
     assert (out / "best").is_dir() and json.loads((out / "run.json").read_text())["recipe"]["task"] == "dialogue-act"
+    # stderr is no terminal here (a log file's case): timed loss and epoch lines, no progress bar redrawn with \r
+    assert re.search(r"^\d\d:\d\d:\d\d epoch 1/1, batch (\d+)/\1 \(step \1\): loss \d", trained.stderr, re.M)
+    assert re.search(r"^\d\d:\d\d:\d\d epoch 1/1: train loss .*, validation .* \(best validation .* at epoch 1\)",
+                     trained.stderr, re.M) and "\r" not in trained.stderr
+    quiet = runner.invoke(app, ["-q", "train", "--task", "dialogue-act", "--model", "lstm", "--dataset", "dailydialog",
+                                "--limit-dialogues", "4", "--set", "train.epochs=1", "--out", str(tmp_path / "quiet"), *common])
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.output
 
     scored = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "validation", "--limit-dialogues", "3", *common])
     assert scored.exit_code == 0, scored.output

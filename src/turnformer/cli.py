@@ -8,6 +8,7 @@ and exit code 2; no traceback.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Optional
@@ -33,6 +34,41 @@ err = Console(stderr=True, soft_wrap=True)  # paths in messages stay whole, to c
 USER_ERRORS = (DialogueError, ValueError, OSError, KeyError, CheckpointError)
 
 DataDir = typer.Option(None, "--data-dir", help="Benchmark folder (default: $TURNFORMER_DATA, else ~/.cache/turnformer/data).")
+
+
+class LogLines(logging.Handler):
+    """The library's log records (epoch summaries, loss lines, warnings) as lines on stderr, written above a progress
+    bar rather than through it; stderr is looked up at each line, so that a captured stderr gets them too."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # noqa: BLE001 - a log line must never end the command
+            self.handleError(record)
+
+
+class LogFormat(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        kind = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
+        return f"{self.formatTime(record, '%H:%M:%S')} {kind}{record.getMessage()}"
+
+
+def show_log(level: int) -> None:
+    """Send the `turnformer` loggers' records at `level` and above to stderr (once, however often it is called)."""
+    library = logging.getLogger("turnformer")
+    library.setLevel(level)
+    if not any(isinstance(h, LogLines) for h in library.handlers):
+        handler = LogLines()
+        handler.setFormatter(LogFormat())
+        library.addHandler(handler)
+
+
+@app.callback()
+def options(quiet: bool = typer.Option(False, "--quiet", "-q", help="Warnings and errors only: no epoch summaries or "
+                                       "loss lines on stderr.")) -> None:
+    show_log(logging.WARNING if quiet else logging.INFO)
 
 
 def describe(error: Exception) -> str:

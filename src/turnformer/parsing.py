@@ -122,7 +122,7 @@ class DependencyParser:
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(utterances), desc="dependency parses", unit="utt")
+            bar = tqdm(total=len(utterances), desc="dependency parses", unit="utt", disable=None)  # on a terminal only
         try:
             for start in range(0, len(utterances), self.batch_size):
                 chunk = utterances[start : start + self.batch_size]

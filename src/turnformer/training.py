@@ -318,7 +318,8 @@ def train(
 
     `train` seeds everything with `config.seed` when it starts, after the model was built: call
     `set_seed(seed)` before building the model too, for a reproducible initialisation. Epoch
-    summaries and periodic loss lines go to the `turnformer.training` logger (INFO).
+    summaries go to the `turnformer.training` logger (INFO), and so do periodic loss lines where no progress bar is
+    drawn (stderr not a terminal: a log file).
 
     With N processes each takes `len(train_batches) // N` batches of every epoch (`order[rank::N]`);
     the last `len(train_batches) % N` batches of each epoch's shuffled order are dropped (a warning
@@ -521,8 +522,9 @@ class _Trainer:
         accumulate = config.gradient_accumulation_steps
         i = st.batch_in_epoch
         window_loss, window_batches, window_start = torch.zeros((), device=acc.device), 0, time.monotonic()
+        # a bar on a terminal only: a log file gets the periodic loss lines below instead of a bar's redraws
         bar = tqdm(total=self.per_process, initial=i, desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
-                   disable=not acc.is_local_main_process, dynamic_ncols=True, leave=False)
+                   disable=None if acc.is_local_main_process else True, dynamic_ncols=True, leave=False)
         mark = time.monotonic()
         # from_pretrained hands encoders over in eval mode: without this, the first epoch (and an epoch resumed in
         # its middle) would train with their dropout off, unlike the epochs after an evaluation
@@ -566,9 +568,10 @@ class _Trainer:
                 if st.global_step % config.log_every == 0 or i == self.per_process:
                     mean, lr = window_loss.item() / window_batches, self.scheduler.get_last_lr()[0]
                     bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.2e}", refresh=False)
-                    if acc.is_main_process:
-                        logger.info("epoch %d step %d: loss %.4f, lr %.3g, %.1f batches/s", epoch + 1, st.global_step,
-                                    mean, lr, window_batches / max(time.monotonic() - window_start, 1e-9))
+                    if acc.is_main_process and bar.disable:   # the bar, where drawn, shows them already
+                        logger.info("epoch %d/%d, batch %d/%d (step %d): loss %.4f, lr %.3g, %.1f batches/s", epoch + 1,
+                                    config.epochs, i, self.per_process, st.global_step, mean, lr,
+                                    window_batches / max(time.monotonic() - window_start, 1e-9))
                     window_loss.zero_()
                     window_batches, window_start = 0, time.monotonic()
                 if config.save_every_steps and st.global_step % config.save_every_steps == 0 and i < self.per_process:

@@ -136,7 +136,7 @@ def evaluate_pretrained_lm(instances: Sequence[GenerationInstance], model, token
     lm = PretrainedLMGenerator(model, tokenizer, system_prompt, max_new_tokens)
     order = sorted(range(len(instances)), key=lambda i: len(lm.prompt(instances[i])))  # batches of similar length
     nll, hypotheses = [0.0] * len(instances), [[] for _ in instances]
-    with tqdm(total=len(instances), desc="smollm2", unit="instance") as bar:
+    with tqdm(total=len(instances), desc="smollm2", unit="instance", disable=None) as bar:  # on a terminal only
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             batch = [instances[i] for i in chunk]
