@@ -35,7 +35,7 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   Their 320-utterance cells are the act-grid's cells at the recipe's W and P.
 - ``act-setup``: LC Attention and LSTM+BLSTM at their recipe's W and P with one of the settings the paper leaves open
   changed (``ACT_SETUP``: learning rate, dropout, width, heads), 3 epochs, ``--grid-seeds``: does LC Attention's place
-  against the BLSTM depend on our choices? Their recipe settings are the act-grid's cells at the recipe's W and P.
+  against the BLSTM depend on our choices? Beside them, the recipe's settings unchanged (``-recipe``).
 - ``selection``: response selection (recipes/response-selection-DATASET-MODEL.toml): the plain encoder and MDFN
   on MuTual and MuTual-plus over ``--seeds``, and MDFN's five ablations on MuTual with the first seed.
 - ``selection-head-lr``: the plain encoder and MDFN on MuTual over ``--seeds``, the layers above the encoder
@@ -95,7 +95,8 @@ PREDICTED_PER_BATCH = 320  # the dialogue-act recipes' batch: sub-dialogues per 
 GRID_EPOCHS = 3  # of every W x P cell
 ACT_BATCHES = (80, 160)  # predicted utterances per batch in the act-batch plan (sub-dialogues x W)
 # act-setup: each variant changes one of the settings the LC Attention paper leaves open, from the recipes' choice
-ACT_SETUP = {"lr5e-4": {"train.lr": "5e-4"},  # half the recipes' 1e-3
+ACT_SETUP = {"recipe": {},  # the recipe's settings: the sweep's own baseline, run with the same code as its variants
+             "lr5e-4": {"train.lr": "5e-4"},  # half the recipes' 1e-3
              "dropout0.5": {"model_config.dropout": "0.5"},  # against the recipes' 0.2: the paper calls attention prone to overfit
              "hidden512": {"model_config.hidden": "512", "model_config.classifier_hidden": "512"},  # twice the width
              "heads1": {"model_config.heads": "1"}}  # equations 4-7 as written: one head (attention models only)
