@@ -78,6 +78,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -130,6 +131,13 @@ class Experiment:
     max_epoch: int | None = None  # scored on its first epochs only (collect_erc --max-epoch)
     # a grid cell at its model's recipe cell: that experiment's runs (the same training over its first epochs) count
     recipe_runs: str | None = None
+
+
+@lru_cache(maxsize=None)
+def act_recipe_cell(dataset: str, model: str) -> tuple[int, int]:
+    """The window W and context padding P of a dialogue-act recipe (its model's best cell in the paper)."""
+    recipe = load_recipe(find_recipe("dialogue-act", model, dataset))
+    return recipe["window"], recipe["context_padding"]
 
 
 def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swda_train: int,
@@ -195,10 +203,6 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
     if name == "act-grid":  # the LC Attention paper's Tables 5 and 6: window W x context padding P, --grid-seeds, 3 epochs
         grids = {"dailydialog": ((1, 5, 10), range(4)), "swda": ((1, 5, 10, 20), range(6))}
 
-        def recipe_cell(dataset: str, model: str) -> tuple[int, int]:
-            recipe = load_recipe(find_recipe("dialogue-act", model, dataset))
-            return recipe["window"], recipe["context_padding"]
-
         # every cell keeps the recipes' ~320 predicted utterances per batch (W x sub-dialogues), so that a cell differs
         # from another in its windowing only, not in its number of updates
         return [Experiment(f"dialogue-act-{dataset}-{model}-w{w}-p{p}", model, dataset, grid_seeds,
@@ -206,15 +210,14 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                             f"train.batch_size={PREDICTED_PER_BATCH // w}"),
                            task="dialogue-act", extra={"window": w, "padding": p, "batch_size": PREDICTED_PER_BATCH // w},
                            max_epoch=GRID_EPOCHS,
-                           recipe_runs=f"dialogue-act-{dataset}-{model}" if (w, p) == recipe_cell(dataset, model) else None)
+                           recipe_runs=f"dialogue-act-{dataset}-{model}" if (w, p) == act_recipe_cell(dataset, model) else None)
                 for dataset, (windows, paddings) in grids.items() for model in ("lc-attention", "lstm-attention", "lstm-blstm")
                 for w in windows for p in paddings]
     if name == "act-batch":  # fewer predicted utterances per batch: more, noisier updates at the recipe's windowing
         cells = []
         for dataset in ("dailydialog", "swda"):
             for model in ("lc-attention", "lstm-attention", "lstm-blstm"):
-                recipe = load_recipe(find_recipe("dialogue-act", model, dataset))
-                w, p = recipe["window"], recipe["context_padding"]
+                w, p = act_recipe_cell(dataset, model)
                 cells += [Experiment(f"dialogue-act-{dataset}-{model}-w{w}-p{p}-u{u}", model, dataset, grid_seeds,
                                      (f"train.epochs={GRID_EPOCHS}", f"train.batch_size={u // w}"), task="dialogue-act",
                                      extra={"window": w, "padding": p, "batch_size": u // w, "predicted_per_batch": u},
@@ -225,8 +228,7 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
         cells = []
         for dataset in ("dailydialog", "swda"):
             for model in ("lc-attention", "lstm-blstm"):
-                recipe = load_recipe(find_recipe("dialogue-act", model, dataset))
-                w, p = recipe["window"], recipe["context_padding"]
+                w, p = act_recipe_cell(dataset, model)
                 cells += [Experiment(f"dialogue-act-{dataset}-{model}-w{w}-p{p}-{variant}", model, dataset, grid_seeds,
                                      (f"train.epochs={GRID_EPOCHS}", *(f"{k}={v}" for k, v in settings.items())),
                                      task="dialogue-act", extra={"window": w, "padding": p, "setup": variant, "settings": settings},
