@@ -121,3 +121,20 @@ def test_demo_on_real_data(data_dir, tmp_path):
     assert (tmp_path / "masks-last-utterance.png").stat().st_size > 1000
     assert (tmp_path / "run" / "best" / "model.safetensors").exists()
     assert "annotated one utterance at a time" in result.output
+
+
+def test_plot_masks_draws_dollar_signs_as_text(tmp_path):
+    """A "$" in an id, a speaker or a word is text: matplotlib would read "$x^$" as a broken formula and fail."""
+    path = tmp_path / "prices.jsonl"
+    path.write_text(json.dumps(Dialogue(turns=(Turn("$x^$", "it costs $5"), Turn("B", "ok $10")), id="d$1$").to_dict()) + "\n")
+    for level in ("tokens", "utterances"):
+        out = tmp_path / f"{level}.png"
+        result = runner.invoke(app, ["plot", "masks", "--input", str(path), "--level", level, "--out", str(out)])
+        assert result.exit_code == 0 and out.read_bytes()[:4] == b"\x89PNG", result.output
+
+
+def test_confusion_matrix_draws_labels_with_dollar_signs(tmp_path):
+    from turnformer.tasks.metrics import confusion_matrix_plot
+
+    out = confusion_matrix_plot(["$a^$", "b"], ["b", "b"], ["$a^$", "b"], tmp_path / "cm.png")
+    assert out.read_bytes()[:4] == b"\x89PNG"

@@ -176,6 +176,22 @@ def _copy_run(run: Path, to: Path, **run_json) -> Path:
     return to
 
 
+def test_a_refused_resume_leaves_the_run_as_it_was(trained_run, files, tmp_path):
+    """--resume with another model config is refused; the run's run.json (what evaluate and predict read) was
+    already replaced by then, so the run no longer loaded."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    before = (run / "run.json").read_bytes()
+    result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
+                                 "--test-file", str(files["test"]), "--out", str(run), "--resume",
+                                 *_tiny(json.loads(before)["recipe"]["backbone"]), "--set", "model_config.window=2"])
+    assert result.exit_code == 2 and "cannot resume from" in result.output and "window" in result.output, result.output
+    assert (run / "run.json").read_bytes() == before
+    assert runner.invoke(app, ["evaluate", "--checkpoint", str(run)]).exit_code == 0
+
+
 def test_corrupt_run_description_names_the_file(trained_run, files, tmp_path):
     """A run.json that is JSON but not a run description was a traceback (a list) or a bare "'labels'" (a missing entry)."""
     cases = [(b"[]", "expected a JSON object with a 'recipe' object"), (b"\xff\xfe{}", "'utf-8' codec can't decode byte 0xff"),
@@ -224,7 +240,8 @@ def test_splits_without_labels_are_refused_before_any_work(trained_run, tiny_bac
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(run), "--limit-dialogues", "1"])
     assert result.exit_code == 2 and "--limit-dialogues 1: no turn carries an 'emotion' label" in result.output, result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(run)])
-    assert result.exit_code == 0 and json.loads(result.stdout)["utterances"] == 6, result.output
+    assert result.exit_code == 0, result.output
+    assert (json.loads(result.stdout)["utterances"], json.loads(result.stdout)["scored_utterances"]) == (6, 3)  # 3 unlabelled
     # a training file with labels whose first conversation has none: --limit-train 1 leaves nothing to learn
     result = runner.invoke(app, ["train", "--train-file", str(partly), "--validation-file", str(files["validation"]),
                                  "--test-file", str(files["test"]), "--out", str(tmp_path / "y"), "--limit-train", "1",
@@ -321,6 +338,21 @@ def test_response_selection_files(tmp_path):
                                  "--validation-file", str(negatives), "--test-file", str(csv_named), "--out", str(tmp_path / "r")])
     assert result.exit_code == 2 and f"{negatives}: no item has a right candidate" in result.output
 
+    # a training item without an answer gave a NaN loss (binary objective) or failed mid-epoch (choice): refused first
+    unanswered = _write(tmp_path, "unanswered.jsonl", [
+        Dialogue((Turn("A", "hi"),), id="known", meta={"candidates": ["hello", "go away"], "answer": 0}),
+        Dialogue((Turn("A", "hi"),), id="open", meta={"candidates": ["hello", "go away"]})])
+    for model in ("mdfn", "plain-encoder"):
+        result = runner.invoke(app, ["train", "--task", "response-selection", "--model", model, "--train-file", str(unanswered),
+                                     "--validation-file", str(csv_named), "--test-file", str(csv_named), "--out", str(tmp_path / "r")])
+        assert result.exit_code == 2 and f"{unanswered}: 1 training item(s) without an answer (first: open)" in result.output, result.output
+    mixed = tmp_path / "mixed.tsv"  # the second context has no right candidate: nothing for a choice among them
+    mixed.write_text("1\thello there\thi !\n0\thello there\tgo away\n0\tbye now\tgo away\n")
+    result = runner.invoke(app, ["train", "--task", "response-selection", "--model", "plain-encoder", "--train-file", str(mixed),
+                                 "--validation-file", str(csv_named), "--test-file", str(csv_named), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "1 training item(s) with no right candidate" in result.output, result.output
+    assert not (tmp_path / "r").exists()
+
     dialogue = Dialogue((Turn("A", "hi"),), id="x", meta={"candidates": [{"speaker": "B", "text": "hello"}], "answer": 3})
     with pytest.raises(DialogueError, match="meta.answer = 3: out of range for 1 candidates"):
         dialogue_to_item(dialogue, "f.jsonl: dialogue x")
@@ -365,6 +397,32 @@ def test_predict_names_conversations_without_id_by_their_place(trained_run, tmp_
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(no_ids), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert [(r["dialogue"], r["turn"]) for r in map(json.loads, out.read_text().splitlines())] == [("0", 0), ("0", 1), ("1", 0), ("1", 1)]
+    # a conversation whose id spells another one's place: the one without id gets a "#" in front, never the same name
+    clash = tmp_path / "clash.jsonl"
+    clash.write_text("".join(json.dumps({**({"id": "1"} if i == 0 else {}), "turns": [{"speaker": "A", "text": "hi"}]}) + "\n"
+                             for i in range(2)))
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(clash), "--out", str(out)])
+    assert result.exit_code == 0 and [json.loads(r)["dialogue"] for r in out.read_text().splitlines()] == ["1", "#1"], result.output
+
+
+def test_output_names_never_collide():
+    from turnformer.dialogue import output_names
+
+    assert output_names(["a", None, None]) == ["a", "1", "2"]
+    assert output_names(["1", None, "#2", None]) == ["1", "#1", "#2", "3"]
+    assert output_names([None, "0", "#0"]) == ["##0", "0", "#0"]
+
+
+def test_user_text_is_printed_as_written(trained_run, tmp_path):
+    """Texts, file names and labels with square brackets are not rich markup: "[laughs]" stays in the predict table, and
+    "[/]" (a closing tag with nothing to close) neither crashes a command nor vanishes from an error line."""
+    marked = tmp_path / "marked.jsonl"
+    marked.write_text(json.dumps({"id": "m", "turns": [{"speaker": "[A]", "text": "[laughs] so [b]great[/b] [/]"}]}) + "\n")
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(marked)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0 and "[laughs] so [b]great[/b] [/]" in result.output and "[A]" in result.output, result.output
+    missing = tmp_path / "[/]" / "[bold]x.jsonl"
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(missing)], env={"COLUMNS": "250"})
+    assert result.exit_code == 2 and f"error: {missing}: no such file" in result.output, result.output
 
 
 def test_response_selection_jsonl_with_a_byte_order_mark(tmp_path):

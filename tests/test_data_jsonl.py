@@ -321,7 +321,40 @@ def test_data_stats_counts_conversation_files_as_splits(tmp_path):
     assert json.loads(folder.output)["splits"] == stats["splits"]
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(app, ["data", "stats", str(tmp_path / "empty")])
-    assert result.exit_code == 2 and "a folder with no .jsonl conversation files" in result.output
+    assert result.exit_code == 2 and "a folder with no .jsonl or .jsonl.gz conversation files" in result.output
+
+
+def test_data_stats_files_share_one_label_kind_and_gzip_files_are_splits(tmp_path):
+    """Files read together count the same primary label kind (the first any of them carries), whatever the key order
+    in each; a gzip-compressed file is a split named without .jsonl.gz, and a folder of them is read."""
+    import gzip
+
+    from typer.testing import CliRunner
+
+    from turnformer.cli import app
+
+    write_lines(tmp_path / "a.jsonl", conv({**HI, "labels": {"emotion": "joy", "act": "inform"}}))
+    write_lines(tmp_path / "b.jsonl", conv({**HI, "labels": {"act": "question", "emotion": "sadness"}}))
+    (tmp_path / "c.JSONL.gz").write_bytes(gzip.compress((conv({**HI, "labels": {"act": "question"}}) + "\n").encode()))
+    (tmp_path / "notes.txt").write_text("not a conversation file")
+    result = CliRunner().invoke(app, ["data", "stats", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    splits = json.loads(result.output)["splits"]
+    assert list(splits) == ["a", "b", "c"] and {s["label_kind"] for s in splits.values()} == {"emotion"}
+    assert (splits["a"]["labels"], splits["b"]["labels"], splits["c"]["labels"]) == ({"joy": 1}, {"sadness": 1}, {})
+    assert splits["c"]["unlabelled"] == {"emotion": 1} and splits["b"]["other_labels"] == {"act": {"question": 1}}
+
+
+def test_data_stats_prints_labels_and_names_as_written(tmp_path):
+    """Square brackets in a label or a file name are text, not rich style tags: "[joy]" stays, "[/]" does not crash."""
+    from typer.testing import CliRunner
+
+    from turnformer.cli import app
+
+    odd = write_lines(tmp_path / "[red]odd.jsonl", conv({**HI, "emotion": "[joy]"}, {"speaker": "B", "text": "x", "emotion": "[/]"}))
+    result = CliRunner().invoke(app, ["data", "stats", str(odd)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "[joy]" in result.output and "[/]" in result.output and "[red]odd" in result.output
 
 
 def test_turns_in_every_form_and_what_is_refused(tmp_path):

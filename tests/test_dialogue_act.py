@@ -290,3 +290,24 @@ def test_streaming_session_checks_its_input(tokenizer):
         session.add("A", 42)
     long = "word " * (model.config.max_utterance_tokens + 1)  # cut to its start, and said so
     assert session.add("A", long)["truncated"] and not session.add("A", "short")["truncated"]
+
+
+def test_special_token_strings_in_a_users_text_are_text(tiny_backbone_dir):
+    """"[PAD]" typed in an utterance became the padding id: an utterance of padding only, NaN vectors, NaN predictions
+    (and a crash for an utterance alone). The backbones' tokenizers read such strings as words."""
+    import math
+
+    from turnformer.backbones import load_tokenizer
+    from turnformer.dialogue import Dialogue, Turn
+
+    tokenizer = load_tokenizer(str(tiny_backbone_dir))
+    special = set(tokenizer.all_special_ids)
+    dialogue = Dialogue((Turn("A", "hello there", {"act": "a"}), Turn("B", "[PAD]", {"act": "b"}), Turn("A", "[SEP] [CLS] ok", {"act": "a"})))
+    ids, _, _ = encode_dialogues([dialogue], tokenizer, ["a", "b"], 64)
+    assert all(ids[0]) and not special & {i for turn in ids[0] for i in turn}
+    model = tiny("lc-attention", 2).eval()
+    for online in (False, True):
+        predictions = predict_dialogues(model, tokenizer, [dialogue], ["a", "b"], window=2, padding=1, online=online)[0]
+        assert all(math.isfinite(x) for p in predictions for x in p["probabilities"].values())
+    session = DialogueActSession(model, tokenizer, ["a", "b"], padding=1)
+    assert all(math.isfinite(x) for x in session.add("B", "[PAD]")["probabilities"].values())

@@ -3,6 +3,7 @@ variants, training from the command line on a slice of MuTual, ranking for users
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -45,6 +46,15 @@ def test_ranking_metrics_several_relevant_and_skipped_groups():
     assert m["MAP"] == pytest.approx((1 + 2 / 3) / 2)
     assert m["R4@1"] == pytest.approx(0.5) and m["R4@2"] == pytest.approx(0.5) and m["MRR"] == 1.0 and m["P@1"] == 1.0
     assert "R4@5" not in m  # k above the group size is not defined
+
+
+def test_ranking_metrics_of_groups_of_several_sizes_do_not_depend_on_their_order():
+    """R@k up to the smallest group's size, each mean over every group: the same keys and values in any order."""
+    groups = ([[0.9, 0.1], [1, 0]], [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [1, 0, 0, 0, 0, 0]])
+    forward = ranking_metrics([g[0] for g in groups], [g[1] for g in groups])
+    backward = ranking_metrics([g[0] for g in groups[::-1]], [g[1] for g in groups[::-1]])
+    assert forward == backward
+    assert forward["R@1"] == pytest.approx(0.5) and forward["R@2"] == pytest.approx(0.5) and "R@5" not in forward
 
 
 def test_ties_keep_the_original_order_and_bad_input_fails():
@@ -277,6 +287,16 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     from_file = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(items)])
     assert from_file.exit_code == 0, from_file.output
     assert json.loads(from_file.stdout) == json.loads(first.stdout)
+    # an item without an answer is counted, not silently left out; none with one is an error, not a NaN
+    unanswered = tmp_path / "unanswered.jsonl"
+    first_item, *rest = load_split("mutual", "validation", data_dir).items[:3]
+    write_jsonl([dataclasses.replace(first_item, answer=None), *rest], unanswered)
+    partly = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(unanswered)])
+    assert partly.exit_code == 0 and (json.loads(partly.stdout)["groups"], json.loads(partly.stdout)["unanswered"]) == (2, 1)
+    none = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(unanswered), "--limit-dialogues", "1"])
+    assert none.exit_code == 2 and "--limit-dialogues 1: the first 1 items of the test split: none has a right candidate" in none.output
+    online = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(items), "--online"])
+    assert online.exit_code == 2 and "--online is for dialogue-act models" in online.output, online.output
 
     submission = tmp_path / "submission.txt"
     predicted = runner.invoke(app, ["predict", "--task", "response-selection", "--checkpoint", str(out), "--input",

@@ -15,10 +15,11 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from turnformer.backbones.cli import backbone_app
 from turnformer.data.cli import data_app
-from turnformer.dialogue import Dialogue, DialogueError
+from turnformer.dialogue import Dialogue, DialogueError, output_names
 from turnformer.tasks.erc import load_trained
 from turnformer.training import CheckpointError
 
@@ -27,8 +28,9 @@ plot_app = typer.Typer(help="Figures: the attention masks of a conversation, and
 app.add_typer(data_app, name="data", help="Benchmark datasets: statistics, download, conversion.")
 app.add_typer(backbone_app, name="backbone", help="Offline backbones: load and check against transformers.")
 app.add_typer(plot_app, name="plot")
-console = Console()
-err = Console(stderr=True, soft_wrap=True)  # paths in messages stay whole, to copy
+# markup=False: texts, labels, ids and paths from users are printed as written ("[laughs]" is no style tag)
+console = Console(markup=False)
+err = Console(stderr=True, soft_wrap=True, markup=False)  # paths in messages stay whole, to copy
 
 # What a user's input can raise: each ends the command with its one-line message (KeyError: a field of a run or item).
 USER_ERRORS = (DialogueError, ValueError, OSError, KeyError, CheckpointError)
@@ -80,7 +82,7 @@ def describe(error: Exception) -> str:
 
 
 def fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(Text.assemble(("error:", "red"), f" {message}"), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -307,8 +309,9 @@ def demo(
     console.print(f"\nConversation {sample.id}, annotated one utterance at a time (predicted / gold):")
     for turn in sample.turns:
         p = session.add(turn.speaker, turn.text)
-        console.print(f"  [bold]{turn.speaker}[/bold]: {turn.text}  -> [cyan]{p['label']}[/cyan] "
-                      f"({p['probabilities'][p['label']]:.2f}) / {turn.labels.get(recipe.get('label_kind', 'emotion'))}", highlight=False)
+        console.print(Text.assemble("  ", (turn.speaker, "bold"), f": {turn.text}  -> ", (p["label"], "cyan"),
+                                    f" ({p['probabilities'][p['label']]:.2f}) / {turn.labels.get(recipe.get('label_kind', 'emotion'))}"),
+                      highlight=False)
 
 
 TASKS = ("erc", "dialogue-act", "response-selection", "generation")
@@ -466,7 +469,7 @@ def evaluate(
     """Score a trained model on a split of its recipe's dataset, or on a labelled file of your own (--input)."""
     from turnformer.plots import figure_path
     from turnformer.tasks.erc import (apply_limits, check_split, encode_conversations, evaluate as evaluate_erc, load_erc_data,
-                                      make_batches)
+                                      make_batches, utterance_counts)
     from turnformer.tasks.metrics import confusion_matrix_plot
     from turnformer.training import predict_all
 
@@ -515,7 +518,7 @@ def evaluate(
     if confusion is not None:
         gold, pred = predict_all(model, batches)
         confusion_matrix_plot([labels[i] for i in gold], [labels[i] for i in pred], labels, confusion)
-    console.print_json(data={"conversations": len(scored), "utterances": sum(len(d) for d in scored),
+    console.print_json(data={"conversations": len(scored), **utterance_counts(scored, kind),
                              **{k: v for k, v in metrics.items() if k != "per_class"}})
 
 
@@ -556,11 +559,12 @@ def predict(
             raise DialogueError(f"{checkpoint} is a generation model: use `turnformer generate`")
         if submission is not None and task != "response-selection":
             raise DialogueError(f"--submission is for response-selection models; {checkpoint} is a model for {task}")
+        if online and task != "dialogue-act":
+            streaming = " (streaming: DialogXLSession)" if task == "erc" else ""
+            raise DialogueError(f"--online is for dialogue-act models; {checkpoint} is a model for {task}{streaming}")
         if task == "response-selection":
             return predict_selection(model, tokenizer, input, out, submission, data_dir)
         dialogues = load_input(input, data_dir)
-        if online and task != "dialogue-act":
-            raise DialogueError(f"--online is for dialogue-act models; {checkpoint} is a model for {task} (streaming: DialogXLSession)")
     except USER_ERRORS as e:
         fail(describe(e))
     labels = run["labels"]
@@ -577,9 +581,9 @@ def predict(
             probs = model.probabilities(make_batch([encoded], tokenizer.pad_token_id))[0]
             per_turn.append([{"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))} for p in probs])
     rows = [  # a conversation without id is named by its place in the input, as `generate` does
-        {"dialogue": dialogue.id if dialogue.id is not None else str(index), "turn": i, "speaker": turn.speaker,
+        {"dialogue": name, "turn": i, "speaker": turn.speaker,
          "text": turn.text, "label": p["label"], "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()}}
-        for index, (dialogue, predictions) in enumerate(zip(dialogues, per_turn))
+        for name, dialogue, predictions in zip(output_names([d.id for d in dialogues]), dialogues, per_turn)
         for i, (turn, p) in enumerate(zip(dialogue.turns, predictions))
     ]
     report_truncated(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=task == "erc")
@@ -643,8 +647,8 @@ def generate(
     if dialogues is None:
         return chat(bot)
     replies = bot.respond_all(dialogues, [speaker] * len(dialogues))
-    rows = [{"id": d.id if d.id is not None else str(i), "speaker": speaker or next_speaker(d), "response": r}
-            for i, (d, r) in enumerate(zip(dialogues, replies))]
+    rows = [{"id": name, "speaker": speaker or next_speaker(d), "response": r}
+            for name, d, r in zip(output_names([d.id for d in dialogues]), dialogues, replies)]
     if out is not None:
         write_jsonl(rows, out)
         err.print(f"wrote {len(rows)} replies to {out}")

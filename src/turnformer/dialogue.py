@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 
 class DialogueError(ValueError):
@@ -162,6 +162,23 @@ def as_turn(value: Any, source: str, default_speaker: str | None = None) -> Turn
 def as_dialogue(value: Any) -> Dialogue:
     """A `Dialogue` as given, or built from a list of turns (`Dialogue.from_turns`)."""
     return value if isinstance(value, Dialogue) else Dialogue.from_turns(value)
+
+
+def output_names(ids: Sequence[str | None]) -> list[str]:
+    """The names under which outputs (predictions, replies, rankings) give conversations or items: the id, or where
+    there is none, the place in the input ("0", "1", ...), with a "#" in front while another one's id already spells
+    it, so that two never share a name."""
+    taken = {i for i in ids if i is not None}
+    names = []
+    for index, given in enumerate(ids):
+        name = given
+        if name is None:
+            name = str(index)
+            while name in taken:
+                name = "#" + name
+            taken.add(name)
+        names.append(name)
+    return names
 
 
 def next_speaker(dialogue: Dialogue) -> str:

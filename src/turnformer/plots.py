@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -14,6 +15,17 @@ from turnformer.dialogue import Dialogue
 from turnformer.structure import TokenMeta, mask_from_name, pack_dialogues
 
 _WORD = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
+
+
+@contextmanager
+def literal_text():
+    """Texts drawn as written: a speaker, id, label or word with "$" in it ("$5") is not read as a formula, which
+    matplotlib would otherwise try to parse (and fail on). A context manager and, written ``@literal_text()``, a
+    decorator; tick labels are made when the figure is drawn, so it covers the saving too."""
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False}):
+        yield
 
 
 def figure_path(out: str | Path) -> Path:
@@ -150,6 +162,7 @@ def mask_view(
     )
 
 
+@literal_text()
 def plot_masks(view: MaskView, out: str | Path, title: str | None = None) -> Path:
     """One panel per mask kind; visible pairs dark, masked ones light; utterance boundaries drawn."""
     import matplotlib
@@ -263,6 +276,7 @@ def attention_view(model, tokenizer, dialogue: Dialogue, utterance: int) -> Atte
     )
 
 
+@literal_text()
 def plot_attention(view: AttentionView, out: str | Path, title: str | None = None) -> Path:
     """One row per head type, one column per key. Each row's colours are scaled to its largest weight
     on a memory key (the [CLS] token's weight on itself would otherwise wash out the history)."""
@@ -319,6 +333,7 @@ def utterance_attention(model, tokenizer, dialogue: Dialogue, start: int, length
     return probs[0].mean(0)
 
 
+@literal_text()
 def plot_utterance_attention(panels: Sequence[tuple[str, torch.Tensor]], labels: Sequence[str], out: str | Path,
                              title: str | None = None, key: str = "utterance") -> Path:
     """Side-by-side heatmaps (one per model) of utterance-to-utterance attention (or, with ``key="token"``,

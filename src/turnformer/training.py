@@ -307,8 +307,12 @@ def train(
     config: TrainConfig,
     label_map: dict | None = None,
     accelerator: Any | None = None,
+    run_info: dict | None = None,
 ) -> TrainResult:
     """Train `model` (a `TrainableModel`) on `train_batches`; see the module docstring.
+
+    `run_info`, the run's description, is written to ``out_dir/run.json`` once the checkpoint that a resumed run
+    continues is known to fit: a refused resume (another model, other sizes or labels) leaves the run as it was.
 
     `eval_fn(model, split)` is called after every epoch for "validation" and "test", with the plain
     (unwrapped) model in eval mode under `torch.no_grad()`; it returns a JSON-serialisable dict with
@@ -339,7 +343,11 @@ def train(
             "pass gradient accumulation through TrainConfig.gradient_accumulation_steps, not through the "
             f"Accelerator (it has gradient_accumulation_steps={accelerator.gradient_accumulation_steps})"
         )
-    return _Trainer(model, train_batches, eval_fn, config, label_map, accelerator).run()
+    trainer = _Trainer(model, train_batches, eval_fn, config, label_map, accelerator)  # checks last/ on resume
+    if run_info is not None and accelerator.is_main_process:
+        config.out_dir.mkdir(parents=True, exist_ok=True)
+        (config.out_dir / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
+    return trainer.run()
 
 
 @dataclass

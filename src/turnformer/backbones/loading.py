@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import zipfile
 from importlib import metadata
@@ -399,8 +400,10 @@ def load_auto_encoder(name_or_path: str, pretrained: bool = True) -> tuple[torch
     from transformers.utils import logging as hf_logging
 
     folder = resolve_backbone(name_or_path)
-    verbosity = hf_logging.get_verbosity()
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # the load report would list the unused pooler weights of every BERT checkpoint
+    if not sys.stderr.isatty():  # transformers' "Loading weights" bar: on a terminal only, as every bar of ours
+        hf_logging.disable_progress_bar()
     try:
         config = AutoConfig.from_pretrained(str(folder))
         options = {"add_pooling_layer": False} if config.model_type in ("bert", "roberta", "mpnet") else {}
@@ -412,6 +415,8 @@ def load_auto_encoder(name_or_path: str, pretrained: bool = True) -> tuple[torch
         raise BackboneLoadError(f"{name_or_path} ({folder}): cannot load the encoder ({type(err).__name__}: {err})") from err
     finally:
         hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
     return encoder, _tokenizer_from(folder)
 
 
@@ -424,7 +429,9 @@ def _tokenizer_from(folder: Path) -> Any:
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(str(folder), use_fast=True)
+        # split_special_tokens: a user's text is text. "[PAD]" or "[SEP]" typed in an utterance would otherwise become
+        # the padding or separator id (an utterance of padding only: NaN states); the model's own are added as ids.
+        return AutoTokenizer.from_pretrained(str(folder), use_fast=True, split_special_tokens=True)
     except Exception as err:
         raise BackboneLoadError(f"{folder}: cannot load the tokenizer ({type(err).__name__}: {err})") from err
 

@@ -54,7 +54,7 @@ def list_cmd() -> None:
         table.add_column(col)
     for info in DATASETS.values():
         table.add_row(info.name, info.title, info.task, info.primary_label, ", ".join(info.label_kinds), info.folder + "/")
-    Console().print(table)
+    Console(markup=False).print(table)
 
 
 @data_app.command("stats")
@@ -68,12 +68,12 @@ def stats_cmd(
     from turnformer.data.stats import dataset_stats, files_stats, print_stats
 
     paths = []
-    for name in names:  # a folder stands for its .jsonl files
+    for name in names:  # a folder stands for its conversation files (.jsonl, .jsonl.gz, in any letter case)
         folder = Path(name)
         if folder.is_dir():
-            found = sorted(str(p) for p in folder.glob("*.jsonl"))
+            found = sorted(str(p) for p in folder.iterdir() if p.is_file() and p.name.lower().endswith((".jsonl", ".jsonl.gz")))
             if not found:
-                _fail(f"{folder}: a folder with no .jsonl conversation files")
+                _fail(f"{folder}: a folder with no .jsonl or .jsonl.gz conversation files")
             paths.extend(found)
         else:
             paths.append(name)
@@ -82,7 +82,7 @@ def stats_cmd(
     if as_json:
         sys.stdout.write(json.dumps(stats, ensure_ascii=False) + "\n")
         return
-    print_stats(stats, Console())
+    print_stats(stats, Console(markup=False))
 
 
 @data_app.command("convert")

@@ -41,8 +41,9 @@ def _distribution(counter: Counter, label_set: list[str]) -> dict[str, int]:
     return out
 
 
-def split_stats(ds) -> dict[str, Any]:
-    """Counts for one loaded `DatasetSplit`."""
+def split_stats(ds, primary: str | None = None) -> dict[str, Any]:
+    """Counts for one loaded `DatasetSplit`; `primary`, where given, is the label kind counted as ``labels`` (files
+    read together share one)."""
     items = ds.items
     response_selection = bool(items) and isinstance(items[0], ResponseSelectionItem)
     out: dict[str, Any] = {"dialogues": len(items), "utterances": ds.num_utterances}
@@ -53,11 +54,13 @@ def split_stats(ds) -> dict[str, Any]:
         out["label_kind"] = kind
         out["labels"] = _distribution(counts, [] if counts.keys() == {HIDDEN} else letters)
     else:
-        try:
-            primary = get_info(ds.name).primary_label
-        except Exception:  # a split that is not a registered benchmark (e.g. a JSONL file)
-            primary = ds.label_kinds[0] if ds.label_kinds else None
-        per_kind: dict[str, Counter] = {k: Counter() for k in ds.label_kinds}
+        if primary is None:
+            try:
+                primary = get_info(ds.name).primary_label
+            except Exception:  # a split that is not a registered benchmark (e.g. a JSONL file)
+                primary = ds.label_kinds[0] if ds.label_kinds else None
+        # the primary kind too where this split carries none of it (a file read beside others): all unlabelled
+        per_kind: dict[str, Counter] = {k: Counter() for k in dict.fromkeys([*([primary] if primary else []), *ds.label_kinds])}
         for d in items:
             for t in d.turns:
                 for k in per_kind:
@@ -84,7 +87,7 @@ def print_stats(stats: dict[str, Any], console=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or Console(markup=False)  # labels and file names as written, not as style tags
     splits = stats["splits"]
     table = Table(title=stats["dataset"])
     table.add_column("split")
@@ -125,16 +128,26 @@ def file_split(path: str | os.PathLike[str]) -> DatasetSplit:
     dialogues = read_jsonl(path)
     kinds = list(dict.fromkeys(kind for d in dialogues for t in d.turns for kind in t.labels))
     sets = {kind: sorted({t.labels[kind] for d in dialogues for t in d.turns if kind in t.labels}) for kind in kinds}
-    return DatasetSplit(name=str(path), split=Path(path).stem, items=list(dialogues), report=dialogues.report,
+    return DatasetSplit(name=str(path), split=file_split_name(path), items=list(dialogues), report=dialogues.report,
                         label_kinds=tuple(kinds), label_sets=sets)
 
 
+def file_split_name(path: str | os.PathLike[str]) -> str:
+    """The split a conversation file stands for: its name without ``.jsonl`` or ``.jsonl.gz`` (``train.jsonl.gz`` ->
+    ``train``)."""
+    name = Path(path).name
+    name = name[:-3] if name.lower().endswith(".gz") else name
+    return Path(name).stem
+
+
 def files_stats(paths: list[str | os.PathLike[str]]) -> dict[str, Any]:
-    """Counts of conversation files, each a split named after its file (``train.jsonl`` -> ``train``)."""
-    splits = {}
+    """Counts of conversation files, each a split named after its file (``train.jsonl`` -> ``train``). The files share
+    one primary label kind, the first that any of them carries, so that one table counts the same kind in each."""
+    read = {}
     for path in paths:
-        name = Path(path).stem
-        if name in splits:
+        name = file_split_name(path)
+        if name in read:
             raise DialogueError(f"{path}: two files are named {name!r}; give each split its own name")
-        splits[name] = split_stats(file_split(path))
-    return {"dataset": ", ".join(str(p) for p in paths), "splits": splits}
+        read[name] = file_split(path)
+    primary = next((kind for ds in read.values() for kind in ds.label_kinds), None)
+    return {"dataset": ", ".join(str(p) for p in paths), "splits": {name: split_stats(ds, primary) for name, ds in read.items()}}

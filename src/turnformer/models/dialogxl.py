@@ -319,7 +319,7 @@ class DialogXLSession:
     def add(self, speaker: str, text: str) -> dict:
         turn = as_turn((speaker, text), f"utterance {self.turn}")  # a DialogueError naming the utterance and field
         speaker = turn.speaker  # a numeric id as its string
-        ids = self.tokenizer(text, add_special_tokens=True)["input_ids"]
+        ids = self.tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"]
         limit = self.model.config.max_utterance_tokens
         truncated = len(ids) > limit
         if truncated:

@@ -259,6 +259,8 @@ class MDFN(nn.Module):
         scores = self.group_scores(batch)
         known = batch.relevance >= 0
         if self.config.objective == "binary":
+            if not known.any():  # the mean over nothing would be NaN and train NaN weights
+                raise ValueError(f"a training batch has no item with a known answer (items {batch.ids[:3]}...)")
             return F.binary_cross_entropy_with_logits(scores[known], batch.relevance[known].float())
         target = batch.relevance.clamp_min(0).float()
         trainable = target.sum(-1) > 0  # items with at least one correct candidate

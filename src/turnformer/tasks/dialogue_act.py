@@ -14,7 +14,6 @@ once per batch); the training loop shuffles the batch order each epoch.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from pathlib import Path
 from typing import Sequence
@@ -23,7 +22,7 @@ import torch
 
 from turnformer.dialogue import Dialogue, DialogueError, is_blank
 from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, WindowBatch, build_lc_model
-from turnformer.tasks.erc import SPLITS, apply_limits, check_split, checkpoint_paths, load_erc_data
+from turnformer.tasks.erc import SPLITS, apply_limits, check_split, checkpoint_paths, load_erc_data, utterance_counts
 from turnformer.tasks.metrics import accuracy
 
 DIALOGUE_ACT_MODELS = MODEL_IDS
@@ -152,7 +151,6 @@ def train_dialogue_act(recipe: dict, out_dir, seed: int, data_dir=None, resume: 
                                  out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": labels, "encode_reports": reports}
-    (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
     eval_online = bool(recipe.get("eval_online", True))
 
     def eval_fn(m, split):
@@ -162,7 +160,7 @@ def train_dialogue_act(recipe: dict, out_dir, seed: int, data_dir=None, resume: 
         return {"primary": scores[setting], "accuracy": scores[setting], **{f"{k}_accuracy": v for k, v in scores.items()}}
 
     return train(model, batches["train"][setting], eval_fn, config,
-                 label_map={"label_kind": recipe.get("label_kind", "act"), "labels": labels})
+                 label_map={"label_kind": recipe.get("label_kind", "act"), "labels": labels}, run_info=run_info)
 
 
 def load_trained(checkpoint):
@@ -191,7 +189,7 @@ def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, da
     settings = ("offline", "online") if padding > 0 else ("offline",)
     accuracy = {f"{s}_accuracy": evaluate(model, make_batches(ids, ys, window, padding, 32, tokenizer.pad_token_id, online=s == "online"))
                 for s in settings}
-    return {"conversations": len(scored), **accuracy}
+    return {"conversations": len(scored), **utterance_counts(scored, recipe["label_kind"]), **accuracy}
 
 
 @torch.no_grad()
@@ -236,7 +234,7 @@ class DialogueActSession:
         if not isinstance(text, str) or is_blank(text):
             raise DialogueError(f"utterance {self.added}: text: expected a non-empty string, got {text!r:.40}")
         self.added += 1
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
         truncated = len(ids) > self.model.config.max_utterance_tokens  # cut to its start, as in training and predict
         ids = ids[: self.model.config.max_utterance_tokens]
         device = next(self.model.parameters()).device

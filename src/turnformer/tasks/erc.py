@@ -170,6 +170,13 @@ def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -
         raise DialogueError(f"{path}: no turn carries {kind_label(kind)}: {why}{hint}")
 
 
+def utterance_counts(dialogues: list[Dialogue], kind: str) -> dict[str, int]:
+    """How many utterances a scored split holds, and how many of them carry a `kind` label and so are scored
+    (an unlabelled turn is context only)."""
+    return {"utterances": sum(len(d) for d in dialogues),
+            "scored_utterances": sum(kind in t.labels for d in dialogues for t in d.turns)}
+
+
 def apply_limits(splits: dict[str, list[Dialogue]], limits: dict[str, int] | None, kind: str, option: str | None = None) -> None:
     """Keep the first N dialogues of the splits named in ``limits``; refuse a cut that leaves a split without labels
     before any work (a whole split with labels can still start with unlabelled conversations). The error names
@@ -266,11 +273,10 @@ def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = Fa
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": labels,
                 "encode_reports": {s: vars(r) for s, r in reports.items()}}
-    (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
     dataset = recipe["dataset"]
     return train(
         model, batches["train"], lambda m, split: evaluate(m, batches[split], labels, dataset), config,
-        label_map={"label_kind": recipe.get("label_kind", "emotion"), "labels": labels},
+        label_map={"label_kind": recipe.get("label_kind", "emotion"), "labels": labels}, run_info=run_info,
     )
 
 

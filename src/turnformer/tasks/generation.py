@@ -18,7 +18,6 @@ the rest become ``[UNK]``. It is saved with every checkpoint (`Vocabulary.to_dic
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -336,13 +335,12 @@ def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bo
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports,
                 "vocabulary": vocab.to_dict()}
-    (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
     # every epoch: validation perplexity (the epoch choice), test perplexity and greedy-decoding metrics (the
     # embedding ones where MiniLM's word vectors are installed)
     vectors = available_word_vectors()
     return train(model, batches["train"],
                  lambda m, split: evaluate_generation(m, batches[split], vocab, decode=split == "test", word_vectors=vectors),
-                 config, label_map={"task": "generation"})
+                 config, label_map={"task": "generation"}, run_info=run_info)
 
 
 def load_trained(checkpoint):

@@ -27,6 +27,8 @@ from typing import Any, Hashable, Iterable, Sequence
 
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
 
+from turnformer.plots import literal_text
+
 __all__ = [
     "DEFAULT_PRIMARY_METRIC",
     "METRIC_NAMES",
@@ -221,6 +223,7 @@ def erc_metrics(
 # --------------------------------------------------------------------------- figure
 
 
+@literal_text()
 def confusion_matrix_plot(
     gold: Sequence[Hashable],
     pred: Sequence[Hashable],

@@ -49,26 +49,26 @@ def ranking_metrics(
     scores: Sequence[Sequence[float]], relevance: Sequence[Sequence[int]], ks: Sequence[int] = (1, 2, 5)
 ) -> dict[str, float | int]:
     """Mean R_n@k (as ``"R{n}@{k}"`` when every group has n candidates, else ``"R@{k}"``), MRR, MAP, P@1
-    over the groups; plus ``groups`` (scored) and ``skipped`` (groups without a relevant candidate)."""
+    over the groups; plus ``groups`` (scored) and ``skipped`` (groups without a relevant candidate). R@k is given for
+    the k up to the smallest scored group's size, so that every mean covers the same groups, whatever their order."""
     if len(scores) != len(relevance):
         raise ValueError(f"{len(scores)} groups of scores but {len(relevance)} of relevance labels")
-    per_group = []
-    sizes = set()
+    scored = []
     for i, (s, r) in enumerate(zip(scores, relevance)):
         if len(s) != len(r) or not len(s):
             raise ValueError(f"group {i}: {len(s)} scores for {len(r)} relevance labels")
         if any(x not in (0, 1) for x in r):
             raise ValueError(f"group {i}: relevance labels must be 0 or 1, got {list(r)}")
-        if sum(r) == 0:
-            continue
-        sizes.add(len(s))
-        per_group.append(_group_metrics(s, r, [k for k in ks if k <= len(s)] or [1]))
-    out: dict[str, float | int] = {"groups": len(per_group), "skipped": len(scores) - len(per_group)}
-    if not per_group:
+        if sum(r) > 0:
+            scored.append((s, r))
+    out: dict[str, float | int] = {"groups": len(scored), "skipped": len(scores) - len(scored)}
+    if not scored:
         return out
+    sizes = {len(s) for s, _ in scored}
+    usable = [k for k in ks if k <= min(sizes)] or [1]
+    per_group = [_group_metrics(s, r, usable) for s, r in scored]
     n = sizes.pop() if len(sizes) == 1 else None
     for key in per_group[0]:
-        values = [g[key] for g in per_group if key in g]
         name = f"R{n}{key[1:]}" if key.startswith("R@") and n is not None else key
-        out[name] = float(np.mean(values))
+        out[name] = float(np.mean([g[key] for g in per_group]))
     return out

@@ -21,7 +21,6 @@ batching so that a batch carries little padding (the training loop shuffles the 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -31,8 +30,8 @@ import torch
 
 from turnformer.data._io import write_file
 from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, as_dialogue, as_turn,
-                                 is_blank, next_speaker)
-from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, SelectionBatch, build_mdfn
+                                 is_blank, next_speaker, output_names)
+from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, MDFNConfig, SelectionBatch, build_mdfn
 from turnformer.structure import SpecialTokens, pack_token_ids
 from turnformer.tasks.erc import SPLITS, checkpoint_paths, split_file
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics
@@ -209,11 +208,32 @@ def _model_settings(recipe: dict) -> dict:
     return recipe.get("model_config", {})
 
 
+def check_trainable(items: Sequence[ResponseSelectionItem], objective: str, where: str) -> None:
+    """Every training item must say which candidates are right: one without an answer gives no loss (a batch of such
+    items: no loss at all), and with the ``choice`` objective (a softmax over the candidates) neither does one
+    whose candidates are all wrong. A DialogueError names the first such items and how many there are."""
+    unknown = [str(item.id) for item in items if item.gold() is None]
+    if unknown:
+        raise DialogueError(f"{where}: {len(unknown)} training item(s) without an answer (first: {', '.join(unknown[:3])}); "
+                            "give each its right candidate (meta.answer, or label 1 in a tab-separated file)")
+    if objective == "choice":
+        none_right = [str(item.id) for item in items if not any(item.gold())]
+        if none_right:
+            raise DialogueError(f"{where}: {len(none_right)} training item(s) with no right candidate (first: "
+                                f"{', '.join(none_right[:3])}): this model learns to choose the right one among them")
+
+
 def prepare_response_selection(recipe: dict, data_dir=None, limits: dict[str, int] | None = None, pretrained: bool = True):
     """Model, tokenizer, batches per split, and the encoding reports."""
     splits = load_selection_data(recipe, data_dir)
     for split, n in (limits or {}).items():
         splits[split] = splits[split][:n]
+    where = recipe.get("train_file") or f"{recipe['dataset']} train"
+    if limits and limits.get("train"):
+        where = f"the first {limits['train']} items of {where}"
+    if recipe["model"] in MDFN_VARIANTS:  # before the encoder is loaded (an unknown model fails in build_mdfn)
+        objective = MDFNConfig.from_dict({**_model_settings(recipe), **MDFN_VARIANTS[recipe["model"]]}).objective
+        check_trainable(splits["train"], objective, where)
     model, tokenizer = build_mdfn(recipe["model"], _model_settings(recipe), recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained)
     settings = recipe.get("train", {})
     batch_size, eval_batch_size = int(settings.get("batch_size", 8)), int(settings.get("eval_batch_size", 16))
@@ -244,9 +264,8 @@ def train_response_selection(recipe: dict, out_dir, seed: int, data_dir=None, re
                                  seed=seed, out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports}
-    (Path(out_dir) / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
     return train(model, batches["train"], lambda m, split: evaluate(m, batches[split]), config,
-                 label_map={"task": "response-selection"})
+                 label_map={"task": "response-selection"}, run_info=run_info)
 
 
 def load_trained(checkpoint):
@@ -267,9 +286,15 @@ def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None,
     if split not in SPLITS:
         raise DialogueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
     splits = load_selection_data(run["recipe"], data_dir, only=[split])
-    encoded = encode_items(splits[split][:limit], tokenizer, model.config.max_turns)
+    items = splits[split][:limit]
+    unanswered = sum(item.gold() is None for item in items)
+    if unanswered == len(items) or not any(any(item.gold() or ()) for item in items):
+        scope = f"--limit-dialogues {limit}: the first {limit} items" if limit else "the items"
+        raise DialogueError(f"{scope} of the {split} split: none has a right candidate, so nothing can be scored")
+    encoded = encode_items(items, tokenizer, model.config.max_turns)
     batches, report = make_selection_batches(encoded, 16, special_tokens(tokenizer), model.config.max_length)
-    return {**evaluate(model, batches), "truncation": report}
+    # items without an answer are ranked but not scored: counted apart, so that "groups" adds up
+    return {**evaluate(model, batches), "unanswered": unanswered, "truncation": report}
 
 
 @torch.no_grad()
@@ -371,9 +396,9 @@ def truncation_note(report: dict, config) -> str | None:
 
 def prediction_rows(items: Sequence[ResponseSelectionItem], scores: Sequence[Sequence[float]]) -> list[dict]:
     rows = []
-    for index, (item, s) in enumerate(zip(items, scores)):
+    # an item without id: its place in the file
+    for item_id, item, s in zip(output_names([item.id for item in items]), items, scores):
         order = rank_candidates(s)
-        item_id = item.id if item.id is not None else str(index)  # an item without id: its place in the file
         rows.append({"id": item_id, "scores": [round(float(x), 5) for x in s], "ranking": order, "best": order[0],
                      "best_text": item.candidates[order[0]].text, **({"answer": item.answer} if item.answer is not None else {})})
     return rows
