@@ -149,7 +149,6 @@ def train_dialogue_act(recipe: dict, out_dir, seed: int, data_dir=None, resume: 
     settings = recipe.get("train", {})
     config = recipe_train_config(settings, {"epochs": 5, "lr": 1e-3, "save_every_steps": 200}, seed=seed,
                                  out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": labels, "encode_reports": reports}
     eval_online = bool(recipe.get("eval_online", True))
 

@@ -270,7 +270,6 @@ def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = Fa
     settings = recipe["train"]
     config = recipe_train_config(settings, {"epochs": 4, "lr": 2e-5, "save_every_steps": 50}, seed=seed,
                                  out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": labels,
                 "encode_reports": {s: vars(r) for s, r in reports.items()}}
     dataset = recipe["dataset"]

@@ -332,7 +332,6 @@ def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bo
     config = recipe_train_config(settings, {"epochs": 10, "lr": 5e-4, "weight_decay": 0.01, "grad_clip": 1.0,
                                             "save_every_steps": 500, "scheduler": "linear"},
                                  seed=seed, out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports,
                 "vocabulary": vocab.to_dict()}
     # every epoch: validation perplexity (the epoch choice), test perplexity and greedy-decoding metrics (the

@@ -31,7 +31,7 @@ import torch
 from turnformer.data._io import write_file
 from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, as_dialogue, as_turn,
                                  is_blank, next_speaker, output_names)
-from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, MDFNConfig, SelectionBatch, build_mdfn
+from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, SelectionBatch, build_mdfn
 from turnformer.structure import SpecialTokens, pack_token_ids
 from turnformer.tasks.erc import SPLITS, checkpoint_paths, split_file
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics
@@ -228,13 +228,11 @@ def prepare_response_selection(recipe: dict, data_dir=None, limits: dict[str, in
     splits = load_selection_data(recipe, data_dir)
     for split, n in (limits or {}).items():
         splits[split] = splits[split][:n]
+    model, tokenizer = build_mdfn(recipe["model"], _model_settings(recipe), recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained)
     where = recipe.get("train_file") or f"{recipe['dataset']} train"
     if limits and limits.get("train"):
         where = f"the first {limits['train']} items of {where}"
-    if recipe["model"] in MDFN_VARIANTS:  # before the encoder is loaded (an unknown model fails in build_mdfn)
-        objective = MDFNConfig.from_dict({**_model_settings(recipe), **MDFN_VARIANTS[recipe["model"]]}).objective
-        check_trainable(splits["train"], objective, where)
-    model, tokenizer = build_mdfn(recipe["model"], _model_settings(recipe), recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained)
+    check_trainable(splits["train"], model.config.objective, where)
     settings = recipe.get("train", {})
     batch_size, eval_batch_size = int(settings.get("batch_size", 8)), int(settings.get("eval_batch_size", 16))
     max_length = model.config.max_length
@@ -262,7 +260,6 @@ def train_response_selection(recipe: dict, out_dir, seed: int, data_dir=None, re
     config = recipe_train_config(settings, {"epochs": 3, "lr": 2e-5, "weight_decay": 0.01, "grad_clip": 1.0,
                                             "save_every_steps": 200, "scheduler": "linear"},
                                  seed=seed, out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports}
     return train(model, batches["train"], lambda m, split: evaluate(m, batches[split]), config,
                  label_map={"task": "response-selection"}, run_info=run_info)
@@ -287,14 +284,13 @@ def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None,
         raise DialogueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
     splits = load_selection_data(run["recipe"], data_dir, only=[split])
     items = splits[split][:limit]
-    unanswered = sum(item.gold() is None for item in items)
-    if unanswered == len(items) or not any(any(item.gold() or ()) for item in items):
+    if not any(any(item.gold() or ()) for item in items):  # no answer, or none right: nothing to score
         scope = f"--limit-dialogues {limit}: the first {limit} items" if limit else "the items"
         raise DialogueError(f"{scope} of the {split} split: none has a right candidate, so nothing can be scored")
     encoded = encode_items(items, tokenizer, model.config.max_turns)
     batches, report = make_selection_batches(encoded, 16, special_tokens(tokenizer), model.config.max_length)
     # items without an answer are ranked but not scored: counted apart, so that "groups" adds up
-    return {**evaluate(model, batches), "unanswered": unanswered, "truncation": report}
+    return {**evaluate(model, batches), "unanswered": sum(item.gold() is None for item in items), "truncation": report}
 
 
 @torch.no_grad()
