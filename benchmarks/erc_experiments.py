@@ -378,8 +378,8 @@ def with_earlier_seeds(record: dict, earlier: dict) -> dict:
     if not kept:
         return record
 
-    def per_seed(r: dict) -> dict:
-        return {k: v for k, v in r["extra"].items() if isinstance(v, list) and len(v) == len(r["seeds"])}
+    def per_seed(r: dict) -> dict:  # "partial" lists the cut runs, not one entry a seed, whatever its length
+        return {k: v for k, v in r["extra"].items() if k != "partial" and isinstance(v, list) and len(v) == len(r["seeds"])}
 
     new, old = per_seed(record), per_seed(earlier)
     rows = [(s, record["scores"][i], {k: v[i] for k, v in new.items()}) for i, s in enumerate(record["seeds"])]
@@ -484,9 +484,10 @@ def main() -> None:
                   f" -> {write_result(record)}", flush=True)
             continue
         runs = [run_dir(e, s, args.runs_dir) for s in seeds_to_run(e, earlier.get(e.id), args.runs_dir)]
-        missing = [str(r) for r in runs if not (r / "result.json").exists()]
+        # a run without result.json, or cut before its first epoch ended, holds no score: the others are still collected
+        missing = [str(r) for r in runs if finished_epochs(r) == 0]
         if missing:
-            print(f"{e.id}: not collected, unfinished runs: {', '.join(missing)}", flush=True)
+            print(f"{e.id}: not collected, runs without a finished epoch: {', '.join(missing)}", flush=True)
             continue
         if not runs:
             print(f"{e.id}: seeds {list(e.seeds)} already collected in {RESULTS_DIR / e.id}.json", flush=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from _benchmark_scripts import load_benchmark_script
@@ -23,6 +25,9 @@ def test_a_result_is_written_atomically_and_tabled_beside_the_paper(tmp_path):
     table = render_markdown(loaded)
     assert "| accuracy | 83.70 ± 0.29 | 85.81 | 3 |" in table      # the std to the mean's precision
     assert "| r4_at_1 | 0.613 ± 0.004 | 0.923 | 3 |" in table
+    ranked = make_result("sel-y", task="response-selection", dataset="mutual", split="dev", model="mdfn", metric="r4_at_1",
+                         scores=[0.5150, 0.5199, 0.5248], seeds=[1, 2, 3], paper=None)
+    assert "| r4_at_1 | 0.5199 ± 0.0049 | - | 3 |" in render_markdown([ranked])   # four decimals each, not ± 0.004900
     assert table.index("## dialogue-act") < table.index("## response-selection") and "- `sel-x`: note = n" in table
     assert "- `acts-x`" not in table   # no extra (or only lists and tables): no empty line for it
 
@@ -44,6 +49,7 @@ def test_act_grid_cells_are_pivoted_by_model_window_and_padding():
     assert "| model | W | P = 0 | P = 2 |" in grid
     assert "| lc-attention | 5 |  | 83.40 (85.81) |" in grid
     assert "| lstm-blstm | 1 | 80.50 * | 83.50 [2] (85.06) |" in grid
+    assert "| accuracy | 80.50 * | - | 1 |" in table and "| accuracy | 83.50 ± 0.71 | 85.06 | 2 |" in table  # and in the main table
     assert "90.00" not in grid and "91.00" not in grid
     assert "W x P grid" not in render_markdown([make_result("x", task="dialogue-act", dataset="d", split="test", model="lstm",
                                                             metric="accuracy", scores=[1.0], seeds=[1])])
@@ -322,3 +328,38 @@ def test_seeds_collected_earlier_are_not_trained_again_and_stay_beside_new_ones(
     (tmp_path / "results" / f"{experiment.id}.json").write_text("{not json")
     with pytest.raises(SystemExit, match=f"{experiment.id}.json: not a results file"):
         bench.earlier_record(experiment, tmp_path / "results")
+
+
+def test_a_cut_run_joined_with_earlier_seeds_stays_marked_partial(tmp_path):
+    bench = load_benchmark_script("erc_experiments")
+    collect = load_benchmark_script("collect_erc").collect
+    cut = _fake_run(tmp_path / "seed2", validation=[70, 75], test=[71, 72], stop_reason="time budget of 60 s used up")
+    info = json.loads((cut / "run.json").read_text())
+    info["seed"] = 2
+    (cut / "run.json").write_text(json.dumps(info))
+    record = collect("x", [cut], allow_partial=True)
+    earlier = {**record, "seeds": [1], "scores": [80.0], "commit": "abc",
+               "extra": {**record["extra"], "validation": [81.0], "best_epoch": [4], "train_seconds": [9.0],
+                         "accuracy": [80.0], "online_accuracy": [79.0], "partial": False}}
+    joined = bench.with_earlier_seeds(record, earlier)
+    # one seed, one cut run: its list of cut runs is not mistaken for a measure with one value a seed
+    assert joined["seeds"] == [1, 2] and joined["scores"] == [80.0, 72]
+    assert [p["run"] for p in joined["extra"]["partial"]] == [str(cut)]
+
+
+def test_a_run_without_a_finished_epoch_does_not_stop_the_others_being_collected(tmp_path, monkeypatch, capsys):
+    bench = load_benchmark_script("erc_experiments")
+    ids = ["dialogue-act-dailydialog-lstm-blstm", "dialogue-act-dailydialog-lstm"]
+    cut = _fake_run(tmp_path / ids[0] / "seed1", validation=[70], test=[71], stop_reason="time budget of 60 s used up")
+    result = json.loads((cut / "result.json").read_text())
+    result["history"][0]["complete"] = False  # cut inside its first epoch
+    (cut / "result.json").write_text(json.dumps(result))
+    _fake_run(tmp_path / ids[1] / "seed1", validation=[70, 75], test=[71, 72])
+    written = []
+    monkeypatch.setattr(bench, "write_result", lambda record: written.append(record) or Path("results.json"))
+    monkeypatch.setattr(bench, "run_one", lambda *a, **k: None)  # no training: the runs are on disk
+    monkeypatch.setattr(sys, "argv", ["erc_experiments.py", "--plan", "acts", "--seeds", "1", "--runs-dir", str(tmp_path),
+                                      "--experiments", ",".join(ids)])
+    bench.main()
+    assert [r["experiment"] for r in written] == [ids[1]] and written[0]["scores"] == [72]
+    assert f"{ids[0]}: not collected, runs without a finished epoch" in capsys.readouterr().out
