@@ -52,7 +52,7 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
         if cut_short or info.get("limits"):
             if not allow_partial:
                 raise SystemExit(f"{run}: cut short or trained on a subset; pass --allow-partial to record it as such")
-            partial_runs.append({"run": str(run), "stop_reason": result["stop_reason"], "limits": info.get("limits")})
+            partial_runs.append({"run": str(run), "seed": info["seed"], "stop_reason": result["stop_reason"], "limits": info.get("limits")})
         if best is None:
             raise SystemExit(f"{run}: no finished epoch")
         recipe = info["recipe"]

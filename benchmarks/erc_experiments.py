@@ -60,8 +60,9 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
 
 A run whose folder already holds result.json is not run again, and an interrupted one continues
 (``--resume``), so the command can be repeated until everything is done. A seed whose run folder is gone but which
-the experiment's results file holds, collected from whole runs of the recipe as it is now, is not trained again: the
+the experiment's results file holds, collected from a whole run of the recipe as it is now, is not trained again: the
 file keeps it beside the seeds collected later (``--seeds 2,3`` adds to a file of seed 1), and its command says so.
+A seed whose run was cut short is trained again (or continued, where its folder is here); the file's whole seeds stay.
 ``--deadline`` gives every run a time budget ending that many seconds after the start: runs cut by it are recorded as partial,
 and continue from their checkpoint when the command is repeated.
 With ``--workers`` above 1 every run gets one CPU thread (the runs share the machine, or one GPU).
@@ -72,6 +73,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,7 +87,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collect_erc import collect, run_config  # noqa: E402
 
 from turnformer.recipes import find_recipe, load_recipe  # noqa: E402
-from turnformer.results import RESULTS_DIR, make_result, write_result  # noqa: E402
+from turnformer.results import RESULTS_DIR, make_result, mean_std, write_result  # noqa: E402
 
 LEARNING_RATES = ("2e-5", "5e-5", "1e-4")
 ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no-global")
@@ -347,9 +349,9 @@ def scored_epochs(config: dict, max_epoch: int | None) -> int | None:
 
 
 def earlier_record(experiment: Experiment, results_dir: Path = RESULTS_DIR) -> dict | None:
-    """The experiment's results file from an earlier collection, if its runs were whole and trained the recipe as it
-    is now, scored over the same epochs: its seeds are not trained again when their run folders are gone, and stay in
-    the file when other seeds are collected. None otherwise."""
+    """The experiment's results file from an earlier collection, if it trained the recipe as it is now, scored over the
+    same epochs, with the seeds of its whole runs only: those are not trained again when their run folders are gone,
+    and stay in the file when other seeds are collected. None otherwise."""
     path = results_dir / f"{experiment.id}.json"
     if not path.exists() or experiment.limit_train or experiment.limit_eval:
         return None
@@ -358,9 +360,40 @@ def earlier_record(experiment: Experiment, results_dir: Path = RESULTS_DIR) -> d
     except json.JSONDecodeError as e:
         raise SystemExit(f"{path}: not a results file ({e}); move it away to collect the experiment afresh")
     recipe = load_recipe(find_recipe(experiment.task, experiment.model, experiment.dataset), list(experiment.overrides))
-    same = (earlier.get("config") == run_config(recipe) and not earlier["extra"].get("partial")
+    same = (earlier.get("config") == run_config(recipe)
             and scored_epochs(earlier["config"], earlier["extra"].get("max_epoch")) == scored_epochs(earlier["config"], experiment.max_epoch))
-    return earlier if same else None
+    return whole_seeds_only(earlier) if same else None
+
+
+def cut_run_seed(cut: dict) -> int | None:
+    """The seed of a cut run listed in a results file's "partial"; files from before it was listed there: the folder's seedN."""
+    if "seed" in cut:
+        return cut["seed"]
+    match = re.fullmatch(r"seed(\d+)", Path(cut["run"]).name)
+    return int(match[1]) if match else None
+
+
+def whole_seeds_only(earlier: dict) -> dict | None:
+    """`earlier` without the seeds of its cut runs (its "partial" list), which are trained again; None where no seed
+    is whole, or where a cut run's seed cannot be told or it trained on a subset (then none of the file is the recipe's)."""
+    cut_seeds = set()
+    for cut in earlier["extra"].get("partial") or []:
+        seed = cut_run_seed(cut)
+        if seed is None or cut.get("limits"):
+            return None
+        cut_seeds.add(seed)
+    if not cut_seeds:
+        return earlier
+    keep = [i for i, s in enumerate(earlier["seeds"]) if s not in cut_seeds]
+    if not keep:
+        return None
+    count = len(earlier["seeds"])
+    extra = {k: [v[i] for i in keep] if isinstance(v, list) and len(v) == count and k != "partial" else v
+             for k, v in earlier["extra"].items()}
+    scores = [earlier["scores"][i] for i in keep]
+    mean, std = mean_std(scores)
+    return {**earlier, "seeds": [earlier["seeds"][i] for i in keep], "scores": scores, "mean": mean, "std": std,
+            "extra": {**extra, "partial": False}}
 
 
 def seeds_to_run(experiment: Experiment, earlier: dict | None, runs_dir: Path) -> list[int]:

@@ -347,6 +347,48 @@ def test_a_cut_run_joined_with_earlier_seeds_stays_marked_partial(tmp_path):
     assert [p["run"] for p in joined["extra"]["partial"]] == [str(cut)]
 
 
+def test_the_whole_seeds_of_a_results_file_with_cut_runs_are_kept_and_only_the_cut_ones_trained_again(tmp_path):
+    from turnformer.recipes import find_recipe, load_recipe
+
+    bench = load_benchmark_script("erc_experiments")
+    collect = load_benchmark_script("collect_erc").collect
+    experiment = next(e for e in bench.plan("acts", (1, 2, 3), (1, 2, 3), 120) if e.id == "dialogue-act-dailydialog-lstm-blstm")
+    config = bench.run_config(load_recipe(find_recipe("dialogue-act", "lstm-blstm", "dailydialog")))
+
+    def results_file(partial):
+        record = make_result(experiment.id, task="dialogue-act", dataset="dailydialog", split="test", model="lstm-blstm",
+                             backbone="b", config=config, metric="accuracy", scores=[80.0, 60.0, 70.0], seeds=[1, 2, 3],
+                             extra={"validation": [81.0, 61.0, 71.0], "best_epoch": [2, 3, 3], "partial": partial,
+                                    "note": "seed 1 cut"},
+                             command="...")
+        write_result(record, tmp_path / "results")
+
+    # seed 1 cut, named by its folder as in files collected before the seed was listed
+    results_file([{"run": "runs/gpu/x/seed1", "stop_reason": "time budget of 60 s used up", "limits": None}])
+    earlier = bench.earlier_record(experiment, tmp_path / "results")
+    assert earlier["seeds"] == [2, 3] and earlier["scores"] == [60.0, 70.0] and earlier["mean"] == pytest.approx(65.0)
+    assert earlier["extra"]["validation"] == [61.0, 71.0] and earlier["extra"]["best_epoch"] == [3, 3]
+    assert earlier["extra"]["partial"] is False and earlier["extra"]["note"] == "seed 1 cut"
+    assert bench.seeds_to_run(experiment, earlier, tmp_path / "runs") == [1]
+    # seed 1 trained again, whole: joined with the file's seeds 2 and 3, no longer partial
+    run = _fake_run(tmp_path / "runs" / experiment.id / "seed1", validation=[70, 75], test=[74, 90])
+    info = json.loads((run / "run.json").read_text())
+    info["recipe"] = {**info["recipe"], **config}
+    (run / "run.json").write_text(json.dumps(info))
+    joined = bench.with_earlier_seeds(collect(experiment.id, [run]), earlier)
+    assert joined["seeds"] == [1, 2, 3] and joined["scores"] == [90, 60.0, 70.0] and joined["extra"]["partial"] is False
+    # collect names a cut run's seed; a seed that cannot be told, a run on a subset, or no whole seed: none is kept
+    cut = _fake_run(tmp_path / "cut-here", validation=[70], test=[71], stop_reason="time budget of 60 s used up")
+    listed = collect("x", [cut], allow_partial=True)["extra"]["partial"]
+    assert listed[0]["seed"] == 1 and bench.cut_run_seed(listed[0]) == 1
+    results_file([{"run": "runs/cut-here", "stop_reason": "time budget of 60 s used up", "limits": None}])
+    assert bench.earlier_record(experiment, tmp_path / "results") is None
+    results_file([{"run": "runs/x/seed2", "seed": 2, "stop_reason": None, "limits": {"train": 30}}])
+    assert bench.earlier_record(experiment, tmp_path / "results") is None
+    results_file([{"run": f"runs/x/seed{s}", "seed": s, "stop_reason": "time budget", "limits": None} for s in (1, 2, 3)])
+    assert bench.earlier_record(experiment, tmp_path / "results") is None
+
+
 def test_a_run_without_a_finished_epoch_does_not_stop_the_others_being_collected(tmp_path, monkeypatch, capsys):
     bench = load_benchmark_script("erc_experiments")
     ids = ["dialogue-act-dailydialog-lstm-blstm", "dialogue-act-dailydialog-lstm"]
