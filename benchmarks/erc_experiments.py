@@ -369,7 +369,7 @@ def cut_run_seed(cut: dict) -> int | None:
     """The seed of a cut run listed in a results file's "partial"; files from before it was listed there: the folder's seedN."""
     if "seed" in cut:
         return cut["seed"]
-    match = re.fullmatch(r"seed(\d+)", Path(cut["run"]).name)
+    match = re.fullmatch(r"seed(\d+)", Path(cut.get("run", "")).name)  # no run named: the seed cannot be told
     return int(match[1]) if match else None
 
 
