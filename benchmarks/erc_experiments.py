@@ -54,7 +54,7 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   sweep at that size (0..5, 10 context turns, the first seed).
 - ``figure4``: DialogXL on SwDA acts, memory length 100..1000, on a documented subset of the
   training conversations (``--swda-train``, whole validation and test sets), one seed.
-- ``figure4-cpu``: the same sweep at what the 2-core CPU trains (``FIGURE4_CPU``: memory 100, 500 and 1000, and 0, each
+- ``figure4-cpu``: the same sweep at what the 2-core CPU trains (``FIGURE4_CPU``: memory 100, 300, 500, 700 and 1000, and 0, each
   utterance alone; the first 30 training conversations and the first 8 of validation and test, 2 epochs, one
   conversation a batch), with the memory-bias variant (recipes/erc-swda-dialogxl-memory-bias.toml), one seed.
 
@@ -92,8 +92,8 @@ from turnformer.results import RESULTS_DIR, make_result, mean_std, write_result 
 LEARNING_RATES = ("2e-5", "5e-5", "1e-4")
 ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no-global")
 MEMORY_LENGTHS = tuple(range(100, 1001, 100))
-# figure4-cpu: what the 2-core CPU trains in about 80 minutes, two runs at a time
-FIGURE4_CPU = {"memory_lengths": (0, 100, 500, 1000), "train": 30, "eval": 8, "epochs": 2}  # 0: each utterance alone
+# figure4-cpu: what the 2-core CPU trains in about two hours, two runs at a time
+FIGURE4_CPU = {"memory_lengths": (0, 100, 300, 500, 700, 1000), "train": 30, "eval": 8, "epochs": 2}  # 0: each utterance alone
 PREDICTED_PER_BATCH = 320  # the dialogue-act recipes' batch: sub-dialogues per batch x window
 GRID_EPOCHS = 3  # of every W x P cell
 ACT_BATCHES = (80, 160)  # predicted utterances per batch in the act-batch plan (sub-dialogues x W)

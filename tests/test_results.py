@@ -99,7 +99,7 @@ def test_dialogxl_memory_sweep_is_read_per_prefix_with_its_waste_rates_and_plott
 
 def test_figure4_cpu_sweeps_the_memory_bias_variant_on_a_subset_one_conversation_a_batch():
     runs = load_benchmark_script("erc_experiments").plan("figure4-cpu", (1, 2), (1,), 120)
-    assert [r.extra["mem_len"] for r in runs] == [1000, 500, 100, 0]
+    assert [r.extra["mem_len"] for r in runs] == [1000, 700, 500, 300, 100, 0]
     for run in runs:
         assert run.model == "dialogxl-memory-bias" and run.seeds == (1,) and (run.limit_train, run.limit_eval) == (30, 8)
         assert f"model_config.mem_len={run.extra['mem_len']}" in run.overrides and "train.batch_size=1" in run.overrides
