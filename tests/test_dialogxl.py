@@ -172,11 +172,14 @@ def test_streaming_session_matches_batch_and_stays_bounded():
 
 def test_conversation_positions_continue_and_stay_in_the_backbone_range():
     model = tiny_dialogxl(mem_len=12)  # max_position_embeddings 128
-    order = torch.tensor([[5, 6, 7, 8], [120, 121, 122, 123], [200, 201, 202, 203]])
-    positions = model.conversation_positions(order)
+    order = torch.tensor([[5, 6, 7, 8], [120, 121, 122, 123], [200, 201, 202, 203], [125, 126, 127, 128]])
+    padding = torch.tensor([[False] * 4] * 3 + [[False, False, True, True]])
+    positions = model.conversation_positions(order, padding)
     assert positions[0].tolist() == [5, 6, 7, 8]  # inside the range: the running position itself
     assert positions[1].tolist() == [120, 121, 122, 123]
     assert positions[2].tolist() == [124, 125, 126, 127]  # past it: the utterance takes the last positions
+    # the real tokens decide, not the batch's padding (the same utterance alone has no padding); padding is clamped
+    assert positions[3].tolist() == [125, 126, 127, 127]
 
 
 def test_streaming_session_checks_its_input():

@@ -393,7 +393,7 @@ def test_dialogxl_trains_on_mpnet(positions):
 def test_dialogxl_positions_stay_in_mpnets_range():
     model = tiny_dialogxl(mem_len=12)  # 128 usable positions (a table of 130 rows)
     order = torch.tensor([[5, 6, 7, 8], [200, 201, 202, 203]])
-    positions = model.conversation_positions(order)
+    positions = model.conversation_positions(order, torch.zeros_like(order, dtype=torch.bool))
     assert positions[0].tolist() == [5, 6, 7, 8]
     assert positions[1].tolist() == [124, 125, 126, 127]  # the last usable position is 127, not 129
     g = torch.Generator().manual_seed(0)

@@ -31,7 +31,7 @@ from turnformer.structure import (
     pack_token_ids,
     turn_relative_distance,
 )
-from turnformer.structure.reference import KINDS, reference_dialogxl_masks, reference_mask
+from turnformer.structure.reference import KINDS, _rows, reference_dialogxl_masks, reference_mask
 
 WINDOW_MASKS = {
     "global": lambda w: GLOBAL,
@@ -118,14 +118,36 @@ def test_masks_with_memory_keys_equal_brute_force(case, split):
 
 
 @settings(max_examples=40, deadline=None)
-@given(packed_batches(), st.tuples(*[st.integers(0, 3)] * 4).filter(lambda c: sum(c) > 0))
-def test_dialogxl_head_masks_equal_brute_force(case, counts):
+@given(packed_batches(), st.tuples(*[st.integers(0, 3)] * 4).filter(lambda c: sum(c) > 0), st.sampled_from([None, 0, 1, 3, 8]))
+def test_dialogxl_head_masks_equal_brute_force(case, counts, mem_len):
+    """One pass: every token sees its own utterance and the newest `mem_len` memory tokens before it, per head type;
+    the same on [memory ; current] keys, as in the recurrence."""
     packed, window = case
     meta = packed.meta
-    layout = dialogxl_layout(*counts, window=window)
+    layout = dialogxl_layout(*counts, window=window, mem_len=mem_len)
     got = layout.build(meta, meta)
     assert got.shape[1] == sum(counts)
-    assert _as_lists(got) == reference_dialogxl_masks(meta, meta, counts, window)
+    assert _as_lists(got) == reference_dialogxl_masks(meta, meta, counts, window, mem_len)
+    cut = meta.shape[1] // 2
+    memory, current = meta.select(slice(0, cut)), meta.select(slice(cut, None))
+    keys = TokenMeta.concat([memory, current])
+    assert _as_lists(layout.build(current, keys)) == reference_dialogxl_masks(current, keys, counts, window, mem_len)
+
+
+@settings(max_examples=40, deadline=None)
+@given(packed_batches(), st.integers(0, 6))
+def test_recent_memory_equals_brute_force(case, n):
+    from turnformer.structure import MEMORY, recent
+    from turnformer.structure.reference import recent_visible
+
+    meta = case[0].meta
+    for mask, limit in ((recent(n), n), (MEMORY, None)):
+        got = mask(meta, meta)
+        expected = []
+        for b in range(meta.shape[0]):
+            rows = _rows(meta, b)
+            expected.append([[recent_visible(q, k, rows, limit) for k in rows] for q in rows])
+        assert _as_lists(got) == expected
 
 
 @settings(max_examples=40, deadline=None)

@@ -25,7 +25,8 @@ from transformers.activations import ACT2FN
 
 from turnformer.structure.attention import masked_attention
 
-__all__ = ["BertConfig", "EncoderOutput", "StructuredEncoder", "bert_init", "build_attention_mask", "check_attention_bias", "check_memory"]
+__all__ = ["BertConfig", "EncoderOutput", "StructuredEncoder", "bert_init", "build_attention_mask", "check_attention_bias", "check_detached_keys",
+           "check_memory"]
 
 
 @dataclass
@@ -119,9 +120,11 @@ class SelfAttention(nn.Module):
         memory: torch.Tensor | None = None,
         output_attentions: bool = False,
         bias: torch.Tensor | None = None,
+        detached_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`hidden` [B, T, hidden]; `memory` [B, M, hidden] or None; `mask` bool, broadcastable to
-        [B, H, T, M+T]; `bias` float, broadcastable to the same, added to the scaled scores.
+        [B, H, T, M+T]; `bias` float, broadcastable to the same, added to the scaled scores;
+        `detached_keys` bool [B, 1, T, T]: (query, current key) pairs read as memory (`masked_attention`'s `past`).
         Returns the context [B, T, hidden] (before the output projection) and, when asked, the
         attention probabilities [B, H, T, M+T]."""
         q = self._heads(self.query(hidden))
@@ -132,9 +135,14 @@ class SelfAttention(nn.Module):
             k, v = torch.cat([self.key(memory), k], dim=1), torch.cat([self.value(memory), v], dim=1)
         k, v = self._heads(k), self._heads(v)
         dropout_p = self.dropout_p if self.training else 0.0
+        past = None
+        if detached_keys is not None:
+            state = hidden.detach()
+            past = (self._heads(self.key(state)), self._heads(self.value(state)), detached_keys)
 
         # Empty rows attend to nothing (zero output), the project-wide policy.
-        context, probs = masked_attention(q, k, v, mask, bias=bias, dropout_p=dropout_p, return_probs=output_attentions)
+        context, probs = masked_attention(q, k, v, mask, bias=bias, dropout_p=dropout_p, return_probs=output_attentions,
+                                          past=past)
         context = context.transpose(1, 2).reshape(hidden.shape)
         return context, probs
 
@@ -158,8 +166,8 @@ class Attention(nn.Module):
         self.self = SelfAttention(config)  # the name `self` matches BERT's state-dict keys
         self.output = SelfOutput(config)
 
-    def forward(self, hidden, mask=None, memory=None, output_attentions=False, bias=None):
-        context, probs = self.self(hidden, mask, memory, output_attentions, bias)
+    def forward(self, hidden, mask=None, memory=None, output_attentions=False, bias=None, detached_keys=None):
+        context, probs = self.self(hidden, mask, memory, output_attentions, bias, detached_keys)
         return self.output(context, hidden), probs
 
 
@@ -198,8 +206,8 @@ class Layer(nn.Module):
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.output(self.intermediate(x), x)
 
-    def forward(self, hidden, mask=None, memory=None, output_attentions=False, bias=None):
-        hidden, probs = self.attention(hidden, mask, memory, output_attentions, bias)
+    def forward(self, hidden, mask=None, memory=None, output_attentions=False, bias=None, detached_keys=None):
+        hidden, probs = self.attention(hidden, mask, memory, output_attentions, bias, detached_keys)
         return self.feed_forward(hidden), probs
 
 
@@ -275,6 +283,16 @@ def check_attention_bias(attention_bias, num_layers: int) -> None:
     """A per-layer attention bias list must have one tensor per layer (None: no bias)."""
     if attention_bias is not None and len(attention_bias) != num_layers:
         raise ValueError(f"attention_bias has {len(attention_bias)} tensors, expected one per layer ({num_layers})")
+
+
+def check_detached_keys(pairs: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
+    """`detached_keys` [B, T, T] (bool) as [B, 1, T, T], or None. Memory keys are read as given: detach them
+    yourself. Without gradients (evaluation) the pairs change nothing and are dropped."""
+    if pairs is None or not torch.is_grad_enabled():
+        return None
+    if pairs.dtype != torch.bool or pairs.shape != (batch, length, length):
+        raise ValueError(f"detached_keys must be bool [{batch}, {length}, {length}], got {pairs.dtype} {tuple(pairs.shape)}")
+    return pairs.unsqueeze(1)
 
 
 def check_memory(memory, num_layers: int, batch: int, hidden: int) -> int:
@@ -355,6 +373,7 @@ class StructuredEncoder(nn.Module):
         output_attentions: bool = False,
         extra_embeddings: torch.Tensor | None = None,
         attention_bias: list[torch.Tensor] | tuple[torch.Tensor, ...] | None = None,
+        detached_keys: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """Encode `input_ids` [B, T].
 
@@ -366,10 +385,14 @@ class StructuredEncoder(nn.Module):
         `extra_embeddings` [B, T, hidden] are added to the input embeddings (speaker-role embeddings).
         `attention_bias`: one float tensor per layer, broadcastable to [B, H, T, M+T], added to that
         layer's scaled attention scores (DialogXL's learned memory bias).
+        `detached_keys` bool [B, T, T]: (query, current key) pairs that read the key as if it were memory,
+        through its state detached (one pass over many utterances, exactly as a recurrent pass; see
+        `check_detached_keys`).
         """
         batch, length = input_ids.shape
         memory_length = check_memory(memory, self.num_layers, batch, self.config.hidden_size)
         check_attention_bias(attention_bias, self.num_layers)
+        detached_keys = check_detached_keys(detached_keys, batch, length)
         mask = build_attention_mask(
             attention_mask, memory_mask, batch, self.config.num_attention_heads, length, memory_length, input_ids.device
         )
@@ -380,7 +403,7 @@ class StructuredEncoder(nn.Module):
         for i, layer in enumerate(self.encoder.layer):
             layer_memory = None if memory is None else memory[i]
             layer_bias = None if attention_bias is None else attention_bias[i]
-            hidden, probs = layer(hidden, mask, layer_memory, output_attentions, layer_bias)
+            hidden, probs = layer(hidden, mask, layer_memory, output_attentions, layer_bias, detached_keys)
             if all_hidden is not None:
                 all_hidden.append(hidden)
             if all_probs is not None:

@@ -50,6 +50,7 @@ from turnformer.backbones.bert import (
     bert_init,
     build_attention_mask,
     check_attention_bias,
+    check_detached_keys,
     check_memory,
 )
 from turnformer.structure.attention import masked_attention
@@ -131,7 +132,7 @@ class SelfAttention(nn.Module):
     def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [B, L, hidden] -> [B, H, L, d]
         return x.view(x.shape[0], x.shape[1], self.num_heads, self.head_size).transpose(1, 2)
 
-    def forward(self, hidden, bias, mask=None, memory=None, output_attentions=False):
+    def forward(self, hidden, bias, mask=None, memory=None, output_attentions=False, detached_keys=None):
         q = self._heads(self.q(hidden))
         k, v = self.k(hidden), self.v(hidden)
         if memory is not None:
@@ -140,8 +141,13 @@ class SelfAttention(nn.Module):
             k, v = torch.cat([self.k(memory), k], dim=1), torch.cat([self.v(memory), v], dim=1)
         k, v = self._heads(k), self._heads(v)
         dropout_p = self.dropout_p if self.training else 0.0
+        past = None
+        if detached_keys is not None:  # pairs read as memory (masked_attention's `past`)
+            state = hidden.detach()
+            past = (self._heads(self.k(state)), self._heads(self.v(state)), detached_keys)
         # MPNet adds the bias to the already scaled scores, as masked_attention does.
-        context, probs = masked_attention(q, k, v, mask, bias=bias, dropout_p=dropout_p, return_probs=output_attentions)
+        context, probs = masked_attention(q, k, v, mask, bias=bias, dropout_p=dropout_p, return_probs=output_attentions,
+                                          past=past)
         return self.o(context.transpose(1, 2).reshape(hidden.shape)), probs
 
 
@@ -152,8 +158,8 @@ class Attention(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, hidden, bias, mask=None, memory=None, output_attentions=False):
-        out, probs = self.attn(hidden, bias, mask, memory, output_attentions)
+    def forward(self, hidden, bias, mask=None, memory=None, output_attentions=False, detached_keys=None):
+        out, probs = self.attn(hidden, bias, mask, memory, output_attentions, detached_keys)
         return self.LayerNorm(self.dropout(out) + hidden), probs
 
 
@@ -164,8 +170,8 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(config)  # same modules and names as BERT's
         self.output = Output(config)
 
-    def forward(self, hidden, bias, mask=None, memory=None, output_attentions=False):
-        hidden, probs = self.attention(hidden, bias, mask, memory, output_attentions)
+    def forward(self, hidden, bias, mask=None, memory=None, output_attentions=False, detached_keys=None):
+        hidden, probs = self.attention(hidden, bias, mask, memory, output_attentions, detached_keys)
         return self.output(self.intermediate(hidden), hidden), probs
 
 
@@ -264,6 +270,9 @@ class MPNetStructuredEncoder(nn.Module):
         output_attentions: bool = False,
         extra_embeddings: torch.Tensor | None = None,
         attention_bias: list[torch.Tensor] | tuple[torch.Tensor, ...] | None = None,
+        detached_keys: torch.Tensor | None = None,
+        query_positions: torch.Tensor | None = None,
+        key_positions: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """Encode `input_ids` [B, T].
 
@@ -276,23 +285,34 @@ class MPNetStructuredEncoder(nn.Module):
         `extra_embeddings` [B, T, hidden] are added to the input embeddings (speaker-role embeddings).
         `attention_bias`: one float tensor per layer, broadcastable to [B, H, T, M+T], added to that
         layer's scores beside the relative-position bias (DialogXL's learned memory bias).
+        `detached_keys` bool [B, T, T]: pairs read as memory (see `StructuredEncoder.forward`).
+        `query_positions` [B, T] and `key_positions` [B, M+T]: the positions the relative bias measures its
+        distances between, where they are not the absolute ones (one pass over utterances whose absolute
+        positions were shifted each on its own, as DialogXL's are in a long conversation); give both or neither.
         """
         del token_type_ids  # MPNet has no token-type embeddings (its tokenizer returns none)
         batch, length = input_ids.shape
         memory_length = check_memory(memory, self.num_layers, batch, self.config.hidden_size)
         check_attention_bias(attention_bias, self.num_layers)
+        detached_keys = check_detached_keys(detached_keys, batch, length)
         mask = build_attention_mask(
             attention_mask, memory_mask, batch, self.config.num_attention_heads, length, memory_length, input_ids.device
         )
         queries, keys = self.positions(batch, length, memory_length, position_ids, key_position_ids, input_ids.device)
         hidden = self.embeddings(input_ids, queries, extra_embeddings)
+        if (query_positions is None) != (key_positions is None):
+            raise ValueError("give both query_positions and key_positions, or neither")
+        if query_positions is not None:
+            queries = _check_positions("query_positions", query_positions, batch, length).to(input_ids.device)
+            keys = _check_positions("key_positions", key_positions, batch, memory_length + length).to(input_ids.device)
         bias = self.position_bias(queries, keys).to(hidden.dtype)  # once, shared by every layer
 
         all_hidden = [hidden] if output_hidden_states else None
         all_probs = [] if output_attentions else None
         for i, layer in enumerate(self.encoder.layer):
             layer_bias = bias if attention_bias is None else bias + attention_bias[i]
-            hidden, probs = layer(hidden, layer_bias, mask, None if memory is None else memory[i], output_attentions)
+            hidden, probs = layer(hidden, layer_bias, mask, None if memory is None else memory[i], output_attentions,
+                                  detached_keys)
             if all_hidden is not None:
                 all_hidden.append(hidden)
             if all_probs is not None:

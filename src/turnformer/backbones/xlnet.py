@@ -27,7 +27,7 @@ from torch import nn
 from transformers import XLNetConfig
 from transformers.activations import ACT2FN
 
-from turnformer.backbones.bert import EncoderOutput, build_attention_mask, check_memory
+from turnformer.backbones.bert import EncoderOutput, build_attention_mask, check_detached_keys, check_memory
 from turnformer.structure.attention import masked_attention
 
 __all__ = ["RelativePositions", "XLNetConfig", "XLNetStructuredEncoder", "relative_positions"]
@@ -122,9 +122,11 @@ class RelativeAttention(nn.Module):
         other_segment: torch.Tensor | None = None,
         memory: torch.Tensor | None = None,
         output_attentions: bool = False,
+        detached_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`hidden` [B, T, d]; `memory` [B, M, d] or None; `mask` bool broadcastable to [B, H, T, M+T];
-        `other_segment` bool [B, T, M+T] (key in another segment than the query) or None."""
+        `other_segment` bool [B, T, M+T] (key in another segment than the query) or None;
+        `detached_keys` bool [B, 1, T, T]: pairs read as memory (`masked_attention`'s `past`)."""
         source = hidden if memory is None else torch.cat([memory, hidden], dim=1)
         q = torch.einsum("bth,hnd->bntd", hidden, self.q)
         k = torch.einsum("bth,hnd->bntd", source, self.k)
@@ -142,9 +144,13 @@ class RelativeAttention(nn.Module):
         # Content term (q + r_w_bias) . k inside the attention; SDPA scales the bias-free scores by
         # 1/sqrt(d_head), XLNet scales the sum, hence the bias is scaled here.
         dropout_p = self.dropout_p if self.training else 0.0
+        past = None
+        if detached_keys is not None:
+            state = hidden.detach()
+            past = (torch.einsum("bth,hnd->bntd", state, self.k), torch.einsum("bth,hnd->bntd", state, self.v), detached_keys)
         context, probs = masked_attention(
             q + self.r_w_bias[:, None], k, v, mask, bias=bias * q.shape[-1] ** -0.5,
-            dropout_p=dropout_p, return_probs=output_attentions,
+            dropout_p=dropout_p, return_probs=output_attentions, past=past,
         )
         out = torch.einsum("bnqd,hnd->bqh", context, self.o)
         return self.layer_norm(self.dropout(out) + hidden), probs
@@ -171,8 +177,9 @@ class Layer(nn.Module):
         self.rel_attn = RelativeAttention(config)
         self.ff = FeedForward(config)
 
-    def forward(self, hidden, positions, mask=None, other_segment=None, memory=None, output_attentions=False):
-        hidden, probs = self.rel_attn(hidden, positions, mask, other_segment, memory, output_attentions)
+    def forward(self, hidden, positions, mask=None, other_segment=None, memory=None, output_attentions=False,
+                detached_keys=None):
+        hidden, probs = self.rel_attn(hidden, positions, mask, other_segment, memory, output_attentions, detached_keys)
         return self.ff(hidden), probs
 
 
@@ -233,6 +240,7 @@ class XLNetStructuredEncoder(nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         extra_embeddings: torch.Tensor | None = None,
+        detached_keys: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """Encode `input_ids` [B, T].
 
@@ -245,9 +253,11 @@ class XLNetStructuredEncoder(nn.Module):
         XLNetModel) or of all keys [B, M+T]; only equality matters. None: one segment for all
         (no segment term; the same output as all-equal ids, since that term is then constant per row).
         `extra_embeddings` [B, T, d_model] are added to the word embeddings (speaker-role embeddings).
+        `detached_keys` bool [B, T, T]: pairs read as memory (see `StructuredEncoder.forward`).
         """
         batch, length = input_ids.shape
         memory_length = check_memory(memory, self.num_layers, batch, self.config.d_model)
+        detached_keys = check_detached_keys(detached_keys, batch, length)
         mask = build_attention_mask(
             attention_mask, memory_mask, batch, self.config.n_head, length, memory_length, input_ids.device
         )
@@ -266,7 +276,7 @@ class XLNetStructuredEncoder(nn.Module):
         all_probs = [] if output_attentions else None
         for i, layer in enumerate(self.layer):
             layer_memory = None if memory is None else memory[i]
-            hidden, probs = layer(hidden, positions, mask, other_segment, layer_memory, output_attentions)
+            hidden, probs = layer(hidden, positions, mask, other_segment, layer_memory, output_attentions, detached_keys)
             if all_hidden is not None:
                 all_hidden.append(hidden)
             if all_probs is not None:

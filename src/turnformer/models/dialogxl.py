@@ -1,13 +1,26 @@
 """DialogXL (Shen et al., AAAI 2021): emotion recognition with utterance recurrence and
 dialog-aware self-attention, on the project's structured encoder.
 
-Per conversation and per layer, a memory holds the token states of earlier utterances (the
-hidden states that entered that layer), without special tokens or padding, truncated to the
-newest ``mem_len`` tokens and detached. Each step feeds utterance t of every conversation in the
-batch; conversations that have ended are padding for the rest of the batch. Heads are split
-[local | global | speaker | listener]; the structure restricts memory keys only, the current
+The paper's model is recurrent: per conversation and per layer, a memory holds the token states of
+earlier utterances (the hidden states that entered that layer), without special tokens or padding,
+truncated to the newest ``mem_len`` tokens and detached; utterance t is encoded against it. Heads are
+split [local | global | speaker | listener]; the structure restricts memory keys only, the current
 utterance is visible to every head (official code). The classifier reads the final [CLS] state:
 300-d ReLU, then linear.
+
+Two ways to run it, equal in outputs and gradients (tested):
+
+* `DialogXL.step`: one utterance of every conversation against the carried memory: the recurrence
+  as written, kept for streaming (`DialogXLSession`) and as the reference;
+* `DialogXL.logits` (training, evaluation, prediction): one pass over a chunk of consecutive utterances,
+  up to ``chunk_tokens`` tokens a conversation (a whole conversation where it fits). Every token sees
+  what the recurrence shows it: its own utterance, and the memory tokens of earlier utterances while they
+  are among the newest ``mem_len`` before its own (`turnformer.structure.recent`), under its head type.
+  Earlier utterances' states enter the key and value projections detached for later queries
+  (``detached_keys``), exactly as the memory does, unless ``memory_grad`` lets gradients flow into the
+  history within a chunk (a variant the recurrence cannot afford). Between chunks the memory is carried
+  as in the recurrence, and while training every chunk but the last is recomputed in the backward pass
+  (activation checkpointing), so memory stays bounded by the chunk, whatever the conversation's length.
 
 The backbone is any of the project's encoders. On XLNet (the paper's, `XLNetStructuredEncoder`)
 relative distances come from each token's running position in its conversation (``TokenMeta.order``),
@@ -26,16 +39,18 @@ from __future__ import annotations
 
 import inspect
 import math
+from functools import partial
 from dataclasses import asdict, dataclass, field, fields
 from typing import Sequence
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from turnformer.backbones import StructuredEncoder, XLNetStructuredEncoder
 from turnformer.dialogue import as_turn
 from turnformer.models.config_checks import check_config
-from turnformer.structure import TokenMeta, dialogxl_layout
+from turnformer.structure import MEMORY, TokenMeta, dialogxl_layout, memory_counts
 from turnformer.structure.packing import truncate_keeping_end_specials
 
 
@@ -63,9 +78,17 @@ class DialogXLConfig:
     # single-utterance behaviour and learn how much memory to read. It is a new layer: `train.head_lr`
     # sets its rate.
     memory_bias: float | None = None
+    # One pass: consecutive utterances are encoded together, up to this many tokens per conversation (at least
+    # one utterance a chunk, so 1 is the recurrent computation). Bounds activation memory; changes no number.
+    chunk_tokens: int = 512
+    # Not in the paper: gradients flow from later utterances into earlier ones of the same chunk (the recurrence,
+    # and the default, detach them), so the history is trained to be useful as context.
+    memory_grad: bool = False
 
     def __post_init__(self) -> None:
-        check_config(self, positive=("num_labels", "max_utterance_tokens", "classifier_hidden"))
+        check_config(self, positive=("num_labels", "max_utterance_tokens", "classifier_hidden", "chunk_tokens"))
+        if not isinstance(self.memory_grad, bool):
+            raise ValueError(f"model_config.memory_grad = {self.memory_grad!r}: expected true or false")
         bias = self.memory_bias
         if bias is not None and (isinstance(bias, bool) or not isinstance(bias, int | float) or not math.isfinite(bias)):
             raise ValueError(f"model_config.memory_bias = {bias!r}: expected a finite number (the start of the learned logit), or no setting")
@@ -126,6 +149,7 @@ def update_memory(memory: Memory, layer_inputs: Sequence[torch.Tensor], current:
     new_meta = TokenMeta(
         utterance=take(meta.utterance), speaker=take(meta.speaker), position=take(meta.position),
         order=take(meta.order), is_special=take(meta.is_special), is_padding=~kept, head=take(meta.head),
+        memory_index=take(meta.memory_index), memory_before=take(meta.memory_before),
     )
     states = []
     for old, new in zip(memory.states, layer_inputs):
@@ -136,10 +160,13 @@ def update_memory(memory: Memory, layer_inputs: Sequence[torch.Tensor], current:
 
 @dataclass
 class ConversationBatch:
-    """A batch of conversations, fed one utterance index at a time.
+    """A batch of conversations, in two layouts of the same token ids.
 
-    ``steps[t]`` holds utterance t of every conversation: token ids [B, T_t] (rows of ended
-    conversations are all padding). ``speakers`` and ``labels`` are [B, N] (-1 / -100 where absent).
+    ``input_ids`` [B, L]: each conversation's utterances one after another, with their special tokens,
+    padded at the end (one pass); ``turn_lengths`` [B, N]: tokens per utterance (0 past a conversation's
+    end). ``steps[t]`` holds utterance t of every conversation: token ids [B, T_t] (rows of ended
+    conversations are all padding; the recurrence). ``speakers`` and ``labels`` are [B, N] (-1 / -100
+    where absent).
     """
 
     steps: list[torch.Tensor]
@@ -147,9 +174,13 @@ class ConversationBatch:
     labels: torch.Tensor
     lengths: list[int]
     ids: list[str | None] = field(default_factory=list)
+    input_ids: torch.Tensor | None = None
+    turn_lengths: torch.Tensor | None = None
 
     def to(self, device) -> "ConversationBatch":
-        return ConversationBatch([s.to(device) for s in self.steps], self.speakers.to(device), self.labels.to(device), self.lengths, self.ids)
+        move = lambda x: None if x is None else x.to(device)  # noqa: E731
+        return ConversationBatch([s.to(device) for s in self.steps], self.speakers.to(device), self.labels.to(device),
+                                 self.lengths, self.ids, move(self.input_ids), move(self.turn_lengths))
 
 
 class DialogXL(nn.Module):
@@ -162,11 +193,12 @@ class DialogXL(nn.Module):
             raise ValueError(f"head counts {config.heads} sum to {sum(config.heads)}, but the backbone has {heads} heads")
         self.config = config
         self.encoder = encoder
-        self.layout = dialogxl_layout(*config.heads, window=config.window)
+        self.layout = dialogxl_layout(*config.heads, window=config.window, mem_len=config.mem_len)
         self.special_ids = (cls_id, sep_id)
         self.pad_id = pad_id
-        # Encoders with relative attention (XLNet) take running positions; BERT's absolute ones do not.
-        self.takes_positions = "query_positions" in inspect.signature(encoder.forward).parameters
+        # Encoders with relative attention only (XLNet: no absolute limit) take running positions; BERT's absolute
+        # ones do not.
+        self.takes_positions = encoder.max_positions is None
         # Absolute positions plus a relative bias over [memory ; current] (MPNet): memory keys take theirs too.
         self.takes_key_positions = "key_position_ids" in inspect.signature(encoder.forward).parameters
         hidden = encoder.config.hidden_size
@@ -204,16 +236,20 @@ class DialogXL(nn.Module):
         position = torch.arange(length, device=input_ids.device).expand(batch, length)
         # Continue after the newest REAL memory token: padding slots carry stale orders, and counting
         # them would make a conversation's positions (XLNet's relative distances) depend on its batch.
-        newest = memory.meta.order.masked_fill(memory.meta.is_padding, -1)
-        start = newest.amax(1, keepdim=True) + 1 if memory.length else torch.zeros(batch, 1, dtype=torch.long, device=input_ids.device)
+        start, counted = (torch.zeros(batch, 1, dtype=torch.long, device=input_ids.device) for _ in range(2))
+        if memory.length:
+            start = memory.meta.order.masked_fill(memory.meta.is_padding, -1).amax(1, keepdim=True) + 1
+            counted = memory.meta.memory_index.masked_fill(memory.meta.is_padding, -1).amax(1, keepdim=True) + 1
+        utterance, special = torch.full_like(input_ids, turn).masked_fill(padding, -1), special & ~padding
         return TokenMeta(
-            utterance=torch.full_like(input_ids, turn).masked_fill(padding, -1),
+            utterance=utterance,
             speaker=speakers.unsqueeze(1).expand(batch, length).masked_fill(padding, -1),
             position=position,
             order=start + position,
-            is_special=special & ~padding,
+            is_special=special,
             is_padding=padding,
             head=torch.full_like(input_ids, -1),
+            **dict(zip(("memory_index", "memory_before"), memory_counts(utterance, special, padding, offset=counted))),
         )
 
     def step(
@@ -238,7 +274,7 @@ class DialogXL(nn.Module):
             memory_bias = {}
         positions = {"query_positions": current.order, "key_positions": keys.order} if self.takes_positions else {}
         if not self.takes_positions and self.config.positions == "conversation":
-            positions = {"position_ids": self.conversation_positions(current.order)}
+            positions = {"position_ids": self.conversation_positions(current.order, current.is_padding)}
         if self.takes_key_positions:  # memory keys at their running positions, shifted as the current tokens were
             position_ids = positions.get("position_ids", current.position)
             shift = (position_ids - current.order)[:, :1]
@@ -256,14 +292,14 @@ class DialogXL(nn.Module):
         memory = update_memory(memory, out.hidden_states[:-1], current, self.config.mem_len)
         return self.cls_states(out.last_hidden_state, input_ids), memory, out
 
-    def conversation_positions(self, order: torch.Tensor) -> torch.Tensor:
-        """Running positions [B, T] for an absolute-position encoder. Past the encoder's range, a row
-        is shifted back so that its utterance takes the last positions (long conversations only: the
-        memory then overlaps it, as with "utterance" positions)."""
+    def conversation_positions(self, order: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        """Running positions [B, T] of one utterance a row, for an absolute-position encoder. Past the
+        encoder's range, an utterance is shifted back so that it takes the last positions (long conversations
+        only: the memory then overlaps it, as with "utterance" positions). Padding is clamped into range."""
         # An encoder whose table starts with offset rows (MPNet's padding offset) says how many it can use.
         limit = self.encoder.max_positions
-        shift = (order[:, -1:] + 1 - limit).clamp(min=0)  # the row's last slot (real or padding) fits
-        return order - shift
+        last = order.masked_fill(padding, -1).amax(1, keepdim=True)  # the utterance's last real token fits
+        return (order - (last + 1 - limit).clamp(min=0)).clamp(max=limit - 1)
 
     def cls_states(self, hidden: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
         """[B, hidden]: each row's first [CLS] state, wherever it is (first token for BERT, last real
@@ -271,7 +307,109 @@ class DialogXL(nn.Module):
         index = (input_ids == self.special_ids[0]).int().argmax(1)
         return hidden[torch.arange(hidden.shape[0], device=hidden.device), index]
 
+    # -- one pass -----------------------------------------------------------------------------------
+
+    def conversation_meta(self, batch: ConversationBatch) -> tuple[TokenMeta, torch.Tensor]:
+        """Metadata of the batch's packed rows (``input_ids`` [B, L]) as the recurrence gives it to each token,
+        and the absolute position ids [B, L] the encoder embeds (unused by XLNet)."""
+        ids, lengths = batch.input_ids, batch.turn_lengths  # [B, L], [B, N]
+        columns = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+        ends = lengths.cumsum(1)  # [B, N]
+        padding = columns >= ends[:, -1:]
+        turn = torch.searchsorted(ends, columns.contiguous(), right=True).clamp(max=lengths.shape[1] - 1)  # [B, L]
+        position = columns - (ends - lengths).gather(1, turn)
+        special = ((ids == self.special_ids[0]) | (ids == self.special_ids[1])) & ~padding
+        utterance = turn.masked_fill(padding, -1)
+        # Each utterance's running positions start after the newest memory token before it (none: 0), as in `step`.
+        in_memory = ~special & ~padding
+        newest = torch.full_like(lengths, -1).scatter_reduce(1, turn, position.masked_fill(~in_memory, -1), "amax")
+        start = (newest + 1).cumsum(1) - (newest + 1) if self.config.mem_len else torch.zeros_like(lengths)
+        order = start.gather(1, turn) + position
+        meta = TokenMeta(
+            utterance=utterance, speaker=batch.speakers.gather(1, turn).masked_fill(padding, -1), position=position,
+            order=order, is_special=special, is_padding=padding, head=torch.full_like(ids, -1),
+            **dict(zip(("memory_index", "memory_before"), memory_counts(utterance, special, padding))),
+        )
+        if self.config.positions == "utterance":
+            return meta, position.masked_fill(padding, 0)
+        if self.encoder.max_positions is None:
+            return meta, order
+        shift = (start + lengths - self.encoder.max_positions).clamp(min=0)  # each utterance's last token fits
+        return meta, (order - shift.gather(1, turn)).masked_fill(padding, 0)
+
+    def chunks(self, batch: ConversationBatch) -> list[tuple[int, int]]:
+        """Utterance ranges [a, b) encoded together: as many consecutive utterances as fit ``chunk_tokens``
+        tokens in every row (always at least one)."""
+        lengths = batch.turn_lengths.tolist()
+        ranges, start, running = [], 0, [0] * len(lengths)
+        for t in range(len(lengths[0])):
+            running = [used + row[t] for used, row in zip(running, lengths)]
+            if t > start and max(running) > self.config.chunk_tokens:
+                ranges.append((start, t))
+                start, running = t, [row[t] for row in lengths]
+        return ranges + [(start, len(lengths[0]))]
+
+    def encode_chunk(
+        self, input_ids: torch.Tensor, meta: TokenMeta, position_ids: torch.Tensor, memory: Memory,
+        output_attentions: bool = False,
+    ) -> tuple[object, Memory]:
+        """Encode a chunk [B, T] of consecutive utterances against the carried memory in one call; returns the
+        encoder output and the memory after the chunk."""
+        keys = TokenMeta.concat([memory.meta, meta])
+        extra = {"attention_mask": self.layout.build(meta, keys)}  # [B, H, T, M+T], built once for every layer
+        if self.speaker_embedding is not None:
+            extra["extra_embeddings"] = self.speaker_embedding(meta.speaker.clamp(0, self.config.speaker_roles - 1)) * meta.is_real.unsqueeze(-1)
+        if self.memory_bias is not None:
+            is_memory = MEMORY(meta, keys).unsqueeze(1).to(self.memory_bias.dtype)  # [B, 1, T, M+T]
+            extra["attention_bias"] = [is_memory * layer[:, None, None] for layer in self.memory_bias]
+        if not self.config.memory_grad:  # later utterances read earlier ones of the chunk as memory: detached
+            extra["detached_keys"] = MEMORY(meta, meta)
+        if self.takes_positions:  # XLNet: relative distances between running positions
+            extra.update(query_positions=meta.order, key_positions=keys.order)
+        else:
+            extra["position_ids"] = position_ids
+            if self.takes_key_positions:  # MPNet's relative bias: the same running distances as in `step`
+                extra.update(query_positions=meta.order, key_positions=keys.order)
+        out = self.encoder(input_ids, memory=memory.states if memory.length else None, output_hidden_states=True,
+                           output_attentions=output_attentions, **extra)
+        return out, update_memory(memory, out.hidden_states[:-1], meta, self.config.mem_len)
+
+    def logits(self, batch: ConversationBatch) -> torch.Tensor:
+        """[B, N, labels]: every utterance's logits, in one pass a chunk (`chunks`)."""
+        meta, positions = self.conversation_meta(batch)
+        ids, lengths = batch.input_ids, batch.turn_lengths
+        starts = lengths.cumsum(1) - lengths  # [B, N] first column of each utterance
+        is_cls = (ids == self.special_ids[0]) & ~meta.is_padding
+        turn = meta.utterance.clamp(min=0)
+        columns = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+        # each utterance's first [CLS] column (none: its first token, as `cls_states` does)
+        cls = torch.full_like(lengths, ids.shape[1]).scatter_reduce(1, turn, columns.masked_fill(~is_cls, ids.shape[1]), "amin")
+        cls = torch.where(cls < ids.shape[1], cls, starts)
+        memory, outputs = self.empty_memory(ids.shape[0]), []
+        ranges = self.chunks(batch)
+        for i, (a, b) in enumerate(ranges):
+            first, count = starts[:, a: a + 1], lengths[:, a:b].sum(1, keepdim=True)  # [B, 1] each
+            width = int(count.max())
+            taken = first + torch.arange(width, device=ids.device)  # [B, T] the chunk's columns
+            real = taken < first + count
+            taken = taken.clamp(max=ids.shape[1] - 1)
+            run = partial(self._chunk_logits, ids.gather(1, taken).masked_fill(~real, self.pad_id), meta.take(taken, real),
+                          positions.gather(1, taken), (cls[:, a:b] - first).clamp(0, width - 1))
+            if torch.is_grad_enabled() and i < len(ranges) - 1:  # recomputed in backward: one chunk's graph at a time
+                logits, memory = checkpoint(run, memory, use_reentrant=False)
+            else:
+                logits, memory = run(memory)
+            outputs.append(logits)
+        return torch.cat(outputs, dim=1)
+
+    def _chunk_logits(self, ids, meta, positions, cls_columns, memory) -> tuple[torch.Tensor, Memory]:
+        out, memory = self.encode_chunk(ids, meta, positions, memory)
+        hidden = out.last_hidden_state.gather(1, cls_columns.unsqueeze(-1).expand(-1, -1, out.last_hidden_state.shape[-1]))
+        return self.classifier(hidden), memory
+
     def logits_per_step(self, batch: ConversationBatch) -> list[torch.Tensor]:
+        """The recurrence, one utterance at a time (`step`): [B, labels] per utterance index; the reference
+        that `logits` equals."""
         memory = self.empty_memory(len(batch.lengths))
         logits = []
         for t, input_ids in enumerate(batch.steps):
@@ -280,19 +418,19 @@ class DialogXL(nn.Module):
         return logits
 
     def loss(self, batch: ConversationBatch) -> torch.Tensor:
-        logits = torch.stack(self.logits_per_step(batch), dim=1)  # [B, N, labels]
+        logits = self.logits(batch)  # [B, N, labels]
         return nn.functional.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=-100)
 
     @torch.no_grad()
     def predict(self, batch: ConversationBatch) -> tuple[list[int], list[int]]:
-        logits = torch.stack(self.logits_per_step(batch), dim=1)
+        logits = self.logits(batch)
         labelled = batch.labels != -100
         return batch.labels[labelled].tolist(), logits.argmax(-1)[labelled].tolist()
 
     @torch.no_grad()
     def probabilities(self, batch: ConversationBatch) -> torch.Tensor:
         """[B, N, labels] class probabilities of every utterance."""
-        return torch.stack(self.logits_per_step(batch), dim=1).softmax(-1)
+        return self.logits(batch).softmax(-1)
 
 
 class DialogXLSession:

@@ -23,7 +23,7 @@ from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorC
 from turnformer.models.transformer_generator import TransformerGenerator
 from turnformer.structure.attention import masked_attention
 from turnformer.structure.masks import DEPENDENCY, GLOBAL
-from turnformer.structure.packing import TokenMeta
+from turnformer.structure.packing import TokenMeta, memory_counts
 from turnformer.tasks.generation import SPECIALS, UNK
 
 _UNK_ID = SPECIALS.index(UNK)  # a word, although its id is among the special ones
@@ -73,9 +73,11 @@ def context_meta(batch: GenerationBatch, pad_id: int = 0) -> TokenMeta:
     position = order - torch.where(starts, order, 0).cummax(1).values
     special = (ids < len(SPECIALS)) & ids.ne(_UNK_ID) & ~padding
     speaker = (batch.context_role - 1 if batch.context_role is not None else torch.zeros_like(ids)).masked_fill(padding, -1)
-    return TokenMeta(utterance=turn.masked_fill(padding, -1), speaker=speaker, position=position, order=order,
+    utterance = turn.masked_fill(padding, -1)
+    return TokenMeta(utterance=utterance, speaker=speaker, position=position, order=order,
                      is_special=special, is_padding=padding,
-                     head=batch.context_head if batch.context_head is not None else torch.full_like(ids, -1))
+                     head=batch.context_head if batch.context_head is not None else torch.full_like(ids, -1),
+                     **dict(zip(("memory_index", "memory_before"), memory_counts(utterance, special, padding))))
 
 
 class TransformerDRA(TransformerGenerator):

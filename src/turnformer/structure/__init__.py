@@ -12,6 +12,7 @@ from turnformer.structure.masks import (
     GLOBAL,
     LISTENER,
     MASK_NAMES,
+    MEMORY,
     OTHER_UTTERANCE,
     SAME_UTTERANCE,
     SPEAKER,
@@ -20,14 +21,15 @@ from turnformer.structure.masks import (
     local,
     mask_from_name,
     real_pairs,
+    recent,
 )
-from turnformer.structure.packing import PackedBatch, SpecialTokens, TokenMeta, pack_dialogues, pack_token_ids
+from turnformer.structure.packing import PackedBatch, SpecialTokens, TokenMeta, memory_counts, pack_dialogues, pack_token_ids
 
 __all__ = [
-    "CAUSAL", "DEPENDENCY", "GLOBAL", "LISTENER", "MASK_NAMES", "OTHER_UTTERANCE", "SAME_UTTERANCE", "SPEAKER",
+    "CAUSAL", "DEPENDENCY", "GLOBAL", "LISTENER", "MASK_NAMES", "MEMORY", "OTHER_UTTERANCE", "SAME_UTTERANCE", "SPEAKER",
     "DIALOGXL_HEADS", "HeadLayout", "Mask", "PackedBatch", "SpecialTokens", "TokenMeta",
     "dialogxl_layout", "dialogxl_layout_for", "empty_rows", "gaussian_local_bias", "lc_attention_bias",
     "lc_centers_and_widths",
-    "local", "mask_from_name", "masked_attention", "pack_dialogues", "pack_token_ids", "real_pairs",
+    "local", "mask_from_name", "masked_attention", "pack_dialogues", "pack_token_ids", "real_pairs", "recent", "memory_counts",
     "turn_relative_distance",
 ]

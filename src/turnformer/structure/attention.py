@@ -4,6 +4,12 @@ A query row whose mask shows no key attends to nothing: its output is exactly ze
 attention probabilities are all zero. SDPA alone would give NaN for such rows (softmax of all
 -inf), so they are opened to every key for the computation and zeroed afterwards, which also
 keeps gradients finite.
+
+Exact truncated back-propagation in one pass (`past`): a recurrent model reads earlier segments through a
+detached memory, so their states get no gradient from later queries, while the key and value projection
+weights do. Encoding many segments at once, each (query, key) pair that would have gone through memory reads
+the key through a copy of its state detached before the projection; the forward values are the same, and
+so are the gradients, pair by pair.
 """
 
 from __future__ import annotations
@@ -24,12 +30,18 @@ def masked_attention(
     bias: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     return_probs: bool = False,
+    past: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """query [B,H,Q,D], key/value [B,H,K,D]; mask bool broadcastable to [B,H,Q,K] (True = visible);
     bias float broadcastable to [B,H,Q,K], added to the scores (e.g. the Gaussian local bias).
+    `past` = (key_detached, value_detached [B,H,T,D], pairs bool broadcastable to [B,H,Q,T]): the last T keys
+    are the current tokens, and a pair marked in `pairs` reads its key and value from the detached copies
+    (the module docstring).
 
     Returns (output [B,H,Q,D], probabilities [B,H,Q,K] or None).
     """
+    if past is not None:
+        return _attention_with_past(query, key, value, mask, bias, dropout_p, return_probs, *past)
     empty = None
     if mask is not None:
         # Done unconditionally: testing for empty rows first would cost a device-host sync.
@@ -54,3 +66,29 @@ def masked_attention(
     if empty is not None:
         out = out.masked_fill(empty, 0.0)
     return out, None
+
+
+def _attention_with_past(query, key, value, mask, bias, dropout_p, return_probs, key_detached, value_detached, pairs):
+    """`masked_attention` whose pairs in `pairs` read the current keys and values through detached copies."""
+    current = key_detached.shape[-2]
+    earlier = key.shape[-2] - current  # memory keys, detached already
+    scale = 1 / math.sqrt(query.shape[-1])
+    keys_read = torch.cat([key[..., :earlier, :], key_detached], dim=-2)
+    values_read = torch.cat([value[..., :earlier, :], value_detached], dim=-2)
+    through_past = query @ keys_read.transpose(-1, -2) * scale  # [B, H, Q, K]
+    live = query @ key[..., earlier:, :].transpose(-1, -2) * scale  # [B, H, Q, T]
+    scores = torch.cat([through_past[..., :earlier], torch.where(pairs, through_past[..., earlier:], live)], dim=-1)
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
+    empty = None
+    if mask is not None:
+        empty = empty_rows(mask).unsqueeze(-1)
+        scores = scores.masked_fill(~(mask | empty), float("-inf"))
+    probs = scores.softmax(dim=-1)
+    if empty is not None:
+        probs = probs.masked_fill(empty, 0.0)
+    dropped = F.dropout(probs, p=dropout_p, training=dropout_p > 0)
+    # the second term is zero in value; it routes the gradient of the live pairs to the live values
+    own = dropped[..., earlier:].masked_fill(pairs, 0.0)
+    out = dropped @ values_read + own @ (value[..., earlier:, :] - value_detached)
+    return out, probs if return_probs else None

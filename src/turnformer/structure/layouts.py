@@ -6,7 +6,10 @@ not grow with the number of heads.
 
 DialogXL (official code) orders its heads [local | global | speaker | listener] and applies the
 structure to memory keys only: inside the current utterance every head sees every real token.
-`dialogxl_layout` builds that layout; `always_visible=SAME_UTTERANCE` is the memory restriction.
+`dialogxl_layout` builds that layout: every head type is limited to the memory (`within`, the newest
+``mem_len`` memory tokens before the query's utterance), and `always_visible=SAME_UTTERANCE` opens the
+query's own utterance to every head. The same layout serves one utterance against a carried memory and
+one pass over many utterances.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from turnformer.structure.masks import GLOBAL, LISTENER, SAME_UTTERANCE, SPEAKER, Mask, local
+from turnformer.structure.masks import GLOBAL, LISTENER, SAME_UTTERANCE, SPEAKER, Mask, local, recent
 from turnformer.structure.packing import TokenMeta
 
 # Official DialogXL head counts (local, global, speaker, listener) and local windows per dataset.
@@ -31,6 +34,7 @@ DIALOGXL_HEADS = {
 class HeadLayout:
     groups: tuple[tuple[Mask, int], ...]
     always_visible: Mask | None = None  # OR-ed into every head (e.g. the current utterance)
+    within: Mask | None = None  # AND-ed into every head type before `always_visible` (e.g. the memory)
 
     def __post_init__(self) -> None:
         if any(n < 0 for _, n in self.groups):
@@ -49,6 +53,8 @@ class HeadLayout:
         """[B, H, Q, K] boolean per-head mask, heads in layout order."""
         used = [(m, n) for m, n in self.groups if n > 0]
         kinds = torch.stack([m(q, k) for m, _ in used], dim=1)  # [B, kinds, Q, K]
+        if self.within is not None:
+            kinds = kinds & self.within(q, k).unsqueeze(1)
         if self.always_visible is not None:
             kinds = kinds | self.always_visible(q, k).unsqueeze(1)
         head_to_kind = torch.repeat_interleave(torch.arange(len(used)), torch.tensor([n for _, n in used]))
@@ -56,12 +62,14 @@ class HeadLayout:
 
 
 def dialogxl_layout(
-    local_heads: int, global_heads: int, speaker_heads: int, listener_heads: int, window: int
+    local_heads: int, global_heads: int, speaker_heads: int, listener_heads: int, window: int, mem_len: int | None = None
 ) -> HeadLayout:
-    """[local(window) | global | speaker | listener], structure restricted to memory keys."""
+    """[local(window) | global | speaker | listener] over the newest ``mem_len`` memory tokens (None: all of
+    them), every head seeing the query's own utterance."""
     return HeadLayout(
         groups=((local(window), local_heads), (GLOBAL, global_heads), (SPEAKER, speaker_heads), (LISTENER, listener_heads)),
         always_visible=SAME_UTTERANCE,
+        within=recent(mem_len),
     )
 
 

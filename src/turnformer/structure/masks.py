@@ -22,6 +22,8 @@ average over keys); the residual path carries the token on. `empty_rows` finds t
 | other_utterance | utt(k) != utt(q) | MDFN M2 |
 | dependency | q opens k's utterance (special, position 0), or q = k, or q governs k | DRA |
 | causal | order(k) <= order(q) | decoders |
+| memory | k is a memory token (real, not special) of an earlier utterance | DialogXL |
+| recent(n) | k is one of the newest n memory tokens before q's utterance | DialogXL (memory of n tokens) |
 """
 
 from __future__ import annotations
@@ -93,6 +95,23 @@ def local(window: int) -> Mask:
     return Mask(f"local({window})", pair_fn)
 
 
+def recent(n: int | None) -> Mask:
+    """The newest ``n`` memory tokens before the query's utterance (``None``: all of them): what a recurrent
+    model whose memory keeps ``n`` tokens holds when it reaches the query's utterance."""
+    if n is not None and n < 0:
+        raise ValueError(f"memory length must be >= 0, got {n}")
+
+    def pair_fn(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
+        index, before = _k(k.memory_index), _q(q.memory_before)
+        seen = (index >= 0) & (index < before)
+        return seen if n is None else seen & (index >= before - n)
+
+    return Mask("memory" if n is None else f"recent({n})", pair_fn)
+
+
+MEMORY = recent(None)
+
+
 def _dependency(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
     # DRA equation 2: row 0 (the utterance's opening special token) sees its whole utterance,
     # every token sees itself, and a governor sees its dependents.
@@ -104,8 +123,8 @@ def _dependency(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
 
 DEPENDENCY = Mask("dependency", _dependency)
 
-_NAMED = {m.name: m for m in (GLOBAL, SPEAKER, LISTENER, SAME_UTTERANCE, OTHER_UTTERANCE, CAUSAL, DEPENDENCY)}
-MASK_NAMES = sorted(_NAMED) + ["local(w)"]
+_NAMED = {m.name: m for m in (GLOBAL, SPEAKER, LISTENER, SAME_UTTERANCE, OTHER_UTTERANCE, CAUSAL, DEPENDENCY, MEMORY)}
+MASK_NAMES = sorted(_NAMED) + ["local(w)", "recent(n)"]
 
 
 def mask_from_name(spec: str, window: int | None = None) -> Mask:
@@ -127,6 +146,9 @@ def mask_from_name(spec: str, window: int | None = None) -> Mask:
         if w is None:
             raise ValueError("local needs a window: write local(5) or pass --window")
         return local(w)
+    match = re.fullmatch(r"recent\((\d+)\)", spec)
+    if match:
+        return recent(int(match.group(1)))
     if spec in _NAMED:
         return _NAMED[spec]
     raise ValueError(f"unknown mask {spec!r}; known: {', '.join(MASK_NAMES)}")

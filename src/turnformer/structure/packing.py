@@ -12,6 +12,13 @@ each token of a batch, everything a mask or bias needs (`TokenMeta`):
 - ``is_special`` / ``is_padding``: flags. A sequence-start token ([CLS]) belongs to the first packed
   utterance; an utterance prefix ([SOU]) or suffix ([SEP], [EOU]) belongs to its utterance.
 - ``head``: the ``order`` of the token's dependency governor, or ``-1`` (root, special, padding).
+- ``memory_index`` / ``memory_before``: the recency clock of Transformer-XL style memory, whose tokens
+  are the real, non-special ones (`is_memory_token`). ``memory_index`` is a memory token's index among
+  its conversation's memory tokens (0, 1, 2...; ``-1`` for any other token); ``memory_before`` counts
+  the memory tokens of the utterances before the token's own. A key is among the newest ``n`` memory
+  tokens before a query's utterance when ``memory_before(q) - n <= memory_index(k) < memory_before(q)``
+  (`turnformer.structure.masks.recent`), which lets one pass over many utterances see exactly what a
+  recurrent pass with a memory of ``n`` tokens sees.
 
 Layout of one packed dialogue: ``[bos] (prefix? u_1 suffix?) (prefix? u_2 suffix?) ... pad...``.
 Truncation is oldest-first: ``max_turns`` keeps the newest turns, then tokens are dropped from the
@@ -41,6 +48,8 @@ class TokenMeta:
     is_special: torch.Tensor
     is_padding: torch.Tensor
     head: torch.Tensor
+    memory_index: torch.Tensor
+    memory_before: torch.Tensor
 
     @property
     def shape(self) -> torch.Size:
@@ -50,12 +59,26 @@ class TokenMeta:
     def is_real(self) -> torch.Tensor:
         return ~self.is_padding
 
+    @property
+    def is_memory_token(self) -> torch.Tensor:
+        """[B, L]: tokens that enter a recurrent memory (real, not special)."""
+        return ~self.is_padding & ~self.is_special
+
     def to(self, device) -> "TokenMeta":
         return TokenMeta(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
     def select(self, index: slice | torch.Tensor) -> "TokenMeta":
         """Columns ``index`` of every field (e.g. one utterance's tokens, or the newest memory)."""
         return TokenMeta(**{f.name: getattr(self, f.name)[:, index] for f in fields(self)})
+
+    def take(self, columns: torch.Tensor, valid: torch.Tensor) -> "TokenMeta":
+        """Columns [B, T] of every field, row by row (e.g. a chunk of utterances); a column not `valid` is padding."""
+        taken = {f.name: getattr(self, f.name).gather(1, columns) for f in fields(self)}
+        for name, fill in (("utterance", -1), ("speaker", -1), ("memory_index", -1)):
+            taken[name] = taken[name].masked_fill(~valid, fill)
+        taken["is_special"] = taken["is_special"] & valid
+        taken["is_padding"] = taken["is_padding"] | ~valid
+        return TokenMeta(**taken)
 
     @staticmethod
     def concat(parts: Sequence["TokenMeta"]) -> "TokenMeta":
@@ -90,7 +113,21 @@ class TokenMeta:
         special = padded(is_special, False, np.bool_) if is_special is not None else torch.zeros_like(is_padding)
         heads = padded(head, -1, np.int64) if head is not None else torch.full_like(utt, -1)
         order = torch.arange(width).expand(batch, width).clone()
-        return TokenMeta(utt, spk, position, order, special, is_padding, heads)
+        return TokenMeta(utt, spk, position, order, special, is_padding, heads, *memory_counts(utt, special, is_padding))
+
+
+def memory_counts(utterance: torch.Tensor, is_special: torch.Tensor, is_padding: torch.Tensor,
+                  offset: torch.Tensor | int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(``memory_index``, ``memory_before``) [B, L] of rows whose utterances come in runs, oldest first;
+    ``offset`` [B, 1] counts the memory tokens of the row's conversation before its first column."""
+    eligible = ~is_special & ~is_padding
+    before_token = eligible.long().cumsum(1) - eligible.long() + offset  # memory tokens before each column
+    index = before_token.masked_fill(~eligible, -1)
+    columns = torch.arange(utterance.shape[1], device=utterance.device).expand_as(utterance)
+    starts = torch.ones_like(eligible)
+    starts[:, 1:] = utterance[:, 1:] != utterance[:, :-1]
+    run_start = torch.where(starts, columns, 0).cummax(1).values
+    return index, before_token.gather(1, run_start)
 
 
 def _positions_in_runs(utterance: np.ndarray) -> np.ndarray:
@@ -166,14 +203,16 @@ def pack_token_ids(
         return torch.from_numpy(out)
 
     ids = stack("ids", special.pad, np.int64)
+    utterance, is_special, is_padding = stack("utt", -1, np.int64), stack("special", False, np.bool_), stack("pad", True, np.bool_)
     meta = TokenMeta(
-        utterance=stack("utt", -1, np.int64),
+        utterance=utterance,
         speaker=stack("spk", -1, np.int64),
         position=stack("pos", 0, np.int64),
         order=torch.arange(width).expand(batch, width).clone(),
-        is_special=stack("special", False, np.bool_),
-        is_padding=stack("pad", True, np.bool_),
+        is_special=is_special,
+        is_padding=is_padding,
         head=stack("head", -1, np.int64),
+        **dict(zip(("memory_index", "memory_before"), memory_counts(utterance, is_special, is_padding))),
     )
     return PackedBatch(input_ids=ids, meta=meta, truncated=[r["truncated"] for r in rows])
 

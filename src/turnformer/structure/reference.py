@@ -41,6 +41,18 @@ def pair_visible(kind: str, q: dict, k: dict, window: int = 0) -> bool:
     raise ValueError(f"unknown kind {kind!r}")
 
 
+def recent_visible(q: dict, k: dict, k_rows: list[dict], n: int | None) -> bool:
+    """k is a memory token (real, not special) of an utterance before q's, and no more than n - 1 memory tokens
+    of utterances before q's come after it (None: any number)."""
+    def memory_before_q(x: dict) -> bool:
+        return not x["is_padding"] and not x["is_special"] and x["utterance"] < q["utterance"]
+
+    if q["is_padding"] or not memory_before_q(k):
+        return False
+    newer = sum(memory_before_q(x) and x["order"] > k["order"] for x in k_rows)
+    return n is None or newer < n
+
+
 def reference_mask(kind: str, q: TokenMeta, k: TokenMeta, window: int = 0) -> list:
     """Nested lists [B][Q][K] of bools."""
     out = []
@@ -50,8 +62,10 @@ def reference_mask(kind: str, q: TokenMeta, k: TokenMeta, window: int = 0) -> li
     return out
 
 
-def reference_dialogxl_masks(q: TokenMeta, k: TokenMeta, counts: tuple[int, int, int, int], window: int) -> list:
-    """[B][H][Q][K]: [local | global | speaker | listener] heads; the current utterance always visible."""
+def reference_dialogxl_masks(q: TokenMeta, k: TokenMeta, counts: tuple[int, int, int, int], window: int,
+                              mem_len: int | None = None) -> list:
+    """[B][H][Q][K]: [local | global | speaker | listener] heads over the newest `mem_len` memory tokens before the
+    query's utterance; the query's own utterance always visible."""
     kinds = [kind for kind, n in zip(("local", "global", "speaker", "listener"), counts) for _ in range(n)]
     out = []
     for b in range(q.shape[0]):
@@ -61,7 +75,8 @@ def reference_dialogxl_masks(q: TokenMeta, k: TokenMeta, counts: tuple[int, int,
             heads.append(
                 [
                     [
-                        pair_visible(kind, qi, kj, window) or pair_visible("same_utterance", qi, kj)
+                        (pair_visible(kind, qi, kj, window) and recent_visible(qi, kj, k_rows, mem_len))
+                        or pair_visible("same_utterance", qi, kj)
                         for kj in k_rows
                     ]
                     for qi in q_rows

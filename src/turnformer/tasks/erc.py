@@ -83,10 +83,20 @@ def encode_conversations(
 
 
 def make_batch(conversations: Sequence[EncodedConversation], pad_id: int) -> ConversationBatch:
+    """One batch in both layouts (`ConversationBatch`): packed rows for one pass, one tensor per utterance index
+    for the recurrence."""
     batch = len(conversations)
     n_turns = max(len(c.turn_ids) for c in conversations)
     speakers = torch.full((batch, n_turns), -1, dtype=torch.long)
     labels = torch.full((batch, n_turns), -100, dtype=torch.long)
+    turn_lengths = torch.zeros((batch, n_turns), dtype=torch.long)
+    packed = torch.full((batch, max(sum(map(len, c.turn_ids)) for c in conversations)), pad_id, dtype=torch.long)
+    for b, c in enumerate(conversations):
+        row = [token for turn in c.turn_ids for token in turn]
+        packed[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        turn_lengths[b, : len(c.turn_ids)] = torch.tensor([len(turn) for turn in c.turn_ids])
+        speakers[b, : len(c.speakers)] = torch.tensor(c.speakers, dtype=torch.long)
+        labels[b, : len(c.labels)] = torch.tensor(c.labels, dtype=torch.long)
     steps = []
     for t in range(n_turns):
         width = max((len(c.turn_ids[t]) for c in conversations if t < len(c.turn_ids)), default=1)
@@ -94,10 +104,9 @@ def make_batch(conversations: Sequence[EncodedConversation], pad_id: int) -> Con
         for b, c in enumerate(conversations):
             if t < len(c.turn_ids):
                 ids[b, : len(c.turn_ids[t])] = torch.tensor(c.turn_ids[t])
-                speakers[b, t] = c.speakers[t]
-                labels[b, t] = c.labels[t]
         steps.append(ids)
-    return ConversationBatch(steps, speakers, labels, [len(c.turn_ids) for c in conversations], [c.id for c in conversations])
+    return ConversationBatch(steps, speakers, labels, [len(c.turn_ids) for c in conversations], [c.id for c in conversations],
+                             packed, turn_lengths)
 
 
 def make_batches(conversations: Sequence[EncodedConversation], batch_size: int, pad_id: int) -> list[ConversationBatch]:
