@@ -20,6 +20,9 @@ Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md sect
   (``model_config.memory_bias``), so that all-MiniLM-L6-v2, never pretrained with memory, starts near its
   single-utterance behaviour; on MELD, EmoryNLP and DailyDialog (recipes erc-DATASET-dialogxl-memory-bias.toml).
   Beside it, with the first seed, DialogXL without memory (each utterance alone, ``erc-DATASET-dialogxl-no-memory``).
+- ``one-pass``: the MELD and EmoryNLP rows of DialogXL (Table 2) and of its memory-bias variant again, trained with the
+  one-pass path (``erc-DATASET-MODEL-one-pass``), and the memory-bias variant with ``memory_grad``
+  (``erc-DATASET-dialogxl-memory-grad``: gradients flow into earlier utterances within a chunk), same seeds.
 - ``table3``: the five ablations of DialogXL on MELD.
 - ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
 - ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
@@ -173,6 +176,10 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
                            ("model_config.mem_len=0", "train.head_lr=1e-3") if variant == "no-memory" else (),
                            extra={"mem_len": 0, "head_lr": 1e-3} if variant == "no-memory" else {})
                 for dataset in ("meld", "emorynlp", "dailydialog") for variant in ("memory-bias", "no-memory")]
+    if name == "one-pass":  # DialogXL's Table 2 and memory-bias rows again, trained and scored with the one-pass path,
+        # and memory_grad (gradients into the history within a chunk; recipes erc-DATASET-dialogxl-memory-grad.toml)
+        return [Experiment(f"erc-{dataset}-{model}" + ("" if model.endswith("memory-grad") else "-one-pass"), model, dataset, seeds)
+                for dataset in ("meld", "emorynlp") for model in ("dialogxl", "dialogxl-memory-bias", "dialogxl-memory-grad")]
     if name == "table3":
         return [Experiment(f"erc-meld-dialogxl-{a}", f"dialogxl-{a}", "meld", seeds) for a in ABLATIONS]
     if name == "table4":

@@ -369,8 +369,10 @@ def load_any_trained(checkpoint: Path):
 @app.command()
 def train(
     task: str = typer.Option("erc", help="Task: erc (emotions), dialogue-act, response-selection or generation."),
-    model: str = typer.Option(
-        "dialogxl", help="erc: dialogxl (and its variants dialogxl-no-speaker, dialogxl-speaker-emb, ...), concat-context, "
+    model: Optional[str] = typer.Option(
+        None, help="Default: dialogxl for erc on a benchmark (the paper's model), dialogxl-memory-bias for erc on your own "
+        "files (the setting that measured best on the benchmarks); other tasks name theirs. "
+        "erc: dialogxl (and its variants dialogxl-memory-bias, dialogxl-memory-grad, dialogxl-no-speaker, dialogxl-speaker-emb, ...), concat-context, "
         "segment-recurrence. dialogue-act: lc-attention, lstm, lstm-blstm, lstm-attention, minilm-utterance. response-selection: mdfn, "
         "plain-encoder, mdfn-ua-only, mdfn-sa-only, mdfn-maxpool, mdfn-meanpool, mdfn-linear-fusion. generation: transformer, "
         "transformer-dra, dialogbert, dialogbert-dra, phaed (and phaed-no-speaker-tokens, phaed-no-turn-emb, phaed-no-turn-attn, "
@@ -393,17 +395,21 @@ def train(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Fine-tune a model; the test score is taken at the best validation epoch."""
-    from turnformer.recipes import load_recipe, recipe_for_dataset
+    from turnformer.recipes import DEFAULT_FILE_MODEL, load_recipe, recipe_for_dataset
 
     files = {"train_file": train_file, "validation_file": validation_file, "test_file": test_file}
     given_files = [k for k, v in files.items() if v is not None]
     if given_files and dataset not in (None, "file"):
         fail(f"--{given_files[0].replace('_', '-')} is for your own data: drop --dataset {dataset}, or write --dataset file")
     dataset = dataset or ("file" if given_files else "meld")
+    model = model or (DEFAULT_FILE_MODEL.get(task) if dataset == "file" else None) or "dialogxl"
     try:
         trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
         # retarget: a generation benchmark without a recipe of its own runs the model's DailyDialog recipe on itself
         path, retarget = (recipe, None) if recipe is not None else recipe_for_dataset(task, model, dataset)
+        if dataset == "file" and recipe is None and not path.name.startswith(f"{task}-file-"):
+            err.print(f"no recipe {task}-file-{model}.toml: training on your files with the settings of {path.name}",
+                      highlight=False, soft_wrap=True)
         # absolute, so that `evaluate` finds the files from any folder (a JSON string is a TOML basic string)
         overrides = list(set_) + [f"{k}={json.dumps(str(v.resolve()))}" for k, v in files.items() if v is not None]
         if dataset == "file":

@@ -17,14 +17,19 @@ from turnformer.dialogue import DialogueError
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 REQUIRED = ("task", "model", "dataset")
+FILE_FALLBACK = {"erc": "meld"}  # whose recipe a model without a file recipe takes on the user's files
+# the model trained on the user's files when none is named: the setting that measured best on the benchmarks
+DEFAULT_FILE_MODEL = {"erc": "dialogxl-memory-bias"}
 
 
 def find_recipe(task: str, model: str, dataset: str) -> Path:
     """recipes/TASK-DATASET-MODEL.toml. For ``dataset = "file"`` (the user's own conversation files), a model
-    without a file recipe of its own gets its benchmark recipe; the caller then sets ``dataset = "file"``."""
+    without a file recipe of its own gets a benchmark recipe (for emotion recognition MELD's: the multi-party
+    benchmark, batches of 4 conversations); the caller then sets ``dataset = "file"`` and says so."""
     path = RECIPES_DIR / f"{task}-{dataset}-{model}.toml"
     if not path.exists() and dataset == "file":
-        path = next(iter(sorted(RECIPES_DIR.glob(f"{task}-*-{model}.toml"))), path)
+        preferred = RECIPES_DIR / f"{task}-{FILE_FALLBACK.get(task, '')}-{model}.toml"
+        path = preferred if preferred.exists() else next(iter(sorted(RECIPES_DIR.glob(f"{task}-*-{model}.toml"))), path)
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))) or "none"
         raise DialogueError(f"no recipe {path.name}; known recipes: {known} (or pass --recipe FILE)")

@@ -23,7 +23,7 @@ from torch import nn
 from transformers import BertConfig
 from transformers.activations import ACT2FN
 
-from turnformer.structure.attention import masked_attention
+from turnformer.structure.attention import masked_attention, project_live_and_past
 
 __all__ = ["BertConfig", "EncoderOutput", "StructuredEncoder", "bert_init", "build_attention_mask", "check_attention_bias", "check_detached_keys",
            "check_memory"]
@@ -128,17 +128,18 @@ class SelfAttention(nn.Module):
         Returns the context [B, T, hidden] (before the output projection) and, when asked, the
         attention probabilities [B, H, T, M+T]."""
         q = self._heads(self.query(hidden))
-        k, v = self.key(hidden), self.value(hidden)
+        past = None
+        if detached_keys is None:
+            k, v = self.key(hidden), self.value(hidden)
+        else:  # pairs read as memory see the states detached (masked_attention's `past`)
+            (k, k_past), (v, v_past) = (project_live_and_past(hidden, m.weight, m.bias) for m in (self.key, self.value))
+            past = (self._heads(k_past), self._heads(v_past), detached_keys)
         if memory is not None:
             # Projected apart from the current tokens: memory is usually detached, and a joint
             # projection would make backward compute its (discarded) input gradient.
             k, v = torch.cat([self.key(memory), k], dim=1), torch.cat([self.value(memory), v], dim=1)
         k, v = self._heads(k), self._heads(v)
         dropout_p = self.dropout_p if self.training else 0.0
-        past = None
-        if detached_keys is not None:
-            state = hidden.detach()
-            past = (self._heads(self.key(state)), self._heads(self.value(state)), detached_keys)
 
         # Empty rows attend to nothing (zero output), the project-wide policy.
         context, probs = masked_attention(q, k, v, mask, bias=bias, dropout_p=dropout_p, return_probs=output_attentions,

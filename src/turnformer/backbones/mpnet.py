@@ -53,7 +53,7 @@ from turnformer.backbones.bert import (
     check_detached_keys,
     check_memory,
 )
-from turnformer.structure.attention import masked_attention
+from turnformer.structure.attention import masked_attention, project_live_and_past
 
 __all__ = ["MPNetConfig", "MPNetStructuredEncoder", "relative_position_bucket"]
 
@@ -134,17 +134,18 @@ class SelfAttention(nn.Module):
 
     def forward(self, hidden, bias, mask=None, memory=None, output_attentions=False, detached_keys=None):
         q = self._heads(self.q(hidden))
-        k, v = self.k(hidden), self.v(hidden)
+        past = None
+        if detached_keys is None:
+            k, v = self.k(hidden), self.v(hidden)
+        else:  # pairs read as memory see the states detached (masked_attention's `past`)
+            (k, k_past), (v, v_past) = (project_live_and_past(hidden, m.weight, m.bias) for m in (self.k, self.v))
+            past = (self._heads(k_past), self._heads(v_past), detached_keys)
         if memory is not None:
             # Projected apart from the current tokens (as in bert.py): memory is usually detached, and
             # a joint projection would make backward compute its (discarded) input gradient.
             k, v = torch.cat([self.k(memory), k], dim=1), torch.cat([self.v(memory), v], dim=1)
         k, v = self._heads(k), self._heads(v)
         dropout_p = self.dropout_p if self.training else 0.0
-        past = None
-        if detached_keys is not None:  # pairs read as memory (masked_attention's `past`)
-            state = hidden.detach()
-            past = (self._heads(self.k(state)), self._heads(self.v(state)), detached_keys)
         # MPNet adds the bias to the already scaled scores, as masked_attention does.
         context, probs = masked_attention(q, k, v, mask, bias=bias, dropout_p=dropout_p, return_probs=output_attentions,
                                           past=past)

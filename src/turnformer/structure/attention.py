@@ -68,6 +68,35 @@ def masked_attention(
     return out, None
 
 
+class _LiveAndPast(torch.autograd.Function):
+    """``F.linear(x, weight, bias)`` twice over: the live copy passes gradients to ``x`` and the weights, the past copy
+    to the weights only, as if computed from ``x.detach()``: one product forward, one of each kind backward."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        y = F.linear(x, weight, bias)
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return y, y.clone()
+
+    @staticmethod
+    def backward(ctx, live, past):
+        x, weight = ctx.saved_tensors
+        both = (live + past).flatten(0, -2)
+        grad_x = live @ weight if ctx.needs_input_grad[0] else None
+        grad_weight = both.transpose(0, 1) @ x.flatten(0, -2)
+        return grad_x, grad_weight, both.sum(0) if ctx.has_bias else None
+
+
+def project_live_and_past(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(live, past): ``F.linear(x, weight, bias)`` (``weight`` [out, in]), and the same values as computed from a
+    detached ``x``, for `masked_attention`'s ``past``, at the cost of one projection."""
+    if not torch.is_grad_enabled():
+        y = F.linear(x, weight, bias)
+        return y, y
+    return _LiveAndPast.apply(x, weight, bias)
+
+
 def _attention_with_past(query, key, value, mask, bias, dropout_p, return_probs, key_detached, value_detached, pairs):
     """`masked_attention` whose pairs in `pairs` read the current keys and values through detached copies."""
     current = key_detached.shape[-2]

@@ -1,0 +1,284 @@
+"""One-pass DialogXL against the true limit: `transformers`' own model on the same tokens, packed.
+
+    python benchmarks/erc_one_pass_speed.py training [--batches 24] [--repeats 3] [--threads 2] [--device cpu]
+    python benchmarks/erc_one_pass_speed.py encoder  [--repeats 3] [--threads 2]
+    python benchmarks/erc_one_pass_speed.py memory   [--lengths 50,200] [--threads 2]
+
+``training`` -> ``erc-one-pass-speed[-DEVICE].json``: tokens per second of a whole training step (forward,
+backward, AdamW step) on real MELD training conversations, batched as training batches them (batch size 4,
+conversations grouped by length), for four sides, interleaved batch by batch (who goes first rotates):
+
+* ``hf_packed``: `transformers.BertModel` (all-MiniLM-L6-v2, its default attention) on the same token ids,
+  one conversation a row (``[CLS] u_1 [SEP] [CLS] u_2 [SEP] ...``), padding masked, rows cut to its 512
+  positions, the same classifier on every [CLS], the same loss and optimizer: the plainest fast path, and the
+  limit worth measuring against;
+* ``one_pass``: DialogXL (the MELD recipe: heads 5,5,1,1, window 5, mem_len 400), `DialogXL.logits`;
+* ``one_pass_memory_bias``: the same with the learned memory bias (the recipe that scores best);
+* ``recurrent``: DialogXL one utterance at a time (`DialogXL.logits_per_step`), the path it replaces.
+
+Tokens are the real tokens each side encodes; the headline is one_pass / hf_packed (target: 0.8 or more),
+and the speedup over the recurrent path.
+
+``encoder`` -> ``erc-encoder-vs-transformers[-DEVICE].json``: the project's `StructuredEncoder` against
+`transformers.BertModel`, the same weights, plain batches with no structure (single sentences of MELD,
+padding masked), forward and backward: target 0.9 or more of its throughput.
+
+``memory`` -> ``erc-one-pass-memory.json``: peak resident memory of DialogXL training (all-MiniLM-L6-v2, batch
+4, the MELD recipe's settings) on conversations of each length, MELD utterances chained in file order,
+each length in a fresh process (the peak of a process never goes down): it must not grow with the length
+beyond the chunk.
+
+Classifier heads are randomly initialised (seeded): speed does not depend on training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from turnformer.results import make_result, write_result
+
+BACKBONE = "all-MiniLM-L6-v2"
+HF_LIMIT = 512
+
+
+def setup(threads: int, device: str, seed: int = 0, data_dir=None):
+    from turnformer.data import load_split
+    from turnformer.recipes import find_recipe, load_recipe
+    from turnformer.tasks.erc import build_erc_model
+
+    torch.set_num_threads(threads)
+    recipe = load_recipe(find_recipe("erc", "dialogxl", "meld"))
+    split = load_split("meld", "train", data_dir)
+    labels = split.label_set(recipe.get("label_kind", "emotion"))
+    torch.manual_seed(seed)
+    model, tokenizer = build_erc_model("dialogxl", recipe["model_config"], labels, BACKBONE)
+    return recipe, split, labels, model.to(device), tokenizer
+
+
+def hf_model(device: str) -> nn.Module:
+    from transformers import BertModel
+
+    from turnformer.backbones import resolve_backbone
+
+    return BertModel.from_pretrained(str(resolve_backbone(BACKBONE)), dtype=torch.float32, add_pooling_layer=False).to(device)
+
+
+class HFPacked(nn.Module):
+    """`transformers.BertModel` over whole conversations, one a row, with DialogXL's classifier on each [CLS]."""
+
+    def __init__(self, encoder: nn.Module, classifier: nn.Module, cls_id: int):
+        super().__init__()
+        self.encoder, self.classifier, self.cls_id = encoder, classifier, cls_id
+
+    def loss(self, batch) -> torch.Tensor:
+        ids = batch.input_ids[:, :HF_LIMIT]
+        real = torch.arange(ids.shape[1], device=ids.device) < batch.turn_lengths.sum(1, keepdim=True)
+        hidden = self.encoder(input_ids=ids, attention_mask=real.long()).last_hidden_state
+        rows, columns = ((ids == self.cls_id) & real).nonzero(as_tuple=True)
+        turn = (columns[:, None] >= batch.turn_lengths.cumsum(1)[rows]).sum(1)  # the utterance of each [CLS]
+        logits = self.classifier(hidden[rows, columns])
+        return nn.functional.cross_entropy(logits, batch.labels[rows, turn], ignore_index=-100)
+
+    @staticmethod
+    def tokens(batch) -> int:
+        return int(batch.turn_lengths.sum(1).clamp(max=HF_LIMIT).sum())
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(step, optimizer, batch, device: str) -> float:
+    optimizer.zero_grad(set_to_none=True)
+    sync(device)
+    start = time.perf_counter()
+    step(batch).backward()
+    optimizer.step()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def spread(items: list, n: int) -> list:
+    if n >= len(items):
+        return list(items)
+    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)] if n > 1 else [items[len(items) // 2]]
+
+
+def training(args) -> dict:
+    from turnformer.models.dialogxl import DialogXL, DialogXLConfig
+    from turnformer.tasks.erc import encode_conversations, make_batches
+    from turnformer.training import build_optimizer
+
+    recipe, split, labels, model, tokenizer = setup(args.threads, args.device, data_dir=args.data_dir)
+    encoded, _ = encode_conversations(split.dialogues, tokenizer, "emotion", labels, model.config.max_utterance_tokens)
+    all_batches = make_batches(encoded, args.batch_size, tokenizer.pad_token_id)
+    batches = [b.to(args.device) for b in spread(all_batches, args.batches)]
+    biased = DialogXL(DialogXLConfig.from_dict({**model.config.to_dict(), "memory_bias": -4.0}), model.encoder,
+                      tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id).to(args.device)
+    hf = HFPacked(hf_model(args.device), model.classifier, tokenizer.cls_token_id).to(args.device)
+    recurrent_loss = lambda b: nn.functional.cross_entropy(  # noqa: E731
+        torch.stack(model.logits_per_step(b), 1).flatten(0, 1), b.labels.flatten(), ignore_index=-100)
+    sides = {"hf_packed": (hf, hf.loss), "one_pass": (model, model.loss), "one_pass_memory_bias": (biased, biased.loss),
+             "recurrent": (model, recurrent_loss)}
+    if args.skip_recurrent:
+        del sides["recurrent"]
+    optimizers = {name: build_optimizer(module, 2e-5, 0.01) for name, (module, _) in sides.items()}
+    for module, _ in sides.values():
+        module.train()
+    for name, (_, step) in sides.items():  # warm-up
+        timed(step, optimizers[name], batches[0], args.device)
+    seconds = {name: [] for name in sides}
+    for r in range(args.repeats):
+        totals = dict.fromkeys(sides, 0.0)
+        for i, batch in enumerate(batches):
+            names = list(sides)
+            shift = (r + i) % len(names)
+            for name in names[shift:] + names[:shift]:
+                totals[name] += timed(sides[name][1], optimizers[name], batch, args.device)
+        for name in sides:
+            seconds[name].append(totals[name])
+        print(f"repeat {r + 1}/{args.repeats}: " + ", ".join(f"{n} {s:.1f} s" for n, s in totals.items()), flush=True)
+    tokens = int(sum(int(b.turn_lengths.sum()) for b in batches))
+    hf_tokens = sum(HFPacked.tokens(b) for b in batches)
+    rate = {name: (hf_tokens if name == "hf_packed" else tokens) / statistics.median(s) for name, s in seconds.items()}
+    out = {
+        "tokens": tokens, "hf_tokens": hf_tokens, "batches": len(batches), "batches_of_epoch": len(all_batches),
+        "batch_size": args.batch_size, "repeats": args.repeats, "seconds_per_repeat": seconds,
+        "tokens_per_second": rate,
+        "ratio_one_pass_vs_hf_packed": rate["one_pass"] / rate["hf_packed"],
+        "ratio_memory_bias_vs_hf_packed": rate["one_pass_memory_bias"] / rate["hf_packed"],
+        "chunk_tokens": model.config.chunk_tokens,
+    }
+    if "recurrent" in rate:
+        out["speedup_over_recurrent"] = rate["one_pass"] / rate["recurrent"]
+    return out
+
+
+def encoder_speed(args) -> dict:
+    from turnformer.backbones import load_backbone
+    from turnformer.data import load_split
+
+    torch.set_num_threads(args.threads)
+    ours, tokenizer = load_backbone(BACKBONE)
+    ours, theirs = ours.to(args.device).train(), hf_model(args.device).train()
+    for p in list(ours.parameters()) + list(theirs.parameters()):
+        p.requires_grad_(True)
+    texts = [t.text for d in load_split("meld", "train", args.data_dir).dialogues for t in d.turns]
+    texts = spread(texts, args.batches * args.batch_size * 8)
+    batches = []
+    for i in range(0, len(texts), args.batch_size * 8):
+        enc = tokenizer(texts[i: i + args.batch_size * 8], padding=True, truncation=True, max_length=128, return_tensors="pt")
+        batches.append((enc["input_ids"].to(args.device), enc["attention_mask"].to(args.device)))
+    sides = {"transformers": lambda ids, mask: theirs(input_ids=ids, attention_mask=mask).last_hidden_state,
+             "structured_encoder": lambda ids, mask: ours(ids, attention_mask=mask.bool()).last_hidden_state}
+    seconds = {name: [] for name in sides}
+    for r in range(args.repeats + 1):  # the first repeat warms up
+        totals = dict.fromkeys(sides, 0.0)
+        for i, (ids, mask) in enumerate(batches):
+            for name in (list(sides) if (r + i) % 2 == 0 else list(sides)[::-1]):
+                sync(args.device)
+                start = time.perf_counter()
+                sides[name](ids, mask).float().pow(2).mean().backward()
+                sync(args.device)
+                totals[name] += time.perf_counter() - start
+        if r:
+            for name in sides:
+                seconds[name].append(totals[name])
+    tokens = int(sum(int(mask.sum()) for _, mask in batches))
+    rate = {name: tokens / statistics.median(s) for name, s in seconds.items()}
+    return {"tokens": tokens, "batches": len(batches), "sentences_per_batch": args.batch_size * 8, "repeats": args.repeats,
+            "seconds_per_repeat": seconds, "tokens_per_second": rate,
+            "ratio": rate["structured_encoder"] / rate["transformers"]}
+
+
+def memory_child(args) -> None:
+    """One length, in this process: a few training steps on conversations of `args.length` utterances."""
+    from turnformer.dialogue import Dialogue
+    from turnformer.tasks.erc import encode_conversations, make_batches
+    from turnformer.training import build_optimizer
+
+    recipe, split, labels, model, tokenizer = setup(args.threads, "cpu", data_dir=args.data_dir)
+    turns = [t for d in split.dialogues for t in d.turns]
+    conversations = [Dialogue(tuple(turns[i * args.length: (i + 1) * args.length]), id=f"chain-{i}") for i in range(args.batch_size)]
+    encoded, _ = encode_conversations(conversations, tokenizer, "emotion", labels, model.config.max_utterance_tokens)
+    batch = make_batches(encoded, args.batch_size, tokenizer.pad_token_id)[0]
+    optimizer = build_optimizer(model, 2e-5, 0.01)
+    model.train()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    steps = []
+    for _ in range(2):
+        steps.append(timed(model.loss, optimizer, batch, "cpu"))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"utterances": args.length, "tokens_per_conversation": int(batch.turn_lengths.sum(1).max()),
+                      "chunks": len(model.chunks(batch)), "peak_rss_mib": peak / 1024, "rss_before_training_mib": before / 1024,
+                      "step_seconds": steps}))
+
+
+def memory(args) -> dict:
+    rows = []
+    for length in [int(x) for x in args.lengths.split(",")]:
+        command = [sys.executable, __file__, "memory-child", "--length", str(length), "--threads", str(args.threads),
+                   "--batch-size", str(args.batch_size)] + (["--data-dir", args.data_dir] if args.data_dir else [])
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(rows[-1], flush=True)
+    return {"rows": rows, "peak_rss_mib": [r["peak_rss_mib"] for r in rows], "batch_size": args.batch_size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("part", choices=["training", "encoder", "memory", "memory-child"])
+    parser.add_argument("--batches", type=int, default=24)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--lengths", default="50,200")
+    parser.add_argument("--length", type=int, default=50)
+    parser.add_argument("--skip-recurrent", action="store_true", help="training: leave the recurrent path out")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--results-dir", default=None)
+    args = parser.parse_args()
+    if args.part == "memory-child":
+        return memory_child(args)
+    suffix = "" if args.device == "cpu" else f"-{args.device.split(':')[0]}"
+    common = dict(task="erc", dataset="meld", split="train", model="dialogxl", backbone=BACKBONE, seeds=[0])
+    config = {"threads": args.threads, "device": args.device, "batch_size": args.batch_size, "repeats": args.repeats}
+    start = time.perf_counter()
+    if args.part == "training":
+        out = training(args)
+        record = make_result(f"erc-one-pass-speed{suffix}", metric="tokens_per_second_vs_transformers_packed",
+                             scores=[out["ratio_one_pass_vs_hf_packed"]], config=config,
+                             extra={"target_at_least": 0.8, **out}, **common)
+        print(f"one pass {out['tokens_per_second']['one_pass']:.0f} tokens/s, transformers packed "
+              f"{out['tokens_per_second']['hf_packed']:.0f}: ratio {out['ratio_one_pass_vs_hf_packed']:.2f} "
+              f"(memory bias {out['ratio_memory_bias_vs_hf_packed']:.2f}); speedup over the recurrence "
+              f"{out.get('speedup_over_recurrent', float('nan')):.1f}x")
+    elif args.part == "encoder":
+        out = encoder_speed(args)
+        record = make_result(f"erc-encoder-vs-transformers{suffix}", metric="tokens_per_second_vs_transformers",
+                             scores=[out["ratio"]], config=config, extra={"target_at_least": 0.9, **out}, **common)
+        print(f"StructuredEncoder {out['tokens_per_second']['structured_encoder']:.0f} tokens/s, transformers "
+              f"{out['tokens_per_second']['transformers']:.0f}: ratio {out['ratio']:.2f}")
+    else:
+        out = memory(args)
+        record = make_result("erc-one-pass-memory", metric="peak_rss_mib", scores=out["peak_rss_mib"], config=config,
+                             extra={"target_under_mib": 4096, **out}, **common)
+    record["extra"]["seconds"] = time.perf_counter() - start
+    kwargs = {"results_dir": Path(args.results_dir)} if args.results_dir else {}
+    print("->", write_result(record, **kwargs))
+
+
+if __name__ == "__main__":
+    main()
