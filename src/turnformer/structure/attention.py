@@ -97,16 +97,38 @@ def project_live_and_past(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     return _LiveAndPast.apply(x, weight, bias)
 
 
+class _ReadWithPast(torch.autograd.Function):
+    """``a @ b`` where ``b`` [..., K, D] ends with T current rows that some pairs read live and the others through a
+    detached copy (``b_past`` [..., T, D], equal in value): one product forward; backward, ``a``'s gradient as usual,
+    each current row's gradient split by pair between ``b`` (``live`` [..., Q, T]) and ``b_past``. With
+    ``transpose_b``: ``a @ b^T`` (attention scores); without: ``a @ b`` (probabilities times values)."""
+
+    @staticmethod
+    def forward(ctx, a, b, b_past, live, transpose_b):
+        ctx.save_for_backward(a, b, live)
+        ctx.transpose_b = transpose_b
+        return a @ (b.transpose(-1, -2) if transpose_b else b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b, live = ctx.saved_tensors
+        current = live.shape[-1]
+        if ctx.transpose_b:  # out [.., Q, K] = a [.., Q, D] @ b^T: the gradient of row k of b sums over queries
+            grad_a = grad @ b
+            grad_all = grad.transpose(-1, -2) @ a  # [.., K, D]
+            grad_live = (grad[..., -current:] * live).transpose(-1, -2) @ a
+        else:  # out [.., Q, D] = a [.., Q, K] @ b [.., K, D]
+            grad_a = grad @ b.transpose(-1, -2)
+            grad_all = a.transpose(-1, -2) @ grad
+            grad_live = (a[..., -current:] * live).transpose(-1, -2) @ grad
+        grad_b = torch.cat([grad_all[..., :-current, :], grad_live], dim=-2)
+        return grad_a, grad_b, grad_all[..., -current:, :] - grad_live, None, None
+
+
 def _attention_with_past(query, key, value, mask, bias, dropout_p, return_probs, key_detached, value_detached, pairs):
     """`masked_attention` whose pairs in `pairs` read the current keys and values through detached copies."""
-    current = key_detached.shape[-2]
-    earlier = key.shape[-2] - current  # memory keys, detached already
-    scale = 1 / math.sqrt(query.shape[-1])
-    keys_read = torch.cat([key[..., :earlier, :], key_detached], dim=-2)
-    values_read = torch.cat([value[..., :earlier, :], value_detached], dim=-2)
-    through_past = query @ keys_read.transpose(-1, -2) * scale  # [B, H, Q, K]
-    live = query @ key[..., earlier:, :].transpose(-1, -2) * scale  # [B, H, Q, T]
-    scores = torch.cat([through_past[..., :earlier], torch.where(pairs, through_past[..., earlier:], live)], dim=-1)
+    live = ~pairs
+    scores = _ReadWithPast.apply(query * (1 / math.sqrt(query.shape[-1])), key, key_detached, live, True)  # [B, H, Q, K]
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
     empty = None
@@ -117,7 +139,5 @@ def _attention_with_past(query, key, value, mask, bias, dropout_p, return_probs,
     if empty is not None:
         probs = probs.masked_fill(empty, 0.0)
     dropped = F.dropout(probs, p=dropout_p, training=dropout_p > 0)
-    # the second term is zero in value; it routes the gradient of the live pairs to the live values
-    own = dropped[..., earlier:].masked_fill(pairs, 0.0)
-    out = dropped @ values_read + own @ (value[..., earlier:, :] - value_detached)
+    out = _ReadWithPast.apply(dropped, value, value_detached, live, False)
     return out, probs if return_probs else None
