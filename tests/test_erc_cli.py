@@ -102,3 +102,24 @@ def test_evaluate_on_a_file_keeps_the_trained_datasets_metric(data_dir, tiny_bac
     assert from_file.exit_code == 0 and from_split.exit_code == 0, from_file.output
     scores = json.loads(from_file.stdout)
     assert scores == json.loads(from_split.stdout) and scores["primary"] == scores["micro_f1_no_neutral"]
+
+
+def test_files_get_the_best_measured_setting_and_every_model_has_settings_for_files(tiny_backbone_dir, conversation_files, tmp_path):
+    from turnformer.recipes import DEFAULT_FILE_MODEL, find_recipe, load_recipe
+    from turnformer.tasks.erc import ERC_MODELS
+
+    out = tmp_path / "run"
+    trained = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1"))
+    assert trained.exit_code == 0, trained.output
+    recipe = json.loads((out / "run.json").read_text())["recipe"]
+    assert recipe["model"] == DEFAULT_FILE_MODEL["erc"] == "dialogxl-memory-bias"
+    assert recipe["model_config"]["memory_bias"] == -4.0 and recipe["train"]["head_lr"] == 1e-3
+    for model in (*ERC_MODELS, "dialogxl-memory-bias", "dialogxl-memory-grad"):  # a file recipe of their own
+        assert find_recipe("erc", model, "file").name == f"erc-file-{model}.toml"
+        assert load_recipe(find_recipe("erc", model, "file"))["train"]["batch_size"] == 4
+    # a paper ablation takes MELD's settings (batches of 4 conversations), and the command says so
+    assert find_recipe("erc", "dialogxl-no-speaker", "file").name == "erc-meld-dialogxl-no-speaker.toml"
+    ablation = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, tmp_path / "ablation", "--model",
+                                              "dialogxl-no-speaker", "--set", "train.epochs=1", "--set", "model_config.heads=[1,3,0,0]"))
+    assert ablation.exit_code == 0, ablation.output
+    assert "no recipe erc-file-dialogxl-no-speaker.toml: training on your files with the settings of erc-meld-dialogxl-no-speaker.toml" in ablation.output

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -257,7 +258,8 @@ def plot_act_attention_command(
 def demo(
     dataset: str = typer.Option("meld", help="Benchmark for the emotion-recognition demo."),
     out: Path = typer.Option(Path("out/demo"), help="Folder for the figures and the run."),
-    train_dialogues: int = typer.Option(300, help="Fine-tune on the first N training dialogues (bounds the time)."),
+    model: str = typer.Option("dialogxl-memory-bias", help="The DialogXL recipe to fine-tune (default: the one that measured best)."),
+    train_dialogues: Optional[int] = typer.Option(None, help="Fine-tune on the first N training dialogues (default all)."),
     eval_dialogues: Optional[int] = typer.Option(None, help="Score on the first N validation/test dialogues (default all)."),
     epochs: int = typer.Option(1, help="Fine-tuning epochs."),
     seed: int = typer.Option(1),
@@ -272,7 +274,7 @@ def demo(
 
     try:
         print_stats(dataset_stats(dataset, data_dir), console)
-        recipe = load_recipe(find_recipe("erc", "dialogxl", dataset), [f"train.epochs={epochs}"])
+        recipe = load_recipe(find_recipe("erc", model, dataset), [f"train.epochs={epochs}"])
         splits, labels = load_erc_data(recipe, data_dir)
     except USER_ERRORS as e:
         fail(describe(e))
@@ -289,17 +291,26 @@ def demo(
         path = plot_masks(view, out / name, title=f"{dataset} {sample.id}: DialogXL head masks")
         console.print(f"wrote {path}")
 
-    limits = {"train": train_dialogues}
+    limits = {"train": train_dialogues} if train_dialogues is not None else {}
     if eval_dialogues is not None:
         limits.update(validation=eval_dialogues, test=eval_dialogues)
-    console.print(f"\nFine-tuning DialogXL ({recipe['backbone']}) on {train_dialogues} {dataset} training dialogues, {epochs} epoch(s)...")
-    result = train_erc(recipe, out / "run", seed, data_dir, resume=False, limits=limits)
+    dialogues = len(splits["train"]) if train_dialogues is None else min(train_dialogues, len(splits["train"]))
+    settings = recipe["model_config"]
+    console.print(
+        f"\nFine-tuning {recipe['model']} ({recipe['backbone']}; heads {settings.get('heads')}, memory {settings.get('mem_len')} tokens"
+        f"{', memory bias' if settings.get('memory_bias') is not None else ''}) on {dialogues} of {len(splits['train'])} {dataset} "
+        f"training dialogues, {epochs} epoch(s), batches of {recipe['train'].get('batch_size')} conversations, each encoded "
+        f"in one pass...")
+    started = time.monotonic()
+    result = train_erc(recipe, out / "run", seed, data_dir, resume=False, limits=limits or None)
     test = result.test_at_best or {}
     scope = "the full test set" if eval_dialogues is None else f"the first {eval_dialogues} test dialogues"
     console.print(
         f"test {test.get('primary', float('nan')):.2f} ({'weighted F1' if dataset != 'dailydialog' else 'micro F1 without neutral'}) "
-        f"on {scope}, at best validation epoch {result.best_epoch}; accuracy {test.get('accuracy', float('nan')):.2f}. "
-        f"The paper's DialogXL (XLNet-base, full training): {recipe.get('paper')}."
+        f"on {scope}, at best validation epoch {result.best_epoch}; accuracy {test.get('accuracy', float('nan')):.2f}; "
+        f"{result.train_seconds:.0f} s of training, {time.monotonic() - started:.0f} s with evaluation. "
+        f"The paper's DialogXL (XLNet-base, full training): {recipe.get('paper') or load_recipe(find_recipe('erc', 'dialogxl', dataset)).get('paper')}; "
+        f"this recipe's full runs: docs/results.md."
     )
 
     from turnformer.models.dialogxl import DialogXLSession
