@@ -189,3 +189,20 @@ def test_streaming_session_equals_one_pass_prediction():
                                [0] * len(turns))
     model.config.chunk_tokens = 30
     torch.testing.assert_close(model.probabilities(make_batch([conv], 0))[0], streamed, rtol=0, atol=TOL)
+
+
+def test_a_step_that_cannot_fit_is_refused_before_training(monkeypatch):
+    """The estimate depends on the chunk, not on the conversation's length; a setting that cannot fit the memory
+    available is an error naming the settings that bound it, before any training."""
+    from turnformer.dialogue import DialogueError
+    from turnformer.tasks import erc
+
+    model = build("bert", chunk_tokens=64, mem_len=100)
+    assert model.training_memory_bytes(4, 5_000) == model.training_memory_bytes(4, 50_000)
+    assert model.training_memory_bytes(4, 40) < model.training_memory_bytes(4, 5_000) < model.training_memory_bytes(8, 5_000)
+    batches = [batch_of("bert", turns=(30, 3))]
+    monkeypatch.setattr(erc, "available_memory", lambda: (10**12, "this machine"))
+    erc.check_training_memory(model, batches)
+    monkeypatch.setattr(erc, "available_memory", lambda: (1000, "this machine"))
+    with pytest.raises(DialogueError, match=r"batches of 2 conversations.*lower train.batch_size or model_config.chunk_tokens"):
+        erc.check_training_memory(model, batches)

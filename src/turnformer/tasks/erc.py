@@ -276,6 +276,7 @@ def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = Fa
 
     set_seed(seed)  # before the classifier is initialised
     model, _, labels, batches, reports = prepare_erc(recipe, data_dir, limits)
+    check_training_memory(model, batches["train"])
     settings = recipe["train"]
     config = recipe_train_config(settings, {"epochs": 4, "lr": 2e-5, "save_every_steps": 50}, seed=seed,
                                  out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
@@ -286,6 +287,37 @@ def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = Fa
         model, batches["train"], lambda m, split: evaluate(m, batches[split], labels, dataset), config,
         label_map={"label_kind": recipe.get("label_kind", "emotion"), "labels": labels}, run_info=run_info,
     )
+
+
+def available_memory() -> tuple[int | None, str]:
+    """(bytes free for training, where): the GPU's free memory where there is one, else the machine's available memory
+    (None where it cannot be read)."""
+    if torch.cuda.is_available():
+        return torch.cuda.mem_get_info()[0], "the GPU"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024, "this machine"
+    except OSError:
+        pass
+    return None, "this machine"
+
+
+def check_training_memory(model, batches: Sequence[ConversationBatch]) -> None:
+    """Refuse, before any training, a setting whose step would not fit the memory available (the kernel would kill
+    the run without a word), naming the settings that bound it."""
+    estimate = getattr(model, "training_memory_bytes", None)
+    if estimate is None or not batches:
+        return
+    batch_size = max(len(b.lengths) for b in batches)
+    longest = max(int(b.turn_lengths.sum(1).max()) if b.turn_lengths is not None else 0 for b in batches)
+    need, (free, where) = estimate(batch_size, longest), available_memory()
+    if free is not None and need > free:
+        raise DialogueError(
+            f"one training step would take about {need / 2**30:.1f} GB (batches of {batch_size} conversations, the longest "
+            f"{longest} tokens, encoded {model.config.chunk_tokens} tokens at a time against a memory of {model.config.mem_len}), "
+            f"and {where} has {free / 2**30:.1f} GB available: lower train.batch_size or model_config.chunk_tokens "
+            f"(e.g. --set model_config.chunk_tokens=128), which changes no number")
 
 
 def checkpoint_paths(checkpoint) -> tuple[Path, dict]:
