@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from turnformer.cli import app
@@ -138,3 +139,32 @@ def test_confusion_matrix_draws_labels_with_dollar_signs(tmp_path):
 
     out = confusion_matrix_plot(["$a^$", "b"], ["b", "b"], ["$a^$", "b"], tmp_path / "cm.png")
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("mem_len", [None, 6])
+def test_dialogxl_view_is_what_the_model_gives_its_encoder(conversation_file, mem_len):
+    """`plot masks --query-utterance t`: every head type sees the query's own utterance, and earlier utterances'
+    tokens as DialogXL's own masks show them, token for token."""
+    from turnformer.backbones import load_tokenizer, random_backbone, tiny_config
+    from turnformer.data import read_jsonl
+    from turnformer.models.dialogxl import DialogXL, DialogXLConfig
+    from turnformer.plots import mask_view
+    from turnformer.tasks.erc import encode_conversations, make_batch
+
+    tokenizer = load_tokenizer("all-MiniLM-L6-v2")
+    dialogue = next(d for d in read_jsonl(conversation_file) if d.id == "friends")
+    encoder = random_backbone(tiny_config(vocab_size=tokenizer.vocab_size, hidden=48, heads=4, layers=1), seed=0)
+    config = DialogXLConfig(num_labels=2, heads=(1, 1, 1, 1), window=1, mem_len=mem_len or 400)
+    model = DialogXL(config, encoder, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
+    encoded, _ = encode_conversations([dialogue], tokenizer, "none", ["x"], 128)  # no labels needed
+    meta, _ = model.conversation_meta(make_batch(encoded, tokenizer.pad_token_id))
+    for t in range(1, len(dialogue)):
+        rows = (meta.utterance[0] == t).nonzero().flatten()
+        cols = ((meta.utterance[0] <= t) & (meta.utterance[0] >= 0)).nonzero().flatten()
+        heads = model.layout.build(meta.select(rows), meta.select(cols))[0]  # [4 heads, Q, K]: what the encoder gets
+        view = mask_view(dialogue, ["local(1)", "global", "speaker", "listener"], tokenizer=tokenizer, query_utterance=t,
+                         mem_len=mem_len)
+        for head, kind in enumerate(view.masks):
+            assert torch.equal(view.masks[kind], heads[head]), (t, kind)
+        listener_own = view.masks["listener"][:, [i for i, u in enumerate(view.utterance) if u == t]]
+        assert bool(listener_own.all())  # the current utterance is visible to listener heads too

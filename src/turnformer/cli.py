@@ -149,8 +149,10 @@ def plot_masks_command(
     level: str = typer.Option("tokens", "--level", help="Axes: tokens or utterances."),
     tokenizer: str = typer.Option("words", "--tokenizer", help="'words', or a backbone name for its WordPiece tokens."),
     query_utterance: Optional[int] = typer.Option(
-        None, "--query-utterance", help="DialogXL's view: rows are this utterance's tokens, keys the utterances up to it."
+        None, "--query-utterance", help="DialogXL's view: rows are this utterance's tokens, keys the utterances up to it, "
+        "each kind a DialogXL head type as the model applies it (memory keys only; the own utterance visible to every head)."
     ),
+    mem_len: Optional[int] = typer.Option(None, "--mem-len", min=0, help="DialogXL's view: memory length (default: all earlier tokens)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Figure to write: PNG, or the format its extension names (.svg, .pdf, ...)."),
     as_json: bool = typer.Option(False, "--json", help="Print the masks as JSON."),
     data_dir: Optional[Path] = DataDir,
@@ -168,7 +170,8 @@ def plot_masks_command(
             from turnformer.backbones import load_tokenizer
 
             tok = load_tokenizer(tokenizer)
-        view = mask_view(chosen, [k for k in kinds.split(",") if k.strip()], window=window, level=level, tokenizer=tok, query_utterance=query_utterance)
+        view = mask_view(chosen, [k for k in kinds.split(",") if k.strip()], window=window, level=level, tokenizer=tok, query_utterance=query_utterance,
+                         mem_len=mem_len)
     except USER_ERRORS as e:
         fail(describe(e))
     if out is not None:

@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 
 from turnformer.dialogue import Dialogue
-from turnformer.structure import TokenMeta, mask_from_name, pack_dialogues
+from turnformer.structure import SAME_UTTERANCE, SpecialTokens, TokenMeta, mask_from_name, pack_dialogues, pack_token_ids, recent
 
 _WORD = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
 
@@ -119,17 +119,25 @@ def mask_view(
     level: str = "tokens",
     tokenizer=None,
     query_utterance: int | None = None,
+    mem_len: int | None = None,
 ) -> MaskView:
     """Evaluate mask ``kinds`` (names or compositions, see `mask_from_name`) on one dialogue.
 
     ``level="utterances"`` puts one unit per utterance on the axes; ``"tokens"`` one per token, split
     by ``tokenizer`` (a Hugging Face tokenizer, with its [CLS]/[SEP] layout) or by words.
-    ``query_utterance=t`` shows DialogXL's view (its Figure 3): the rows are u_t's tokens and the
-    keys are u_0..u_t (the memory and the current utterance). Otherwise rows and columns are
-    every token (the offline view).
+    ``query_utterance=t`` shows DialogXL's view (its Figure 3) as the model applies it: the rows are u_t's
+    tokens and the keys are u_0..u_t, each utterance tokenised as DialogXL encodes it ([CLS] u [SEP]); each kind
+    is a head type, restricted to the memory (earlier utterances' tokens without special ones, the newest
+    ``mem_len`` of them; None: all) with the query's own utterance visible to every head, exactly the masks
+    `dialogxl_layout` gives the encoder. Otherwise rows and columns are every token (the offline view).
     """
     names = [t.speaker for t in dialogue.turns]
-    if level == "utterances":
+    if level == "tokens" and query_utterance is not None and tokenizer is not None:
+        ids = [tokenizer(t.text, add_special_tokens=False, verbose=False)["input_ids"] for t in dialogue.turns]
+        special = SpecialTokens(pad=tokenizer.pad_token_id or 0, prefix=tokenizer.cls_token_id, suffix=tokenizer.sep_token_id)
+        packed = pack_token_ids([ids], [dialogue.speaker_ids()], special)
+        meta, tokens = packed.meta, tokenizer.convert_ids_to_tokens(packed.input_ids[0].tolist())
+    elif level == "utterances":
         meta = TokenMeta.from_lists([list(range(len(dialogue)))], [dialogue.speaker_ids()])
         tokens = [f"u{i} {t.speaker}" for i, t in enumerate(dialogue.turns)]
     elif level == "tokens":
@@ -154,7 +162,12 @@ def mask_view(
         cols = torch.nonzero((utt <= query_utterance) & (utt >= 0)).flatten()
         queries, keys = meta.select(rows), meta.select(cols)
         query_tokens, tokens = [tokens[i] for i in rows.tolist()], [tokens[i] for i in cols.tolist()]
-    masks = {kind: mask_from_name(kind, window=window)(queries, keys)[0] for kind in kinds}
+    masks = {}
+    for kind in kinds:
+        mask = mask_from_name(kind, window=window)
+        if query_utterance is not None:  # a DialogXL head of this type, as `dialogxl_layout` builds it
+            mask = (mask & recent(mem_len)) | SAME_UTTERANCE
+        masks[kind] = mask(queries, keys)[0]
     utterance = keys.utterance[0].tolist()
     return MaskView(
         tokens=tokens, utterance=utterance, speaker=[names[u] for u in utterance], masks=masks,
