@@ -233,7 +233,7 @@ def test_checkpoints_are_complete_and_reload(tmp_path):
     model, result = run(tmp_path, epochs=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "last"]   # no temporary leftovers
     for name in ("best", "last"):
-        assert sorted(p.name for p in (tmp_path / name).iterdir()) == sorted(CHECKPOINT_FILES)
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == sorted([*CHECKPOINT_FILES, "checksums.json"])
     fresh = TinyClassifier()
     loaded = load_checkpoint(tmp_path / "last", fresh)
     assert torch.equal(flat_params(fresh), flat_params(model))
@@ -331,6 +331,7 @@ def test_load_checkpoint_checks_keys_strictly(checkpoint):
     del tensors["out.bias"]
     tensors["extra.weight"] = torch.zeros(2)
     save_file(tensors, str(path))
+    (path.parent / "checksums.json").unlink()  # edited on purpose: its checksums go with the edit
     with pytest.raises(CheckpointError, match=r"missing keys \(1\): out\.bias; unexpected keys \(1\): extra\.weight"):
         load_checkpoint(checkpoint / "best", TinyClassifier())
 
@@ -503,3 +504,21 @@ def test_progress_bars_show_on_a_terminal_and_stay_out_of_pipes_and_logs():
     # the second process of a multi-process run (accelerate launch) stays quiet, so that the bars do not interleave
     code_run, shown = on_terminal({**environment, "LOCAL_RANK": "1"})
     assert code_run == 0 and b"predict:" not in shown
+
+
+def test_damage_inside_the_weights_is_detected(tmp_path):
+    """Zeros written over the middle of model.safetensors still parse; the checksum written with the checkpoint
+    catches them, on loading and on resuming."""
+    out = tmp_path / "run"
+    run(out, epochs=1)
+    assert json.loads((out / "best" / "checksums.json").read_text()).keys() == set(CHECKPOINT_FILES)
+    load_checkpoint(out / "best", new_model())  # intact: loads
+    weights = out / "last" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    middle = len(data) // 2
+    data[middle: middle + 64] = bytes(64) if any(data[middle: middle + 64]) else b"\x01" * 64
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"last/model\.safetensors: damaged"):
+        load_checkpoint(out / "last", new_model())
+    with pytest.raises(CheckpointError, match=r"last/model\.safetensors: damaged"):
+        run(out, resume=True, epochs=2)

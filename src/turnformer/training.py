@@ -59,6 +59,9 @@ OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "trainer_state.json"
 RNG_FILE = "rng.pt"
 CHECKPOINT_FILES = (MODEL_FILE, CONFIG_FILE, LABEL_MAP_FILE, OPTIMIZER_FILE, STATE_FILE, RNG_FILE)
+# SHA-256 of every other file, written with them (the directory is renamed into place whole) and verified on reading;
+# a checkpoint from before it was written loads unverified
+CHECKSUM_FILE = "checksums.json"
 _STATE_FORMAT = 1
 _ALIASES_KEY = "turnformer_aliases"
 
@@ -722,7 +725,7 @@ class _Trainer:
             source = out_dir / link_from if link_from else None
             with _atomic_directory(out_dir, name) as tmp:
                 if source is not None:
-                    for file in CHECKPOINT_FILES:
+                    for file in CHECKPOINT_FILES + ((CHECKSUM_FILE,) if (source / CHECKSUM_FILE).is_file() else ()):
                         _link_or_copy(source / file, tmp / file)
                 else:
                     self._write_files(tmp, rng)
@@ -744,6 +747,7 @@ class _Trainer:
         torch.save(rng if rng is not None else _get_rng_state(), directory / RNG_FILE)
         for file in (OPTIMIZER_FILE, RNG_FILE, MODEL_FILE):
             _fsync(directory / file)
+        _write_json(directory / CHECKSUM_FILE, {file: _sha256(directory / file) for file in CHECKPOINT_FILES})
 
 
 def _record(history: list[dict[str, Any]], entry: dict[str, Any]) -> None:
@@ -818,7 +822,32 @@ def _read_checkpoint(path: Path, *, full: bool) -> dict[str, Any]:
             raise CheckpointError(f"{path / OPTIMIZER_FILE}: expected optimizer and scheduler states")
         out["optimizer"] = optimizer
         out["rng"] = _torch_load(path / RNG_FILE)
+    _verify_checksums(path, needed)  # after reading: a file that does not even parse gets its own error first
     return out
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verify_checksums(path: Path, files: Sequence[str]) -> None:
+    """Compare `files` with the checkpoint's checksums (none written: a checkpoint from an earlier version)."""
+    if not (path / CHECKSUM_FILE).is_file():
+        return
+    recorded = _read_json(path / CHECKSUM_FILE)
+    if not isinstance(recorded, dict):
+        raise CheckpointError(f"{path / CHECKSUM_FILE}: corrupt checksum list")
+    for file in files:
+        if file in recorded and _sha256(path / file) != recorded[file]:
+            raise CheckpointError(f"{path / file}: damaged: its contents differ from the checksum written with the checkpoint "
+                                  f"({CHECKSUM_FILE}); restore it, or use another checkpoint (last/ or best/); a file changed on purpose: "
+                                  f"delete {CHECKSUM_FILE}")
 
 
 def _model_mismatch(saved_config: dict[str, Any], model: nn.Module, model_config: Any) -> str | None:
