@@ -123,3 +123,17 @@ def test_files_get_the_best_measured_setting_and_every_model_has_settings_for_fi
                                               "dialogxl-no-speaker", "--set", "train.epochs=1", "--set", "model_config.heads=[1,3,0,0]"))
     assert ablation.exit_code == 0, ablation.output
     assert "no recipe erc-file-dialogxl-no-speaker.toml: training on your files with the settings of erc-meld-dialogxl-no-speaker.toml" in ablation.output
+
+
+def test_a_run_folder_is_not_trained_into_twice_without_resume_or_overwrite(tiny_backbone_dir, conversation_files, tmp_path):
+    out = tmp_path / "run"
+    assert runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1")).exit_code == 0
+    before = (out / "best" / "model.safetensors").read_bytes()
+    again = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1"))
+    assert again.exit_code == 2 and "holds a run (last, best, run.json, result.json): --resume continues it, --overwrite replaces it" in " ".join(again.output.split())
+    assert (out / "best" / "model.safetensors").read_bytes() == before
+    both = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--resume", "--overwrite"))
+    assert both.exit_code == 2 and "give one of them" in both.output
+    replaced = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1", "--seed", "4", "--overwrite"))
+    assert replaced.exit_code == 0, replaced.output
+    assert json.loads((out / "run.json").read_text())["seed"] == 4 and not (tmp_path / "run.replaced").exists()

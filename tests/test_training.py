@@ -522,3 +522,21 @@ def test_damage_inside_the_weights_is_detected(tmp_path):
         load_checkpoint(out / "last", new_model())
     with pytest.raises(CheckpointError, match=r"last/model\.safetensors: damaged"):
         run(out, resume=True, epochs=2)
+
+
+def test_a_fresh_run_never_mixes_with_the_run_it_replaces(tmp_path):
+    from turnformer.training import _set_aside_earlier_run, replaced_run_folder  # noqa: PLC2701
+
+    out = tmp_path / "run"
+    run(out, epochs=1)
+    (out / "result.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")  # not a run's: left alone
+    first_best = (out / "best" / "model.safetensors").read_bytes()
+    aside = _set_aside_earlier_run(out)  # a new run starts: the old one moves out whole
+    assert aside == replaced_run_folder(out) and sorted(p.name for p in aside.iterdir()) == ["best", "last", "result.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    (out / "run.json").write_text("{}")  # the new run is interrupted before its first checkpoint, then started again
+    assert _set_aside_earlier_run(out) == aside and not (out / "run.json").exists()
+    assert (aside / "best" / "model.safetensors").read_bytes() == first_best  # nothing of the old run lost
+    run(out, epochs=1)  # the replacement reaches its first checkpoint: the old run goes
+    assert not aside.exists() and (out / "best").is_dir() and not (out / "result.json").exists()

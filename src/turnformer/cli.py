@@ -399,6 +399,8 @@ def train(
     out: Path = typer.Option(..., help="Run folder: checkpoints (last/, best/), run.json, result.json."),
     seed: int = typer.Option(1),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out from its last checkpoint."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run --out holds (kept aside until the new run's "
+                                   "first checkpoint, then deleted)."),
     time_budget: Optional[float] = typer.Option(None, help="Stop (checkpointed, resumable) after this many seconds."),
     limit_dialogues: Optional[int] = typer.Option(None, help="Use only the first N dialogues of each split (quick runs)."),
     limit_train: Optional[int] = typer.Option(None, help="Use only the first N training dialogues (a documented subset; validation and test stay whole)."),
@@ -415,6 +417,14 @@ def train(
     given_files = [k for k, v in files.items() if v is not None]
     if given_files and dataset not in (None, "file"):
         fail(f"--{given_files[0].replace('_', '-')} is for your own data: drop --dataset {dataset}, or write --dataset file")
+    if resume and overwrite:
+        fail("--resume continues the run in --out, --overwrite replaces it: give one of them")
+    from turnformer.training import RUN_ENTRIES
+
+    held = [name for name in RUN_ENTRIES if (out / name).exists()]
+    if held and not (resume or overwrite):
+        fail(f"{out} holds a run ({', '.join(held)}): --resume continues it, --overwrite replaces it (the old run is kept "
+             f"until the new one's first checkpoint), or give another --out")
     dataset = dataset or ("file" if given_files else "meld")
     model = model or (DEFAULT_FILE_MODEL.get(task) if dataset == "file" else None) or "dialogxl"
     try:

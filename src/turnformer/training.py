@@ -421,6 +421,7 @@ class _Trainer:
             self.optimizer, config.scheduler, config.warmup_steps, self.updates_per_epoch * config.epochs,
         )
         self.state = _State(num_train_batches=self.n_batches, world_size=self.world)
+        self.replaced: Path | None = None  # an earlier run in out_dir, set aside until this run's first checkpoint
         checkpoint = self._load_for_resume()
         self.wrapped, self.optimizer = accelerator.prepare(_LossForward(model), self.optimizer)
         if checkpoint is not None:
@@ -444,8 +445,8 @@ class _Trainer:
         self.acc.wait_for_everyone()
         last = out_dir / "last"
         if not config.resume:
-            if last.exists() and self.acc.is_main_process:
-                logger.warning("%s holds a checkpoint; starting afresh and overwriting it (resume=True, or --resume, continues it)", last)
+            if self.acc.is_main_process:
+                self.replaced = _set_aside_earlier_run(out_dir)
             return None
         if not last.exists():
             if self.acc.is_main_process:
@@ -731,6 +732,10 @@ class _Trainer:
                     self._write_files(tmp, rng)
             if name == "last":
                 self.saved_at = (st.epoch, st.batch_in_epoch, st.global_step)
+            if self.replaced is not None:  # this run can now be continued: the one it replaces goes
+                shutil.rmtree(self.replaced, ignore_errors=True)
+                logger.info("deleted %s, the run that %s replaces, now that the new run has a checkpoint", self.replaced, out_dir)
+                self.replaced = None
         if collective:
             self.acc.wait_for_everyone()
 
@@ -932,6 +937,34 @@ def _load_weights(model: nn.Module, tensors: dict[str, torch.Tensor], source: Pa
                 parts.append(f"{label} ({len(items)}): " + ", ".join(items[:8]) + (", ..." if len(items) > 8 else ""))
         raise CheckpointError(f"{source} does not match {type(model).__name__}: " + "; ".join(parts))
     model.load_state_dict(tensors, strict=True)
+
+
+RUN_ENTRIES = ("last", "best", "run.json", "result.json")  # what makes a folder a run's
+
+
+def replaced_run_folder(out_dir: Path) -> Path:
+    """Where a fresh run into `out_dir` keeps the run it replaces until its own first checkpoint."""
+    return out_dir.with_name(out_dir.name + ".replaced")
+
+
+def _set_aside_earlier_run(out_dir: Path) -> Path | None:
+    """Move an earlier run's entries out of `out_dir` (a fresh run starts there), so that the folder never mixes two
+    runs; they are deleted once the new run has a checkpoint, so that an interrupted start loses nothing. Entries
+    left by an earlier replacement that never reached its first checkpoint are deleted: the run they replaced is
+    still set aside."""
+    present = [out_dir / name for name in RUN_ENTRIES if (out_dir / name).exists()]
+    aside = replaced_run_folder(out_dir)
+    if aside.exists():
+        for path in present:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        return aside
+    if not present:
+        return None
+    aside.mkdir()
+    for path in present:
+        os.replace(path, aside / path.name)
+    logger.warning("%s held a run: set aside in %s until this run's first checkpoint, then deleted", out_dir, aside)
+    return aside
 
 
 @contextlib.contextmanager
