@@ -137,3 +137,14 @@ def test_a_run_folder_is_not_trained_into_twice_without_resume_or_overwrite(tiny
     replaced = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1", "--seed", "4", "--overwrite"))
     assert replaced.exit_code == 0, replaced.output
     assert json.loads((out / "run.json").read_text())["seed"] == 4 and not (tmp_path / "run.replaced").exists()
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/sys/kernel"), reason="needs a read-only /sys (Linux)")
+def test_an_output_path_that_cannot_be_written_fails_before_the_work(tiny_backbone_dir, conversation_files, tmp_path):
+    out = tmp_path / "run"
+    assert runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1")).exit_code == 0
+    for command in (["predict", "--checkpoint", str(out), "--input", str(conversation_files["test"]), "--out", "/sys/x.jsonl"],
+                    ["evaluate", "--checkpoint", str(out), "--split", "test", "--confusion", "/sys/cm.png"]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2 and "/sys/" in result.output and "cannot be written" in result.output, result.output
+        assert "Traceback" not in result.output

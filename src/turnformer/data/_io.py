@@ -21,13 +21,23 @@ def check_output_file(path: Path, what: str = "") -> Path:
     """Fail, naming the path, where a file cannot be written: a folder in its place, or a file where one of its
     folders should be. Creates the missing folders; returns the path. `what` (an option's name) heads the message."""
     path = Path(path)
+    if str(path) == "-":  # standard output
+        return path
     head = f"{what} {path}" if what else str(path)
     if path.is_dir():
         raise DialogueError(f"{head}: a folder; give a file name, e.g. {path / ('out' + (path.suffix or '.jsonl'))}")
     blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
     if blocking is not None:
         raise DialogueError(f"{head}: {blocking} is a file, not a folder")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:  # the folder made, and a file really written there (a read-only or foreign folder fails here, not after the work)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PermissionError(f"[Errno 13] Permission denied: '{path}'")
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise DialogueError(f"{head}: cannot be written: {error.strerror or error}") from None
     return path
 
 
