@@ -148,3 +148,27 @@ def test_an_output_path_that_cannot_be_written_fails_before_the_work(tiny_backbo
         result = runner.invoke(app, command)
         assert result.exit_code == 2 and "/sys/" in result.output and "cannot be written" in result.output, result.output
         assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("signum, code, name", [(__import__("signal").SIGTERM, 143, "SIGTERM"), (__import__("signal").SIGINT, 130, "Ctrl-C")])
+def test_a_signal_says_what_was_saved_and_how_to_resume(tiny_backbone_dir, conversation_files, tmp_path, signum, code, name):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    args = _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=100000", "--set", "train.save_every_steps=1")
+    process = subprocess.Popen([sys.executable, "-m", "turnformer.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 120
+    while not (out / "last" / "trainer_state.json").exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    time.sleep(1.0)  # well into training, past evaluations too
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == code, stderr[-2000:]
+    message = " ".join(stderr.split())
+    assert f"interrupted ({name}): saved {out / 'last'} at step" in message and "with --resume continues it" in message
+    resumed = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1", "--resume"))
+    assert resumed.exit_code == 0, resumed.output

@@ -459,6 +459,8 @@ def train(
         result = trainer(loaded, out, seed, data_dir, resume, time_budget, limits or None)
     except USER_ERRORS as e:
         fail(describe(e))
+    except KeyboardInterrupt as interruption:  # Ctrl-C, or SIGTERM (the loop's Terminated): the loop saved last/
+        interrupted(out, interruption)
     summary = {
         "best_epoch": result.best_epoch, "validation_at_best": result.best_validation and result.best_validation.get("primary"),
         "test_at_best": result.test_at_best and result.test_at_best.get("primary"), "train_seconds": result.train_seconds,
@@ -466,6 +468,23 @@ def train(
     }
     (out / "result.json").write_text(json.dumps({**summary, "history": result.history}, indent=2, default=str) + "\n")
     console.print_json(data=summary)
+
+
+def interrupted(out: Path, interruption: KeyboardInterrupt) -> None:
+    """Say what an interrupted training saved and how to continue it; exit 130 (Ctrl-C) or 143 (SIGTERM), the
+    shells' codes for those signals."""
+    from turnformer.training import Terminated
+
+    terminated = isinstance(interruption, Terminated)
+    state = out / "last" / "trainer_state.json"
+    try:
+        step = json.loads(state.read_text())["global_step"]
+        saved = f"saved {out / 'last'} at step {step}; the same command with --resume continues it from there"
+    except (OSError, ValueError, KeyError):
+        saved = "no checkpoint was written yet (no update had finished): the same command starts it again"
+    err.print(Text.assemble(("interrupted", "yellow"), f" ({'SIGTERM' if terminated else 'Ctrl-C'}): {saved}"),
+              highlight=False, soft_wrap=True)
+    raise typer.Exit(143 if terminated else 130)
 
 
 def changed_since_checkpoint(out: Path, recipe: dict, limits: dict | None) -> list[str]:
