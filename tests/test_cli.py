@@ -168,3 +168,24 @@ def test_dialogxl_view_is_what_the_model_gives_its_encoder(conversation_file, me
             assert torch.equal(view.masks[kind], heads[head]), (t, kind)
         listener_own = view.masks["listener"][:, [i for i, u in enumerate(view.utterance) if u == t]]
         assert bool(listener_own.all())  # the current utterance is visible to listener heads too
+
+
+def test_threads_default_to_the_idle_cores_and_can_be_set(monkeypatch):
+    import os
+
+    from turnformer import cli
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "getloadavg", lambda: (6.2, 0.0, 0.0))
+    assert cli.default_threads() == 2  # another job keeps 6 cores busy
+    monkeypatch.setattr(os, "getloadavg", lambda: (11.0, 0.0, 0.0))
+    assert cli.default_threads() == 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.0, 0.0))
+    assert cli.default_threads() == 8
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        result = runner.invoke(app, ["--threads", "1", "plot", "masks", "--input", "nope.jsonl", "--json"])
+        assert result.exit_code == 2 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

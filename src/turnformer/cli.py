@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -69,9 +70,34 @@ def show_log(level: int) -> None:
 
 
 @app.callback()
-def options(quiet: bool = typer.Option(False, "--quiet", "-q", help="Warnings and errors only: no epoch summaries or "
-                                       "loss lines on stderr.")) -> None:
+def options(
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Warnings and errors only: no epoch summaries or loss lines on stderr."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, envvar="TURNFORMER_THREADS", help="CPU threads for the "
+                                          "model's arithmetic (default: the cores that other processes leave idle, "
+                                          "from the load average, at least 1; OMP_NUM_THREADS, where set, is kept)."),
+) -> None:
     show_log(logging.WARNING if quiet else logging.INFO)
+    set_threads(threads)
+
+
+def default_threads() -> int:
+    """The cores the machine's other work leaves idle (the last minute's load average), at least one: threads beyond
+    the idle cores make every matrix product wait for the slowest of them."""
+    cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:
+        return cores
+    return max(1, min(cores, round(cores - busy)))
+
+
+def set_threads(threads: Optional[int]) -> None:
+    """``--threads`` (or TURNFORMER_THREADS), else OMP_NUM_THREADS when set, else `default_threads`."""
+    import torch
+
+    if threads is None and os.environ.get("OMP_NUM_THREADS"):
+        return
+    torch.set_num_threads(threads or default_threads())
 
 
 def describe(error: Exception) -> str:
