@@ -172,3 +172,29 @@ def test_a_signal_says_what_was_saved_and_how_to_resume(tiny_backbone_dir, conve
     assert f"interrupted ({name}): saved {out / 'last'} at step" in message and "with --resume continues it" in message
     resumed = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1", "--resume"))
     assert resumed.exit_code == 0, resumed.output
+
+
+def test_a_misspelt_label_field_is_named_and_never_trains_on_nothing(tiny_backbone_dir, tmp_path):
+    """20 of 40 training conversations write "label" for "labels": the unknown field is named with its first line,
+    the missing labels are called a likely misspelling, the unlabelled conversations are skipped (no NaN loss)."""
+    lines = []
+    for i in range(40):
+        turns = [{"speaker": "A" if j % 2 else "B", "text": ["so happy", "so sad"][(i + j) % 2]} for j in range(3)]
+        for j, turn in enumerate(turns):
+            label = ["joy", "sadness"][(i + j) % 2]
+            if i % 2:
+                turn["label"] = {"emotion": label}  # misspelt
+            else:
+                turn["labels"] = {"emotion": label}
+        lines.append(json.dumps({"id": f"c{i}", "turns": turns}))
+    train = tmp_path / "train.jsonl"
+    train.write_text("\n".join(lines) + "\n")
+    files = {"train": train, "validation": train, "test": train}
+    result = runner.invoke(app, _train_args(files, tiny_backbone_dir, tmp_path / "run", "--set", "train.epochs=1"))
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    assert f"unknown fields ignored: 'label' x60 (first {train}:2: turns[0].label)" in output
+    assert "60 turns (20 of 40 conversations wholly) carry no 'emotion' label" in output and 'misspelling of "labels"' in output
+    assert "20 of 40 training conversations carry no 'emotion' label: skipped" in output
+    history = json.loads((tmp_path / "run" / "result.json").read_text())["history"]
+    assert all(h["train_loss"] == h["train_loss"] for h in history)  # never NaN

@@ -25,6 +25,7 @@ a given label set are errors too. `write_jsonl` writes UTF-8 atomically (a tempo
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -36,6 +37,8 @@ from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, 
 CONVENIENCE_LABELS = ("emotion", "act", "sentiment")
 TURN_KEYS = frozenset({"speaker", "text", "labels", "id", *CONVENIENCE_LABELS})
 DIALOGUE_KEYS = frozenset({"id", "turns", "meta"})
+
+logger = logging.getLogger(__name__)
 
 
 class DialogueList(list):
@@ -198,6 +201,8 @@ def read_jsonl(
             line_of_id[dialogue.id] = lineno
         out.append(dialogue)
         out.lines.append(lineno)
+    if report:  # one line, where something was repaired, skipped or ignored (the command shows it)
+        logger.log(logging.WARNING if report.ignored_fields else logging.INFO, "%s", report.summary())
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from functools import partial
@@ -156,7 +157,7 @@ def load_split(name: str, split: str, data_dir: str | os.PathLike[str] | None = 
         raise DialogueError(f"{info.name} has no {canonical} split; it has {', '.join(info.splits)}")
     root = dataset_dir(info.name, data_dir)
     try:
-        return info.loader(root, canonical)
+        loaded = info.loader(root, canonical)
     except DataNotFoundError as err:  # the folder exists but a file of this split is missing
         if info.manual_download:  # no manifest: nothing to verify or download
             raise DataNotFoundError(f"{err} ({info.name} at {root} looks incomplete. {info.manual_download})") from None
@@ -164,3 +165,6 @@ def load_split(name: str, split: str, data_dir: str | os.PathLike[str] | None = 
             f"{err} ({info.name} at {root} looks incomplete; run `turnformer data verify {info.name}` to check it, "
             f"or `turnformer data download {info.name} --force` to replace it)"
         ) from None
+    if loaded.report:  # what the loader repaired or skipped, in one line (every command that reads data shows it)
+        logging.getLogger(__name__).info("%s %s: %s", info.name, canonical, loaded.report.summary())
+    return loaded

@@ -30,11 +30,17 @@ class LoadReport:
     counts: Counter = field(default_factory=Counter)
     messages: list[str] = field(default_factory=list)
     ignored_fields: Counter = field(default_factory=Counter)  # unknown field names read past, first seen first
+    first_seen: dict = field(default_factory=dict)  # unknown field name -> "file:line: path" of its first occurrence
 
     def ignore_field(self, where: str, path: str, name: str) -> None:
         """Count an unknown field (`path` within the record at `where`, e.g. ``turns[2].label``) that was skipped."""
         self.add("unknown_field", f"{where}: {path}: unknown field ignored")
         self.ignored_fields[name] += 1
+        self.first_seen.setdefault(name, f"{where}: {path}")
+
+    def unknown_fields(self) -> str:
+        """The unknown fields, each with its count and first occurrence: ``'label' x20 (first t.jsonl:1: turns[0].label)``."""
+        return ", ".join(f"{name!r} x{n} (first {self.first_seen.get(name, '?')})" for name, n in self.ignored_fields.items())
 
     def add(self, reason: str, message: str, n: int = 1) -> None:
         """Count `n` occurrences of `reason`, and keep a message naming the file and line or field."""
@@ -45,6 +51,8 @@ class LoadReport:
         self.counts.update(other.counts)
         self.messages.extend(other.messages)
         self.ignored_fields.update(other.ignored_fields)
+        for name, where in other.first_seen.items():
+            self.first_seen.setdefault(name, where)
 
     def __bool__(self) -> bool:  # a report is "truthy" when something was repaired or skipped
         return bool(+self.counts)
@@ -56,7 +64,8 @@ class LoadReport:
         if not self:
             return f"{self.source}: nothing repaired or skipped"
         parts = ", ".join(f"{reason}: {n}" for reason, n in sorted(self.counts.items()))
-        return f"{self.source}: {parts}"
+        unknown = f"; unknown fields ignored: {self.unknown_fields()}" if self.ignored_fields else ""
+        return f"{self.source}: {parts}{unknown}"
 
 
 Item = Union[Dialogue, ResponseSelectionItem]

@@ -9,6 +9,7 @@ steps are spent on rows that have already ended, at no cost to what the model se
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.models.dialogxl import ConversationBatch
 from turnformer.structure.packing import truncate_keeping_end_specials
 from turnformer.tasks.metrics import PRIMARY_METRIC, erc_metrics
+
+logger = logging.getLogger(__name__)
 
 NEUTRAL = {"meld": "neutral", "dailydialog": "neutral", "emorynlp": "Neutral"}
 
@@ -179,6 +182,19 @@ def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -
         raise DialogueError(f"{path}: no turn carries {kind_label(kind)}: {why}{hint}")
 
 
+def warn_unlabelled(dialogues: Sequence[Dialogue], kind: str, source) -> None:
+    """Say so where turns of a file carry no `kind` label while the file has fields the reader does not know (a
+    misspelt ``"label"`` for ``"labels"``, say): they would be read as context only, silently."""
+    report = getattr(dialogues, "report", None)
+    missing = sum(kind not in t.labels for d in dialogues for t in d.turns)
+    if not missing or report is None or not report.ignored_fields:
+        return
+    whole = sum(not any(kind in t.labels for t in d.turns) for d in dialogues)
+    logger.warning("%s: %d turns (%d of %d conversations wholly) carry no %r label, and the file has fields the reader does "
+                   "not know: %s. A misspelling of \"labels\" or \"%s\"? Such turns are context only, never learnt or scored",
+                   source, missing, whole, len(dialogues), kind, report.unknown_fields(), kind)
+
+
 def utterance_counts(dialogues: list[Dialogue], kind: str) -> dict[str, int]:
     """How many utterances a scored split holds, and how many of them carry a `kind` label and so are scored
     (an unlabelled turn is context only)."""
@@ -215,6 +231,8 @@ def load_erc_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS,
         splits.update(read_split_files(recipe, rest, {kind: labels} if labels else None))
         for split in rest:  # a split without a label would be read, encoded and trained on before failing to score
             require_labels(splits[split], kind, recipe[f"{split}_file"], split)
+        for split in only:
+            warn_unlabelled(splits[split], kind, recipe[f"{split}_file"])
         return {split: splits[split] for split in only}, labels or None
     loaded = {split: load_split(recipe["dataset"], split, data_dir) for split in only}
     return {s: list(ds.dialogues) for s, ds in loaded.items()}, next(iter(loaded.values())).label_set(kind)
@@ -265,6 +283,12 @@ def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = Non
     batches, reports = {}, {}
     for split, dialogues in splits.items():
         encoded, reports[split] = encode_conversations(dialogues, tokenizer, kind, labels, model.config.max_utterance_tokens)
+        if split == "train":  # a conversation without a label teaches nothing, and a batch of such would give a NaN loss
+            learnable = [c for c in encoded if any(label != -100 for label in c.labels)]
+            if len(learnable) < len(encoded):
+                logger.warning("%d of %d training conversations carry no %r label: skipped, nothing to learn from them",
+                               len(encoded) - len(learnable), len(encoded), kind)
+            encoded = learnable
         batches[split] = make_batches(encoded, batch_size, tokenizer.pad_token_id)
     return model, tokenizer, labels, batches, reports
 
