@@ -198,3 +198,18 @@ def test_a_misspelt_label_field_is_named_and_never_trains_on_nothing(tiny_backbo
     assert "20 of 40 training conversations carry no 'emotion' label: skipped" in output
     history = json.loads((tmp_path / "run" / "result.json").read_text())["history"]
     assert all(h["train_loss"] == h["train_loss"] for h in history)  # never NaN
+
+
+def test_a_labelling_model_refuses_response_selection_items(tiny_backbone_dir, conversation_files, tmp_path):
+    out = tmp_path / "run"
+    assert runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1")).exit_code == 0
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"turns": [{"speaker": "A", "text": "hi", "emotion": "joy"}]}) + "\n"
+                     + json.dumps({"turns": [{"speaker": "A", "text": "Ready?", "emotion": "joy"}],
+                                   "meta": {"candidates": ["Yes.", "No."]}}) + "\n")
+    result = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(items)])
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2 and f"{items}:2: a response-selection item (meta.candidates)" in message
+    assert "emotion-recognition (erc) model" in message
+    scored = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(items)])
+    assert scored.exit_code == 2 and "a response-selection item" in scored.output

@@ -113,8 +113,14 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def load_input(spec: str, data_dir: Optional[Path]) -> list[Dialogue]:
-    """A conversation file (generic JSONL) or a benchmark split written ``NAME:SPLIT``."""
+TASK_INPUT = {"erc": "an emotion-recognition (erc) model, which labels every utterance of conversations",
+              "dialogue-act": "a dialogue-act model, which labels every utterance of conversations"}
+
+
+def load_input(spec: str, data_dir: Optional[Path], task: Optional[str] = None) -> list[Dialogue]:
+    """A conversation file (generic JSONL) or a benchmark split written ``NAME:SPLIT``. With the `task` of the model
+    that will read them, response-selection items (a context and its candidate replies, which a labelling model would
+    ignore) are refused up front."""
     from turnformer.data import DATASETS, load_split, parse_split_spec, read_jsonl
 
     path = Path(spec)
@@ -122,9 +128,16 @@ def load_input(spec: str, data_dir: Optional[Path]) -> list[Dialogue]:
         dialogues = read_jsonl(path)
         if not dialogues:
             raise DialogueError(f"{spec}: no conversations in the file")
+        line = next((n for d, n in zip(dialogues, dialogues.lines) if "candidates" in (d.meta or {})), None)
+        if task in TASK_INPUT and line is not None:
+            raise DialogueError(f"{spec}:{line}: a response-selection item (meta.candidates); the checkpoint is {TASK_INPUT[task]}: "
+                                "give it conversations without candidates, or a response-selection checkpoint")
         return dialogues
     if benchmark := parse_split_spec(spec):
         items = load_split(*benchmark, data_dir).items
+        if task in TASK_INPUT and items and not isinstance(items[0], Dialogue):
+            raise DialogueError(f"{spec}: response-selection items (a context and candidate replies); the checkpoint is "
+                                f"{TASK_INPUT[task]}: give it a conversation file or a split of a conversation benchmark")
         dialogues = [getattr(item, "context", item) for item in items]  # response selection: the context
         return dialogues
     raise DialogueError(f"{spec}: no such file, and not a dataset split (NAME:SPLIT with NAME in {', '.join(DATASETS)})")
@@ -639,7 +652,7 @@ def predict(
             raise DialogueError(f"--online is for dialogue-act models; {checkpoint} is a model for {task}{streaming}")
         if task == "response-selection":
             return predict_selection(model, tokenizer, input, out, submission, data_dir)
-        dialogues = load_input(input, data_dir)
+        dialogues = load_input(input, data_dir, task)
     except USER_ERRORS as e:
         fail(describe(e))
     labels = run["labels"]

@@ -233,6 +233,11 @@ def load_erc_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS,
             require_labels(splits[split], kind, recipe[f"{split}_file"], split)
         for split in only:
             warn_unlabelled(splits[split], kind, recipe[f"{split}_file"])
+            items = [n for d, n in zip(splits[split], getattr(splits[split], "lines", ())) if "candidates" in (d.meta or {})]
+            if items:
+                raise DialogueError(f"{recipe[f'{split}_file']}:{items[0]}: a response-selection item (meta.candidates): a "
+                                    f"{kind} model labels every utterance of conversations; give it conversations without "
+                                    "candidates (response selection: --task response-selection)")
         return {split: splits[split] for split in only}, labels or None
     loaded = {split: load_split(recipe["dataset"], split, data_dir) for split in only}
     return {s: list(ds.dialogues) for s, ds in loaded.items()}, next(iter(loaded.values())).label_set(kind)
