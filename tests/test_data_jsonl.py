@@ -291,7 +291,7 @@ def test_data_stats_counts_conversation_files_as_splits(tmp_path):
     test = write_lines(tmp_path / "test.jsonl", conv(HI, {"speaker": "B", "text": "Yo", "emotion": "sad"}))
     result = CliRunner().invoke(app, ["data", "stats", str(train), str(test), "--json"])
     assert result.exit_code == 0, result.output
-    stats = json.loads(result.output)
+    stats = json.loads(result.stdout)
     assert stats["splits"]["train"] == {"dialogues": 2, "utterances": 3, "label_kind": "emotion", "labels": {"joy": 2, "sad": 1},
                                         "report": {"blank_line": 1, "integer_speaker": 1}}
     assert stats["splits"]["test"]["labels"] == {"sad": 1}
@@ -388,3 +388,23 @@ def test_turns_in_every_form_and_what_is_refused(tmp_path):
         read_jsonl(later)
     with pytest.raises(TypeError, match="expected a list of label names, got str"):
         read_jsonl(surrogate, label_sets={"emotion": "joy"})
+
+
+def test_duplicate_turn_ids_nan_and_tables_are_named(tmp_path):
+    import pytest
+
+    from turnformer.data import read_jsonl
+    from turnformer.dialogue import DialogueError
+
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"turns": [{"speaker": "A", "text": "hi", "id": "t1"}, {"speaker": "B", "text": "yo", "id": "t1"}]}\n')
+    with pytest.raises(DialogueError, match=r"dup.jsonl:1: turns\[1\]\.id: 't1' is already the id of turns\[0\]"):
+        read_jsonl(dup)
+    nan = tmp_path / "nan.jsonl"
+    nan.write_text('{"turns": [{"speaker": "A", "text": "hi"}]}\n{"turns": [{"speaker": "A", "text": "hi"}], "meta": {"score": NaN}}\n')
+    with pytest.raises(DialogueError, match=r"nan.jsonl:2: NaN is not a JSON value"):
+        read_jsonl(nan)
+    table = tmp_path / "table.jsonl"
+    table.write_text("speaker,text,emotion\nA,hi,joy\n")
+    with pytest.raises(DialogueError, match=r"table.jsonl:1: malformed JSON.*looks like a table \(CSV or tab-separated\)"):
+        read_jsonl(table)

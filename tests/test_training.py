@@ -540,3 +540,21 @@ def test_a_fresh_run_never_mixes_with_the_run_it_replaces(tmp_path):
     assert (aside / "best" / "model.safetensors").read_bytes() == first_best  # nothing of the old run lost
     run(out, epochs=1)  # the replacement reaches its first checkpoint: the old run goes
     assert not aside.exists() and (out / "best").is_dir() and not (out / "result.json").exists()
+
+
+def test_epoch_lines_name_their_metric_on_one_scale():
+    from turnformer.training import metric_text
+
+    assert metric_text({"primary": 53.77, "weighted_f1": 53.77, "accuracy": 60.1}) == "weighted_f1 53.77%"
+    assert metric_text({"primary": 0.6132, "R4@1": 0.6132, "MRR": 0.77, "unit": "fraction"}) == "R4@1 61.32%"
+    assert metric_text({"primary": -90.85, "perplexity": 90.85}) == "perplexity 90.85"
+
+
+def test_progress_counts_units_and_logs_where_no_bar_is_drawn(caplog):
+    import logging
+
+    from turnformer.training import progress
+
+    with caplog.at_level(logging.INFO, logger="turnformer.training"):
+        assert list(progress(["a", "b"], "predict", unit="utterance", sizes=[3, 400], every_s=0.0)) == ["a", "b"]
+    assert "predict: 3/403 utterances" in caplog.text and "predict: 403/403 utterances" in caplog.text

@@ -80,6 +80,12 @@ def options(
     set_threads(threads)
 
 
+def said(message: str) -> None:
+    """A line about what a command did (``wrote N predictions to FILE``), on stderr; --quiet leaves it out."""
+    if logging.getLogger("turnformer").isEnabledFor(logging.INFO):
+        err.print(message, highlight=False, soft_wrap=True)
+
+
 def default_threads() -> int:
     """The cores the machine's other work leaves idle (the last minute's load average), at least one: threads beyond
     the idle cores make every matrix product wait for the slowest of them."""
@@ -214,7 +220,7 @@ def plot_masks_command(
     except USER_ERRORS as e:
         fail(describe(e))
     if out is not None:
-        err.print(f"wrote {plot_masks(view, out, title=f'dialogue {chosen.id or dialogue or 0}')}")
+        said(f"wrote {plot_masks(view, out, title=f'dialogue {chosen.id or dialogue or 0}')}")
     if as_json:
         sys.stdout.write(json.dumps(view.to_json()) + "\n")
 
@@ -261,7 +267,7 @@ def plot_attention_command(
     except USER_ERRORS as e:
         fail(describe(e))
     if out is not None:
-        err.print(f"wrote {plot_attention(view, out)}")
+        said(f"wrote {plot_attention(view, out)}")
     if as_json:
         sys.stdout.write(json.dumps(view.to_json()) + "\n")
 
@@ -293,7 +299,7 @@ def plot_act_attention_command(
     shown = chosen.turns[start : start + panels[0][1].shape[0]]
     labels = [f"{start + i} {t.speaker}: {t.text[:28]}" for i, t in enumerate(shown)]
     plot_utterance_attention(panels, labels, out, title=f"dialogue {chosen.id}, utterances {start}..{start + len(shown) - 1}")
-    err.print(f"wrote {out}")
+    said(f"wrote {out}")
 
 
 @app.command()
@@ -664,7 +670,7 @@ def predict(
                                      int(recipe.get("context_padding", 0)), online=online)
     else:
         per_turn = []
-        for dialogue in progress(dialogues, "predict", unit="conversation"):
+        for dialogue in progress(dialogues, "predict", unit="utterance", sizes=[len(d) for d in dialogues]):
             (encoded,), _ = encode_conversations([dialogue], tokenizer, "", labels, model.config.max_utterance_tokens)
             probs = model.probabilities(make_batch([encoded], tokenizer.pad_token_id))[0]
             per_turn.append([{"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))} for p in probs])
@@ -677,7 +683,7 @@ def predict(
     report_truncated(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=task == "erc")
     if out is not None:
         write_jsonl(rows, out)
-        err.print(f"wrote {len(rows)} predictions to {out}")
+        said(f"wrote {len(rows)} predictions to {out}")
         return
     table = Table("dialogue", "turn", "speaker", "text", run["recipe"].get("label_kind", "label"), "p")
     for r in rows:
@@ -739,7 +745,7 @@ def generate(
             for name, d, r in zip(output_names([d.id for d in dialogues]), dialogues, replies)]
     if out is not None:
         write_jsonl(rows, out)
-        err.print(f"wrote {len(rows)} replies to {out}")
+        said(f"wrote {len(rows)} replies to {out}")
         return
     table = Table("conversation", "last turn", "reply")
     for d, r in zip(dialogues, rows):
@@ -778,10 +784,10 @@ def predict_selection(model, tokenizer, spec: str, out: Optional[Path], submissi
         err.print(note)
     if submission is not None:
         write_submission(rows, submission)
-        err.print(f"wrote the rankings of {len(rows)} items to {submission}")
+        said(f"wrote the rankings of {len(rows)} items to {submission}")
     if out is not None:
         write_jsonl(rows, out)
-        err.print(f"wrote {len(rows)} rankings to {out}")
+        said(f"wrote {len(rows)} rankings to {out}")
         return
     if submission is None:
         table = Table("item", "best", "reply", "scores")

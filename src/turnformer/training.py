@@ -267,14 +267,44 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def progress(items, desc: str, unit: str = "batch"):
-    """`items` with a progress bar on a terminal's stderr (evaluation, prediction: long on a big file), gone when
-    done; none where stderr is a file or a pipe, so that logs and captured output stay clean, and none but the first
-    process's on a machine where several evaluate at once (`accelerate launch` sets LOCAL_RANK)."""
+def metric_text(metrics: dict[str, Any] | None) -> str:
+    """The primary metric of an evaluation, named, on one scale for every task: rates in percent (a task that reports
+    fractions says ``"unit": "fraction"``), perplexity as itself (its ``primary`` is its negative, higher is better)."""
+    if not metrics:
+        return "-"
+    primary = metrics.get("primary", float("nan"))
+    if "perplexity" in metrics and primary == -metrics["perplexity"]:
+        return f"perplexity {metrics['perplexity']:.2f}"
+    name = next((k for k, v in metrics.items() if k != "primary" and isinstance(v, int | float) and v == primary), "score")
+    value = primary * 100 if metrics.get("unit") == "fraction" else primary
+    return f"{name} {value:.2f}%"
+
+
+def progress(items, desc: str, unit: str = "batch", sizes: Sequence[int] | None = None, every_s: float = 30.0):
+    """Yield `items` (evaluation, prediction: long on a big file), showing how far it got: a bar on a terminal's
+    stderr, gone when done; where stderr is a file or a pipe, a log line every `every_s` seconds instead. `sizes`
+    counts `unit`s inside each item (the utterances of conversations), so that one long item moves the count too.
+    Only the first process shows it where several evaluate at once (`accelerate launch` sets LOCAL_RANK)."""
     from tqdm.auto import tqdm
 
+    items = list(items)
+    sizes = [1] * len(items) if sizes is None else list(sizes)
+    total = sum(sizes)
     first_process = os.environ.get("LOCAL_RANK", "0") == "0"
-    return tqdm(items, desc=desc, unit=unit, leave=False, dynamic_ncols=True, disable=None if first_process else True)
+    bar = tqdm(total=total, desc=desc, unit=unit, leave=False, dynamic_ncols=True, disable=None if first_process else True)
+    lines = first_process and bar.disable  # no bar where stderr is no terminal: lines
+    done, start = 0, time.monotonic()
+    shown = start
+    try:
+        for item, size in zip(items, sizes):
+            yield item
+            done += size
+            bar.update(size)
+            if lines and time.monotonic() - shown >= every_s:
+                shown = time.monotonic()
+                logger.info("%s: %d/%d %ss, %.0f s", desc, done, total, unit, shown - start)
+    finally:
+        bar.close()
 
 
 def predict_all(model: nn.Module, batches: Sequence[Any], device: torch.device | str | None = None) -> tuple[list, list]:
@@ -616,9 +646,9 @@ class _Trainer:
             self._save("last", link_from="best" if improved else None)
         if self.acc.is_main_process:
             logger.info(
-                "epoch %d/%d: train loss %.4f, validation %.4g, test %.4g%s (best validation %.4g at epoch %d), %.1f s",
-                epoch + 1, self.config.epochs, train_loss, validation["primary"], test["primary"],
-                " *" if improved else "", st.best_validation["primary"], st.best_epoch, entry["seconds"],
+                "epoch %d/%d: train loss %.4f, validation %s, test %s%s (best validation %s at epoch %d), %.1f s",
+                epoch + 1, self.config.epochs, train_loss, metric_text(validation), metric_text(test),
+                " *" if improved else "", metric_text(st.best_validation), st.best_epoch, entry["seconds"],
             )
 
     def _evaluate(self, split: str) -> dict[str, Any]:

@@ -86,7 +86,7 @@ def parse_dialogue(
     elif not isinstance(meta, dict):
         raise _err(where, "meta", f"expected an object, got {type(meta).__name__}")
 
-    turns = []
+    turns, turn_ids = [], {}
     for i, t in enumerate(turns_raw):
         at = f"turns[{i}]"
         if not isinstance(t, dict):
@@ -146,11 +146,24 @@ def parse_dialogue(
         turn_id = t.get("id")
         if turn_id is not None and not isinstance(turn_id, str):
             raise _err(where, f"{at}.id", f"expected a string, got {turn_id!r}")
+        if turn_id is not None and turn_id in turn_ids:
+            raise _err(where, f"{at}.id", f"{turn_id!r} is already the id of turns[{turn_ids[turn_id]}]")
+        if turn_id is not None:
+            turn_ids[turn_id] = i
         try:
             turns.append(Turn(speaker=speaker, text=text, labels=labels, id=turn_id))
         except DialogueError as e:  # what only the Turn checks (invalid Unicode): with the line and turn
             raise DialogueError(f"{where}: {at}.{e}") from None
     return Dialogue(turns=tuple(turns), id=dlg_id, meta=meta)
+
+
+TABLE_HINT = ("; the file looks like a table (CSV or tab-separated), not JSON Lines: one conversation a line, "
+              '{"turns": [{"speaker": "A", "text": "Hi!", "emotion": "joy"}, ...]} (docs/data-format.md; response selection '
+              "also reads tab-separated files: --task response-selection)")
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON value (write null, or a number)")
 
 
 ONE_DOCUMENT_HINT = ("; the file looks like one JSON document: write one conversation per line (JSON Lines), "
@@ -185,10 +198,13 @@ def read_jsonl(
             report.add("blank_line", f"{where}: blank line skipped")
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_constant=_no_constant)
         except json.JSONDecodeError as err:
-            hint = (ONE_DOCUMENT_HINT if lineno == 1 and (line.strip() == "{" or line.lstrip().startswith("[")) else "")
+            hint = (ONE_DOCUMENT_HINT if lineno == 1 and (line.strip() == "{" or line.lstrip().startswith("[")) else
+                    TABLE_HINT if lineno == 1 and not line.lstrip().startswith("{") and ("," in line or "\t" in line) else "")
             raise DialogueError(f"{where}: malformed JSON (column {err.colno}): {err.msg}{hint}") from None
+        except ValueError as err:  # NaN or Infinity, which JSON does not have
+            raise DialogueError(f"{where}: {err}") from None
         except RecursionError:
             raise DialogueError(f"{where}: JSON nested too deeply to be a conversation") from None
         if isinstance(obj, list):  # a whole JSON array on one line: name the format rather than the type

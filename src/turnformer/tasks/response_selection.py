@@ -201,7 +201,7 @@ def evaluate(model: MDFN, batches: Sequence[SelectionBatch]) -> dict:
     if not metrics["groups"]:  # labelled, but no candidate marked right (a TSV with only 0 labels): nothing to rank
         return {"primary": float("nan"), **metrics}
     recall_at_1 = next(v for k, v in metrics.items() if k.endswith("@1") and k.startswith("R"))
-    return {"primary": recall_at_1, **metrics}
+    return {"primary": recall_at_1, **metrics, "unit": "fraction"}  # rates as fractions, as the paper prints them
 
 
 def _model_settings(recipe: dict) -> dict:
