@@ -216,20 +216,21 @@ def memory_child(args) -> None:
     optimizer = build_optimizer(model, 2e-5, 0.01)
     model.train()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    steps = []
-    for _ in range(2):
+    steps, peaks = [], []
+    for _ in range(args.steps):
         steps.append(timed(model.loss, optimizer, batch, "cpu"))
+        peaks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"utterances": args.length, "tokens_per_conversation": int(batch.turn_lengths.sum(1).max()),
                       "chunks": len(model.chunks(batch)), "peak_rss_mib": peak / 1024, "rss_before_training_mib": before / 1024,
-                      "step_seconds": steps}))
+                      "step_seconds": steps, "peak_rss_mib_after_each_step": peaks}))
 
 
 def memory(args) -> dict:
     rows = []
     for length in [int(x) for x in args.lengths.split(",")]:
         command = [sys.executable, __file__, "memory-child", "--length", str(length), "--threads", str(args.threads),
-                   "--batch-size", str(args.batch_size)] + (["--data-dir", args.data_dir] if args.data_dir else [])
+                   "--batch-size", str(args.batch_size), "--steps", str(args.steps)] + (["--data-dir", args.data_dir] if args.data_dir else [])
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
@@ -246,6 +247,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--lengths", default="50,200")
     parser.add_argument("--length", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=4, help="memory: training steps at each length")
     parser.add_argument("--skip-recurrent", action="store_true", help="training: leave the recurrent path out")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--results-dir", default=None)

@@ -336,7 +336,7 @@ def test_cli_check_json_and_exit_codes(tmp_path, monkeypatch):
     runner = CliRunner()
     result = runner.invoke(backbone_app, ["check", "minilm", "--json"])
     assert result.exit_code == 0, result.output
-    payload = json.loads(result.output)
+    payload = json.loads(result.stdout)
     assert payload["ok"] and payload["max_abs_diff"] < TOL
 
     result = runner.invoke(backbone_app, ["check", str(tmp_path / "a" / "b" / "c")])

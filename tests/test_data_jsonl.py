@@ -318,7 +318,7 @@ def test_data_stats_counts_conversation_files_as_splits(tmp_path):
         path.unlink()
     folder = CliRunner().invoke(app, ["data", "stats", str(tmp_path), "--json"])  # a folder: its .jsonl files
     assert folder.exit_code == 0, folder.output
-    assert json.loads(folder.output)["splits"] == stats["splits"]
+    assert json.loads(folder.stdout)["splits"] == stats["splits"]
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(app, ["data", "stats", str(tmp_path / "empty")])
     assert result.exit_code == 2 and "a folder with no .jsonl or .jsonl.gz conversation files" in result.output
@@ -339,7 +339,7 @@ def test_data_stats_files_share_one_label_kind_and_gzip_files_are_splits(tmp_pat
     (tmp_path / "notes.txt").write_text("not a conversation file")
     result = CliRunner().invoke(app, ["data", "stats", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
-    splits = json.loads(result.output)["splits"]
+    splits = json.loads(result.stdout)["splits"]
     assert list(splits) == ["a", "b", "c"] and {s["label_kind"] for s in splits.values()} == {"emotion"}
     assert (splits["a"]["labels"], splits["b"]["labels"], splits["c"]["labels"]) == ({"joy": 1}, {"sadness": 1}, {})
     assert splits["c"]["unlabelled"] == {"emotion": 1} and splits["b"]["other_labels"] == {"act": {"question": 1}}
