@@ -1,9 +1,10 @@
 """A user's file of long conversations, trained as a user would: `turnformer train --dataset file` with its defaults.
 
-    python benchmarks/erc_long_file.py [--train 40] [--eval 10] [--epochs 1] [--threads 2]
+    python benchmarks/erc_long_file.py [--train 108] [--eval 20] [--utterances 50] [--epochs 2] [--threads 2]
 
-The conversations are SwDA's (about 170 utterances each, two speakers), written to generic JSONL files with their
-dialogue-act labels (`label_kind = "act"`): the same shape as a corpus of long dyadic sessions. The command is the
+The conversations are SwDA's (two speakers), cut into pieces of 50 utterances and written to generic JSONL files with
+their dialogue-act labels (`label_kind = "act"`): the shape of a corpus of long dyadic sessions (108 training
+conversations of about 50 utterances). The command is the
 default for files (DialogXL with the memory bias, batches of 4 conversations) run in a child process; the result
 -> ``erc-long-file.json``: the child's peak resident memory, its training loss after each epoch against the loss of
 predicting the label frequencies (the entropy of the training labels), and the test score at the best validation epoch.
@@ -21,17 +22,29 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from turnformer.data import load_split, write_jsonl
+from turnformer.dialogue import Dialogue
 from turnformer.results import make_result, write_result
+
+
+def pieces(dialogue: Dialogue, size: int) -> list[Dialogue]:
+    """The conversation cut into consecutive pieces of `size` utterances (the last may be shorter; 0: whole)."""
+    if not size:
+        return [dialogue]
+    return [replace(dialogue, turns=dialogue.turns[i: i + size], id=f"{dialogue.id}-{i // size}")
+            for i in range(0, len(dialogue.turns), size)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train", type=int, default=40, help="training conversations (the first N of SwDA's)")
-    parser.add_argument("--eval", type=int, default=10, help="validation and test conversations (the first N of each)")
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--train", type=int, default=108, help="training conversations (the first N)")
+    parser.add_argument("--eval", type=int, default=20, help="validation and test conversations (the first N of each)")
+    parser.add_argument("--utterances", type=int, default=50, help="SwDA's conversations cut into pieces of this many "
+                        "utterances (0: whole, about 170)")
+    parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--results-dir", default=None)
@@ -39,7 +52,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="long-file-"))
     files, sizes = {}, {}
     for split, n in (("train", args.train), ("validation", args.eval), ("test", args.eval)):
-        dialogues = list(load_split("swda", split, args.data_dir).dialogues)[:n]
+        dialogues = [piece for d in load_split("swda", split, args.data_dir).dialogues for piece in pieces(d, args.utterances)][:n]
         files[split] = folder / f"{split}.jsonl"
         write_jsonl(dialogues, files[split])
         sizes[split] = {"conversations": len(dialogues), "utterances": sum(len(d) for d in dialogues),
