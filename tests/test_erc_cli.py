@@ -213,3 +213,26 @@ def test_a_labelling_model_refuses_response_selection_items(tiny_backbone_dir, c
     assert "emotion-recognition (erc) model" in message
     scored = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(items)])
     assert scored.exit_code == 2 and "a response-selection item" in scored.output
+
+
+def test_a_checkpoint_from_before_one_pass_still_loads_and_predicts_alike(tiny_backbone_dir, conversation_files, tmp_path):
+    """A run written before chunk_tokens, memory_grad and checksums existed: its config lacks them, and it has no
+    checksums.json; it loads, at those settings' defaults, and predicts as the run does."""
+    out = tmp_path / "run"
+    assert runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1")).exit_code == 0
+    predictions = tmp_path / "now.jsonl"
+    assert runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(conversation_files["test"]), "--out", str(predictions)]).exit_code == 0
+    for name in ("best", "last"):
+        config_path = out / name / "config.json"
+        config = json.loads(config_path.read_text())
+        for key in ("chunk_tokens", "memory_grad"):
+            config["model"].pop(key, None)
+        config_path.write_text(json.dumps(config))
+        (out / name / "checksums.json").unlink()
+    run = json.loads((out / "run.json").read_text())
+    del run["recipe"]["model_config"]["chunk_tokens"]
+    (out / "run.json").write_text(json.dumps(run))
+    old = tmp_path / "old.jsonl"
+    result = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(conversation_files["test"]), "--out", str(old)])
+    assert result.exit_code == 0, result.output
+    assert old.read_text() == predictions.read_text()
