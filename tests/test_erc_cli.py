@@ -236,3 +236,12 @@ def test_a_checkpoint_from_before_one_pass_still_loads_and_predicts_alike(tiny_b
     result = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(conversation_files["test"]), "--out", str(old)])
     assert result.exit_code == 0, result.output
     assert old.read_text() == predictions.read_text()
+
+
+def test_quiet_leaves_out_what_was_written(tiny_backbone_dir, conversation_files, tmp_path):
+    out = tmp_path / "run"
+    assert runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1")).exit_code == 0
+    command = ["predict", "--checkpoint", str(out), "--input", str(conversation_files["test"]), "--out", str(tmp_path / "p.jsonl")]
+    loud, quiet = runner.invoke(app, command), runner.invoke(app, ["-q", *command])
+    assert loud.exit_code == quiet.exit_code == 0
+    assert "wrote" in loud.output and "wrote" not in quiet.output
