@@ -159,14 +159,22 @@ def test_a_signal_says_what_was_saved_and_how_to_resume(tiny_backbone_dir, conve
 
     out = tmp_path / "run"
     args = _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=100000", "--set", "train.save_every_steps=1")
+    import signal
+
+    # a test worker may run with Ctrl-C ignored (pytest-xdist), which a child inherits: give it the default back
     process = subprocess.Popen([sys.executable, "-m", "turnformer.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                               text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (out / "last" / "trainer_state.json").exists() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.2)
     time.sleep(1.0)  # well into training, past evaluations too
     process.send_signal(signum)
-    _, stderr = process.communicate(timeout=120)
+    try:
+        _, stderr = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
     assert process.returncode == code, stderr[-2000:]
     message = " ".join(stderr.split())
     assert f"interrupted ({name}): saved {out / 'last'} at step" in message and "with --resume continues it" in message
