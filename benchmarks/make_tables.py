@@ -1,10 +1,12 @@
-"""Regenerate docs/results.md from benchmarks/results/*.json."""
+"""Regenerate docs/results.md (each paper's main rows) and docs/results-all.md (everything) from
+benchmarks/results/*.json."""
 
 from pathlib import Path
 
-from turnformer.results import load_results, render_markdown
+from turnformer.results import load_results, render_markdown, render_summary
 
 if __name__ == "__main__":
-    out = Path("docs/results.md")
-    out.write_text(render_markdown(load_results()))
-    print(f"wrote {out}")
+    results = load_results()
+    for out, text in ((Path("docs/results.md"), render_summary(results)), (Path("docs/results-all.md"), render_markdown(results))):
+        out.write_text(text)
+        print(f"wrote {out}")

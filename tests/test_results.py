@@ -405,3 +405,21 @@ def test_a_run_without_a_finished_epoch_does_not_stop_the_others_being_collected
     bench.main()
     assert [r["experiment"] for r in written] == [ids[1]] and written[0]["scores"] == [72]
     assert f"{ids[0]}: not collected, runs without a finished epoch" in capsys.readouterr().out
+
+
+def test_results_md_opens_with_each_papers_main_rows_and_marks_the_device():
+    from turnformer.results import render_summary
+
+    main = make_result("erc-meld-dialogxl", task="erc", dataset="meld", split="test", model="dialogxl", metric="weighted_f1",
+                       scores=[50.0, 52.0], seeds=[1, 2], paper=62.41, backbone="all-MiniLM-L6-v2")
+    main["machine"] = "16 CPU cores (x86_64), NVIDIA H100 80GB HBM3, torch 2.11.0+cu130"
+    cpu = make_result("dialogue-act-swda-lstm", task="dialogue-act", dataset="swda", split="test", model="lstm",
+                      metric="accuracy", scores=[72.0], seeds=[1], paper=75.59)
+    cpu["machine"] = "2 CPU cores (x86_64), no GPU, torch 2.13.0+cpu"
+    sweep = make_result("dialogue-act-swda-lstm-w5-p2", task="dialogue-act", dataset="swda", split="test", model="lstm",
+                        metric="accuracy", scores=[71.0], seeds=[1])
+    page = render_summary([sweep, cpu, main])
+    assert page.index("## DialogXL") < page.index("## Local Contextual Attention")  # papers in order, not ids
+    assert "| meld | dialogxl | all-MiniLM-L6-v2 | 51.00 ± 1.41 | 62.41 | 2 | GPU (NVIDIA H100 80GB HBM3) |" in page
+    assert "| swda | lstm | - | 72.00 | 75.59 | 1 | CPU (2 cores) |" in page
+    assert "w5-p2" not in page and "## MDFN" not in page  # sweeps elsewhere; a paper without rows is left out
