@@ -4,7 +4,7 @@ collected into a results file (benchmarks/results/EXPERIMENT.json) by `collect_e
     python benchmarks/erc_experiments.py --plan table2 [--plan table3 ...] [--workers 8] [--runs-dir runs/erc]
                                          [--seeds 1,2,3] [--deadline SECONDS] [--prune]
 
-Plans (recipes in recipes/erc-DATASET-MODEL.toml; model ids as in DESIGN.md section 7):
+Plans (recipes in recipes/TASK-DATASET-MODEL.toml, named by their model ids):
 
 - ``lr-sweep``: DialogXL and the concatenated-context baseline on MELD and EmoryNLP, one seed, at
   learning rates 2e-5, 5e-5 and 1e-4; writes ``erc-lr-sweep-MODEL.json`` with every validation score and the

@@ -3,7 +3,7 @@
 Hierarchical: an utterance encoder turns each utterance into a vector (word embeddings, an LSTM,
 max-pooling over the words), then a context encoder runs over the utterance vectors of a
 sub-dialogue and a two-layer ReLU classifier labels every utterance. ``LCConfig.context`` picks
-the context encoder (model ids of DESIGN.md section 7):
+the context encoder (model ids as the recipes and `turnformer train --model` name them):
 
 - ``lc-attention``: self-attention with the learnable Gaussian bias of equations 4-7
   (`turnformer.structure.lc_attention_bias`), plus the residual connection of equation 3;

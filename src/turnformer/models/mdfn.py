@@ -19,7 +19,7 @@ A context and one candidate response go through a pretrained encoder as one sequ
    ([forward; backward] state there), initial state zero (the official code draws it at random,
    which makes scores non-deterministic), then v = tanh(W [v_u; v_s] + b), dropout and a linear score.
 
-Variants (model ids of DESIGN.md section 7, set by `MDFN_VARIANTS`): ``plain-encoder`` scores the
+Variants (model ids as the recipes name them, set by `MDFN_VARIANTS`): ``plain-encoder`` scores the
 [CLS] state alone (dropout, dense + tanh, dropout, linear); ``mdfn-ua-only`` / ``mdfn-sa-only`` keep one
 channel; ``mdfn-maxpool`` / ``mdfn-meanpool`` replace the BiGRU by max / mean pooling over the turn
 vectors; ``mdfn-linear-fusion`` replaces each gate by a linear layer over [C1; C2] (the paper's
