@@ -75,14 +75,16 @@ def main() -> None:
     result = json.loads((out / "result.json").read_text())
     run = json.loads((out / "run.json").read_text())
     losses = [h["train_loss"] for h in result["history"] if h.get("complete")]
+    recipe = json.loads(json.dumps(run["recipe"]).replace(str(folder), "FOLDER"))  # the files' temporary folder, named
+    recipe["recipe_path"] = Path(recipe.get("recipe_path", "")).name
     extra = {"peak_rss_mib": peak_mib, "train_loss_per_epoch": losses, "label_frequency_loss": frequency_loss,
              "labels": len(counts), "sizes": sizes, "seconds": seconds, "train_seconds": result["train_seconds"],
              "validation_at_best": result["validation_at_best"], "best_epoch": result["best_epoch"],
-             "model": run["recipe"]["model"], "train_command": " ".join(["turnformer", *command[3:]]),
+             "model": run["recipe"]["model"], "train_command": " ".join(["turnformer", *command[3:]]).replace(str(folder), "FOLDER"),
              "note": "SwDA conversations written as a user's JSONL files; act labels; the default model for files"}
     record = make_result("erc-long-file", task="erc", dataset="file (SwDA conversations)", split="test",
                          model=run["recipe"]["model"], backbone=run["recipe"]["backbone"], metric="weighted_f1",
-                         scores=[result["test_at_best"]], seeds=[1], config=run["recipe"], extra=extra)
+                         scores=[result["test_at_best"]], seeds=[1], config=recipe, extra=extra)
     kwargs = {"results_dir": Path(args.results_dir)} if args.results_dir else {}
     print(f"peak {peak_mib:.0f} MiB; training loss {losses} against {frequency_loss:.3f} for the label frequencies; "
           f"test {result['test_at_best']:.2f} -> {write_result(record, **kwargs)}")

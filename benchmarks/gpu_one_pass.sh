@@ -5,17 +5,15 @@
 #   runs    the one-pass experiment plan (erc_experiments.py --plan one-pass): DialogXL's MELD and EmoryNLP rows, the
 #           memory-bias rows and memory_grad, 3 seeds, WORKERS runs at a time on the card, every run cut at DEADLINE
 #           seconds from the start and resumable (run the script again: finished runs are kept, cut ones continue).
-# Usage: benchmarks/gpu_one_pass.sh [speed|runs|all]    RESULTS (default benchmarks/results) receives the results files.
+# Usage: benchmarks/gpu_one_pass.sh [speed|runs|all]    The results files go to benchmarks/results.
 set -u
 part=${1:-all}
-results=${RESULTS:-benchmarks/results}
 runs=${RUNS:-runs/erc}
-mkdir -p "$results"
 if [[ $part == speed || $part == all ]]; then
     python3 benchmarks/erc_one_pass_speed.py training --device cuda --batch-size 16 --batches 24 --repeats 3 --threads 8 \
-        --results-dir "$results" || echo "speed (training) failed"
+        || echo "speed (training) failed"
     python3 benchmarks/erc_one_pass_speed.py encoder --device cuda --batch-size 16 --batches 16 --repeats 3 --threads 8 \
-        --results-dir "$results" || echo "speed (encoder) failed"
+        || echo "speed (encoder) failed"
 fi
 if [[ $part == runs || $part == all ]]; then
     python3 benchmarks/erc_experiments.py --plan one-pass --workers "${WORKERS:-6}" --runs-dir "$runs" \
