@@ -345,10 +345,10 @@ def test_cli_check_json_and_exit_codes(tmp_path, monkeypatch):
     result = runner.invoke(backbone_app, ["check", " "])
     assert result.exit_code == 2 and "backbone ' ': empty; give a name" in result.output
 
-    import turnformer.backbones.cli as cli
+    import turnformer.backbones.check as check
 
     monkeypatch.setattr(
-        cli, "check_backbone",
+        check, "check_backbone",
         lambda name, tolerance: {"backbone": name, "max_abs_diff": 0.5, "tokens": 3, "sentences": 1,
                                  "tolerance": tolerance, "ok": False},
     )
@@ -394,3 +394,19 @@ def test_fast_and_explicit_paths_agree_for_any_mask(batch, memory_length, length
 def test_position_ids_out_of_range_is_a_clear_error(tiny):
     with pytest.raises(ValueError, match="max_position_embeddings=128"):
         tiny(_ids(1, 3), position_ids=torch.tensor([[126, 127, 128]]))
+
+
+def test_the_command_line_starts_without_torch():
+    """`turnformer --help` and argument errors answer at once: the CLI module loads neither torch nor transformers,
+    and the backbone command's written-out tolerance is the check's."""
+    import subprocess
+    import sys
+
+    from turnformer.backbones.check import DEFAULT_TOLERANCE
+    from turnformer.backbones.cli import TOLERANCE
+
+    assert TOLERANCE == DEFAULT_TOLERANCE
+    probe = "import sys, turnformer.cli; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"
+

@@ -22,8 +22,10 @@ from rich.text import Text
 from turnformer.backbones.cli import backbone_app
 from turnformer.data.cli import data_app
 from turnformer.dialogue import Dialogue, DialogueError, output_names
-from turnformer.tasks.erc import load_trained
-from turnformer.training import CheckpointError
+from turnformer.errors import CheckpointError
+
+# Commands import torch, transformers and the models inside their bodies, only when they run: `turnformer --help` and
+# argument errors answer at once.
 
 app = typer.Typer(help="Multi-turn, multi-party dialogue modelling with structure-aware Transformers.", no_args_is_help=True)
 plot_app = typer.Typer(help="Figures: the attention masks of a conversation, and what a trained model attends to (DialogXL, dialogue acts).", no_args_is_help=True)
@@ -362,6 +364,7 @@ def demo(
     )
 
     from turnformer.models.dialogxl import DialogXLSession
+    from turnformer.tasks.erc import load_trained
 
     model, tokenizer, run = load_trained(out / "run")
     session = DialogXLSession(model, tokenizer, run["labels"])
@@ -422,6 +425,8 @@ def load_any_trained(checkpoint: Path):
         from turnformer.tasks.generation import load_trained as load_generator
 
         return (task, *load_generator(checkpoint))  # the "tokenizer" is the word vocabulary
+    from turnformer.tasks.erc import load_trained
+
     return (task, *load_trained(checkpoint))
 
 

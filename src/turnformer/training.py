@@ -44,6 +44,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from turnformer.errors import CheckpointError
+
 __all__ = [
     "CHECKPOINT_FILES", "CheckpointError", "TrainConfig", "TrainResult", "TrainableModel", "build_optimizer",
     "build_scheduler", "epoch_order", "load_checkpoint", "predict_all", "read_checkpoint_config", "set_seed",
@@ -69,10 +71,6 @@ _ALIASES_KEY = "turnformer_aliases"
 _NORM_TYPES: tuple[type, ...] = (
     nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.modules.batchnorm._NormBase, nn.RMSNorm,
 )
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, corrupt, or does not fit the model or the run it is loaded into."""
 
 
 @runtime_checkable
