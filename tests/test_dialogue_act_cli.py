@@ -84,7 +84,7 @@ def test_plot_utterance_attention(data_dir, tmp_path):
     assert (tmp_path / "f.png").stat().st_size > 1000
 
     from turnformer.data import load_split
-    from turnformer.plots import utterance_attention
+    from turnformer.tasks.dialogue_act import utterance_attention
     from turnformer.tasks.dialogue_act import load_trained
 
     model, tokenizer, _ = load_trained(out)

@@ -243,7 +243,8 @@ def plot_attention_command(
     """Which earlier tokens each DialogXL head type attends to from one utterance's [CLS] (last
     layer, mean over the heads of each type): the DialogXL paper's Figure 5."""
     from turnformer.models.dialogxl import DialogXL
-    from turnformer.plots import attention_view, figure_path, plot_attention
+    from turnformer.plots import figure_path, plot_attention
+    from turnformer.tasks.erc import attention_view
     from turnformer.tasks.erc import build_erc_model
 
     if out is None and not as_json:
@@ -285,7 +286,8 @@ def plot_act_attention_command(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Attention between the utterances of one sub-dialogue, per model (the LC Attention paper's Figure 2)."""
-    from turnformer.plots import figure_path, plot_utterance_attention, utterance_attention
+    from turnformer.plots import figure_path, plot_utterance_attention
+    from turnformer.tasks.dialogue_act import utterance_attention
 
     try:
         out = figure_path(out)

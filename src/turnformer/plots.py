@@ -250,45 +250,6 @@ class AttentionView:
         }
 
 
-@torch.no_grad()
-def attention_view(model, tokenizer, dialogue: Dialogue, utterance: int) -> AttentionView:
-    """Run DialogXL (`turnformer.models.dialogxl.DialogXL`) over ``dialogue`` up to ``utterance``
-    and read the last layer's attention of that utterance's [CLS] token (the DialogXL paper's Figure 5)."""
-    from turnformer.tasks.erc import encode_conversations, make_batch
-
-    if not 0 <= utterance < len(dialogue):
-        raise ValueError(f"utterance {utterance} out of range: dialogue {dialogue.id!r} has {len(dialogue)} utterances (0..{len(dialogue) - 1})")
-    was_training = model.training
-    model.eval()
-    (encoded,), _ = encode_conversations([dialogue], tokenizer, "", [], model.config.max_utterance_tokens)
-    batch = make_batch([encoded], tokenizer.pad_token_id).to(next(model.parameters()).device)
-    memory = model.empty_memory(1)
-    for t in range(utterance):
-        _, memory, _ = model.step(batch.steps[t], t, batch.speakers[:, t], memory)
-    ids = batch.steps[utterance]
-    _, _, out = model.step(ids, utterance, batch.speakers[:, utterance], memory, output_attentions=True)
-    model.train(was_training)
-
-    query = int((ids[0] == model.special_ids[0]).int().argmax())
-    row = out.attentions[-1][0, :, query].cpu()  # [heads, memory + current keys]
-    length = ids.shape[1]
-    key_utterance = torch.cat([memory.meta.utterance[0].cpu(), torch.full((length,), utterance)])
-    key_position = torch.cat([memory.meta.position[0].cpu(), torch.arange(length)])
-    real = torch.cat([memory.meta.is_real[0].cpu(), (ids[0] != tokenizer.pad_token_id).cpu()])
-    pairs = list(zip(key_utterance[real].tolist(), key_position[real].tolist()))
-    tokens = tokenizer.convert_ids_to_tokens([encoded.turn_ids[u][p] for u, p in pairs])
-    weights, counts, start = {}, {}, 0
-    for kind, n in zip(HEAD_TYPES, model.config.heads):
-        counts[kind] = n
-        if n:
-            weights[kind] = row[start : start + n].mean(0)[real].tolist()
-        start += n
-    return AttentionView(
-        dialogue=dialogue.id, query_utterance=utterance, tokens=tokens, utterance=[u for u, _ in pairs],
-        speaker=[dialogue.turns[u].speaker for u, _ in pairs], weights=weights, head_counts=counts,
-    )
-
-
 @literal_text()
 def plot_attention(view: AttentionView, out: str | Path, title: str | None = None) -> Path:
     """One row per head type, one column per key. Each row's colours are scaled to its largest weight
@@ -321,29 +282,6 @@ def plot_attention(view: AttentionView, out: str | Path, title: str | None = Non
     fig.suptitle(title or f"dialogue {view.dialogue}, utterance {view.query_utterance}: [CLS] attention, last layer "
                  "(mean over each type's heads; rows scaled to their largest memory weight)", fontsize=9)
     return save_figure(fig, out)
-
-
-@torch.no_grad()
-def utterance_attention(model, tokenizer, dialogue: Dialogue, start: int, length: int) -> torch.Tensor:
-    """[length, length] attention between utterances start..start+length-1 of a dialogue-act model's
-    context layer (mean over heads; each row sums to 1): the LC Attention paper's Figure 2."""
-    from turnformer.models.lc_attention import LocalContextAttention
-    from turnformer.tasks.dialogue_act import encode_dialogues
-
-    if not isinstance(model.context, LocalContextAttention):
-        raise ValueError(f"a {model.config.context} model has no attention over utterances (use lc-attention or lstm-attention)")
-    if not 0 <= start < len(dialogue) or length < 1:
-        raise ValueError(f"utterances {start}..{start + length - 1}: dialogue {dialogue.id!r} has {len(dialogue)} (0..{len(dialogue) - 1})")
-    length = min(length, len(dialogue) - start, model.config.max_positions)
-    (ids,), _, _ = encode_dialogues([dialogue], tokenizer, [], model.config.max_utterance_tokens, label_kind="\0none")
-    rows = ids[start : start + length]
-    tokens = torch.full((length, max(map(len, rows))), model.config.pad_id, dtype=torch.long)
-    for i, row in enumerate(rows):
-        tokens[i, : len(row)] = torch.tensor(row)
-    model.eval()
-    vectors = model.encode_utterances(tokens).unsqueeze(0)
-    _, probs = model.contextualise(vectors, torch.ones(1, length, dtype=torch.bool), return_probs=True)
-    return probs[0].mean(0)
 
 
 @literal_text()

@@ -10,11 +10,12 @@ Data is looked up in ``--data-dir`` / ``data_dir=``, else ``$TURNFORMER_DATA``, 
 """
 
 from turnformer.data.jsonl import DialogueList, read_jsonl, write_jsonl
-from turnformer.data.locate import dataset_dir, resolve_data_dir
+from turnformer.data.locate import resolve_data_dir
 from turnformer.data.registry import (
     DATASETS,
     DatasetInfo,
     available_datasets,
+    dataset_dir,
     get_info,
     load_split,
     normalize_split,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from turnformer.data.report import DataNotFoundError
 
 ENV_VAR = "TURNFORMER_DATA"
 DEFAULT_DATA_DIR = Path("~/.cache/turnformer/data")
@@ -43,15 +42,3 @@ def not_found_message(name: str, path: Path, manual_download: str = "") -> str:
         f"{name} data not found at {path}. Pass --data-dir DIR (the folder that holds {path.name}/), "
         f"set {ENV_VAR}=DIR, or run `turnformer data download {name}`."
     )
-
-
-def dataset_dir(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The folder of dataset `name` inside the data directory; `DataNotFoundError` if it is missing."""
-    from turnformer.data.registry import get_info  # late import: the registry imports the loaders
-
-    info = get_info(name)
-    root = resolve_data_dir(data_dir)
-    path = root / info.folder
-    if not path.is_dir():
-        raise DataNotFoundError(not_found_message(info.name, path, info.manual_download))
-    return path

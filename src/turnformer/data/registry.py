@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from turnformer.data import dailydialog, emorynlp, empathetic_dialogues, meld, mutual, personachat, swda
-from turnformer.data.locate import dataset_dir
+from turnformer.data.locate import not_found_message, resolve_data_dir
 from turnformer.data.report import DataNotFoundError, DatasetSplit
 from turnformer.dialogue import DialogueError
 
@@ -147,6 +147,15 @@ def normalize_split(split: str) -> str:
         return SPLIT_ALIASES[key]
     except KeyError:
         raise DialogueError(f"unknown split {split!r}; use train, validation (or dev/val) or test") from None
+
+
+def dataset_dir(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The folder of dataset `name` inside the data directory; `DataNotFoundError` if it is missing."""
+    info = get_info(name)
+    path = resolve_data_dir(data_dir) / info.folder
+    if not path.is_dir():
+        raise DataNotFoundError(not_found_message(info.name, path, info.manual_download))
+    return path
 
 
 def load_split(name: str, split: str, data_dir: str | os.PathLike[str] | None = None) -> DatasetSplit:

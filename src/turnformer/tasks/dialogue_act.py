@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from turnformer.dialogue import Dialogue, DialogueError, is_blank
-from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, WindowBatch, build_lc_model
+from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, LocalContextAttention, WindowBatch, build_lc_model
 from turnformer.tasks.erc import SPLITS, apply_limits, check_split, checkpoint_paths, load_erc_data, utterance_counts
 from turnformer.tasks.metrics import accuracy
 
@@ -248,5 +248,25 @@ class DialogueActSession:
                 "truncated": truncated}
 
 
-__all__ = ["DIALOGUE_ACT_MODELS", "SPLITS", "DialogueActSession", "encode_dialogues", "evaluate", "load_trained",
+__all__ = ["DIALOGUE_ACT_MODELS", "utterance_attention", "SPLITS", "DialogueActSession", "encode_dialogues", "evaluate", "load_trained",
            "make_batches", "make_windows", "predict_dialogues", "prepare_dialogue_act", "train_dialogue_act"]
+
+
+@torch.no_grad()
+def utterance_attention(model, tokenizer, dialogue: Dialogue, start: int, length: int) -> torch.Tensor:
+    """[length, length] attention between utterances start..start+length-1 of a dialogue-act model's
+    context layer (mean over heads; each row sums to 1): the LC Attention paper's Figure 2."""
+    if not isinstance(model.context, LocalContextAttention):
+        raise ValueError(f"a {model.config.context} model has no attention over utterances (use lc-attention or lstm-attention)")
+    if not 0 <= start < len(dialogue) or length < 1:
+        raise ValueError(f"utterances {start}..{start + length - 1}: dialogue {dialogue.id!r} has {len(dialogue)} (0..{len(dialogue) - 1})")
+    length = min(length, len(dialogue) - start, model.config.max_positions)
+    (ids,), _, _ = encode_dialogues([dialogue], tokenizer, [], model.config.max_utterance_tokens, label_kind="\0none")
+    rows = ids[start : start + length]
+    tokens = torch.full((length, max(map(len, rows))), model.config.pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row)] = torch.tensor(row)
+    model.eval()
+    vectors = model.encode_utterances(tokens).unsqueeze(0)
+    _, probs = model.contextualise(vectors, torch.ones(1, length, dtype=torch.bool), return_probs=True)
+    return probs[0].mean(0)

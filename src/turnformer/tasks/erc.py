@@ -20,6 +20,7 @@ import torch
 from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.models.dialogxl import ConversationBatch
 from turnformer.structure.packing import truncate_keeping_end_specials
+from turnformer.plots import HEAD_TYPES, AttentionView
 from turnformer.tasks.metrics import PRIMARY_METRIC, erc_metrics
 
 logger = logging.getLogger(__name__)
@@ -398,3 +399,40 @@ def load_trained(checkpoint):
     model, tokenizer = build_erc_model(recipe["model"], recipe["model_config"], run["labels"], recipe["backbone"])
     load_checkpoint(weights, model)
     return model.eval(), tokenizer, run
+
+
+@torch.no_grad()
+def attention_view(model, tokenizer, dialogue: Dialogue, utterance: int) -> AttentionView:
+    """Run DialogXL (`turnformer.models.dialogxl.DialogXL`) over ``dialogue`` up to ``utterance``
+    and read the last layer's attention of that utterance's [CLS] token (the DialogXL paper's Figure 5)."""
+    if not 0 <= utterance < len(dialogue):
+        raise ValueError(f"utterance {utterance} out of range: dialogue {dialogue.id!r} has {len(dialogue)} utterances (0..{len(dialogue) - 1})")
+    was_training = model.training
+    model.eval()
+    (encoded,), _ = encode_conversations([dialogue], tokenizer, "", [], model.config.max_utterance_tokens)
+    batch = make_batch([encoded], tokenizer.pad_token_id).to(next(model.parameters()).device)
+    memory = model.empty_memory(1)
+    for t in range(utterance):
+        _, memory, _ = model.step(batch.steps[t], t, batch.speakers[:, t], memory)
+    ids = batch.steps[utterance]
+    _, _, out = model.step(ids, utterance, batch.speakers[:, utterance], memory, output_attentions=True)
+    model.train(was_training)
+
+    query = int((ids[0] == model.special_ids[0]).int().argmax())
+    row = out.attentions[-1][0, :, query].cpu()  # [heads, memory + current keys]
+    length = ids.shape[1]
+    key_utterance = torch.cat([memory.meta.utterance[0].cpu(), torch.full((length,), utterance)])
+    key_position = torch.cat([memory.meta.position[0].cpu(), torch.arange(length)])
+    real = torch.cat([memory.meta.is_real[0].cpu(), (ids[0] != tokenizer.pad_token_id).cpu()])
+    pairs = list(zip(key_utterance[real].tolist(), key_position[real].tolist()))
+    tokens = tokenizer.convert_ids_to_tokens([encoded.turn_ids[u][p] for u, p in pairs])
+    weights, counts, start = {}, {}, 0
+    for kind, n in zip(HEAD_TYPES, model.config.heads):
+        counts[kind] = n
+        if n:
+            weights[kind] = row[start : start + n].mean(0)[real].tolist()
+        start += n
+    return AttentionView(
+        dialogue=dialogue.id, query_utterance=utterance, tokens=tokens, utterance=[u for u, _ in pairs],
+        speaker=[dialogue.turns[u].speaker for u, _ in pairs], weights=weights, head_counts=counts,
+    )

@@ -1,0 +1,60 @@
+"""The package's imports form no circle (module-level or inside functions): figures only draw, the registry is the
+only place that knows the datasets, and the command line starts without torch."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "turnformer"
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("turnformer"):
+                submodules = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules]
+                # `from turnformer.data import meld`: the submodule; `from turnformer.data import load_split`: the package
+                targets = submodules if len(submodules) == len(node.names) else [node.module, *submodules]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("turnformer")]
+            graph[name].update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if not state.get(target) and (circle := visit(target)):
+                return circle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if not state.get(module) and (circle := visit(module)):
+            return circle
+    return None
+
+
+def test_no_import_circles():
+    circle = find_circle(import_graph())
+    assert circle is None, " -> ".join(circle)
+
+
+def test_the_circle_finder_finds_one():
+    assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_circle({"a": {"b"}, "b": set()}) is None
