@@ -538,7 +538,7 @@ def test_a_fresh_run_never_mixes_with_the_run_it_replaces(tmp_path):
     (out / "run.json").write_text("{}")  # the new run is interrupted before its first checkpoint, then started again
     assert _set_aside_earlier_run(out) == aside and not (out / "run.json").exists()
     assert (aside / "best" / "model.safetensors").read_bytes() == first_best  # nothing of the old run lost
-    run(out, epochs=1)  # the replacement reaches its first checkpoint: the old run goes
+    run(out, epochs=1, resume=True)  # resumed with no checkpoint yet, it still replaces: at its first checkpoint, the old run goes
     assert not aside.exists() and (out / "best").is_dir() and not (out / "result.json").exists()
 
 

@@ -479,6 +479,8 @@ class _Trainer:
         if not last.exists():
             if self.acc.is_main_process:
                 logger.info("resume: no checkpoint at %s, starting afresh", last)
+                if replaced_run_folder(out_dir).exists():  # a replacement that never checkpointed: it goes on replacing
+                    self.replaced = replaced_run_folder(out_dir)
             return None
         checkpoint = _read_checkpoint(last, full=True)
         saved = checkpoint["config"]
