@@ -158,6 +158,20 @@ def update_memory(memory: Memory, layer_inputs: Sequence[torch.Tensor], current:
     return Memory(states, new_meta)
 
 
+class PerLayerBias(Sequence):
+    """The memory bias of each layer, [B, H, T, K], made when the encoder reaches that layer: one layer's at a time
+    rather than every layer's for the whole forward pass (a chunk's attention is the largest thing it holds)."""
+
+    def __init__(self, is_memory: torch.Tensor, weights: torch.Tensor):
+        self.is_memory, self.weights = is_memory, weights  # [B, 1, T, K]; [layers, H]
+
+    def __len__(self) -> int:
+        return self.weights.shape[0]
+
+    def __getitem__(self, layer: int) -> torch.Tensor:
+        return self.is_memory * self.weights[layer][:, None, None]
+
+
 @dataclass
 class ConversationBatch:
     """A batch of conversations, in two layouts of the same token ids.
@@ -361,7 +375,7 @@ class DialogXL(nn.Module):
             extra["extra_embeddings"] = self.speaker_embedding(meta.speaker.clamp(0, self.config.speaker_roles - 1)) * meta.is_real.unsqueeze(-1)
         if self.memory_bias is not None:
             is_memory = MEMORY(meta, keys).unsqueeze(1).to(self.memory_bias.dtype)  # [B, 1, T, M+T]
-            extra["attention_bias"] = [is_memory * layer[:, None, None] for layer in self.memory_bias]
+            extra["attention_bias"] = PerLayerBias(is_memory, self.memory_bias)
         if not self.config.memory_grad:  # later utterances read earlier ones of the chunk as memory: detached
             extra["detached_keys"] = MEMORY(meta, meta)
         if self.takes_positions:  # XLNet: relative distances between running positions
