@@ -130,16 +130,15 @@ def load_input(spec: str, data_dir: Optional[Path], task: Optional[str] = None) 
     that will read them, response-selection items (a context and its candidate replies, which a labelling model would
     ignore) are refused up front."""
     from turnformer.data import DATASETS, load_split, parse_split_spec, read_jsonl
+    from turnformer.data.jsonl import refuse_selection_items
 
     path = Path(spec)
     if path.exists():
         dialogues = read_jsonl(path)
         if not dialogues:
             raise DialogueError(f"{spec}: no conversations in the file")
-        line = next((n for d, n in zip(dialogues, dialogues.lines) if "candidates" in (d.meta or {})), None)
-        if task in TASK_INPUT and line is not None:
-            raise DialogueError(f"{spec}:{line}: a response-selection item (meta.candidates); the checkpoint is {TASK_INPUT[task]}: "
-                                "give it conversations without candidates, or a response-selection checkpoint")
+        if task in TASK_INPUT:
+            refuse_selection_items(dialogues, spec, TASK_INPUT[task])
         return dialogues
     if benchmark := parse_split_spec(spec):
         items = load_split(*benchmark, data_dir).items

@@ -986,7 +986,10 @@ def _set_aside_earlier_run(out_dir: Path) -> Path | None:
     aside = replaced_run_folder(out_dir)
     if aside.exists():
         for path in present:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
         return aside
     if not present:
         return None

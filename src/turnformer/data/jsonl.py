@@ -222,6 +222,15 @@ def read_jsonl(
     return out
 
 
+def refuse_selection_items(dialogues: "DialogueList", source, reader: str) -> None:
+    """Raise, naming its line, where a file read for `reader` (a model that labels utterances: "an emotion-recognition
+    (erc) model, ...") holds a response-selection item (``meta.candidates``), whose candidates it would ignore."""
+    line = next((n for d, n in zip(dialogues, getattr(dialogues, "lines", ())) if "candidates" in (d.meta or {})), None)
+    if line is not None:
+        raise DialogueError(f"{source}:{line}: a response-selection item (meta.candidates); the checkpoint is {reader}: "
+                            "give it conversations without candidates, or a response-selection checkpoint")
+
+
 def _as_dialogue(d: Any, index: int) -> Dialogue:
     if isinstance(d, Dialogue):
         return d
@@ -263,4 +272,4 @@ def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str
     return len(lines)
 
 
-__all__ = ["DialogueList", "parse_dialogue", "read_jsonl", "write_jsonl", "dumps_dialogue"]
+__all__ = ["DialogueList", "dumps_dialogue", "parse_dialogue", "read_jsonl", "refuse_selection_items", "write_jsonl"]

@@ -373,11 +373,11 @@ class DialogXL(nn.Module):
         extra = {"attention_mask": self.layout.build(meta, keys)}  # [B, H, T, M+T], built once for every layer
         if self.speaker_embedding is not None:
             extra["extra_embeddings"] = self.speaker_embedding(meta.speaker.clamp(0, self.config.speaker_roles - 1)) * meta.is_real.unsqueeze(-1)
+        reads_memory = MEMORY(meta, keys)  # [B, T, M+T]: pairs whose key is memory to the query
         if self.memory_bias is not None:
-            is_memory = MEMORY(meta, keys).unsqueeze(1).to(self.memory_bias.dtype)  # [B, 1, T, M+T]
-            extra["attention_bias"] = PerLayerBias(is_memory, self.memory_bias)
-        if not self.config.memory_grad:  # later utterances read earlier ones of the chunk as memory: detached
-            extra["detached_keys"] = MEMORY(meta, meta)
+            extra["attention_bias"] = PerLayerBias(reads_memory.unsqueeze(1).to(self.memory_bias.dtype), self.memory_bias)
+        if torch.is_grad_enabled() and not self.config.memory_grad:  # earlier utterances of the chunk read as memory: detached
+            extra["detached_keys"] = reads_memory[..., memory.length:]
         if self.takes_positions:  # XLNet: relative distances between running positions
             extra.update(query_positions=meta.order, key_positions=keys.order)
         else:

@@ -17,10 +17,11 @@ from typing import Sequence
 
 import torch
 
+from turnformer.data.jsonl import refuse_selection_items
 from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.models.dialogxl import ConversationBatch
-from turnformer.structure.packing import truncate_keeping_end_specials
 from turnformer.plots import HEAD_TYPES, AttentionView
+from turnformer.structure.packing import truncate_keeping_end_specials
 from turnformer.tasks.metrics import PRIMARY_METRIC, erc_metrics
 
 logger = logging.getLogger(__name__)
@@ -234,11 +235,7 @@ def load_erc_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS,
             require_labels(splits[split], kind, recipe[f"{split}_file"], split)
         for split in only:
             warn_unlabelled(splits[split], kind, recipe[f"{split}_file"])
-            items = [n for d, n in zip(splits[split], getattr(splits[split], "lines", ())) if "candidates" in (d.meta or {})]
-            if items:
-                raise DialogueError(f"{recipe[f'{split}_file']}:{items[0]}: a response-selection item (meta.candidates): a "
-                                    f"{kind} model labels every utterance of conversations; give it conversations without "
-                                    "candidates (response selection: --task response-selection)")
+            refuse_selection_items(splits[split], recipe[f"{split}_file"], f"a model that labels every utterance with {kind_label(kind)}")
         return {split: splits[split] for split in only}, labels or None
     loaded = {split: load_split(recipe["dataset"], split, data_dir) for split in only}
     return {s: list(ds.dialogues) for s, ds in loaded.items()}, next(iter(loaded.values())).label_set(kind)
