@@ -14,6 +14,7 @@ so are the gradients, pair by pair.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -68,6 +69,18 @@ def masked_attention(
     return out, None
 
 
+def _autocast_state(x: torch.Tensor) -> tuple[str, torch.dtype] | None:
+    """The autocast (device type, dtype) a custom function's forward ran under, for its backward to run under too
+    (autograd runs backward outside autocast, where the saved float32 inputs would meet half-precision gradients);
+    the engine casts each returned gradient back to its input's dtype."""
+    device = x.device.type
+    return (device, torch.get_autocast_dtype(device)) if torch.is_autocast_enabled(device) else None
+
+
+def _autocast(state: tuple[str, torch.dtype] | None):
+    return torch.autocast(state[0], dtype=state[1]) if state else contextlib.nullcontext()
+
+
 class _LiveAndPast(torch.autograd.Function):
     """``F.linear(x, weight, bias)`` twice over: the live copy passes gradients to ``x`` and the weights, the past copy
     to the weights only, as if computed from ``x.detach()``: one product forward, one of each kind backward."""
@@ -77,15 +90,17 @@ class _LiveAndPast(torch.autograd.Function):
         y = F.linear(x, weight, bias)
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
+        ctx.autocast = _autocast_state(x)
         return y, y.clone()
 
     @staticmethod
     def backward(ctx, live, past):
         x, weight = ctx.saved_tensors
-        both = (live + past).flatten(0, -2)
-        grad_x = live @ weight if ctx.needs_input_grad[0] else None
-        grad_weight = both.transpose(0, 1) @ x.flatten(0, -2)
-        return grad_x, grad_weight, both.sum(0) if ctx.has_bias else None
+        with _autocast(ctx.autocast):
+            both = (live + past).flatten(0, -2)
+            grad_x = live @ weight if ctx.needs_input_grad[0] else None
+            grad_weight = both.transpose(0, 1) @ x.flatten(0, -2)
+            return grad_x, grad_weight, both.sum(0) if ctx.has_bias else None
 
 
 def project_live_and_past(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,10 +122,16 @@ class _ReadWithPast(torch.autograd.Function):
     def forward(ctx, a, b, b_past, live, transpose_b):
         ctx.save_for_backward(a, b, live)
         ctx.transpose_b = transpose_b
+        ctx.autocast = _autocast_state(a)
         return a @ (b.transpose(-1, -2) if transpose_b else b)
 
     @staticmethod
     def backward(ctx, grad):
+        with _autocast(ctx.autocast):
+            return _ReadWithPast._backward(ctx, grad)
+
+    @staticmethod
+    def _backward(ctx, grad):
         a, b, live = ctx.saved_tensors
         current = live.shape[-1]
         if ctx.transpose_b:  # out [.., Q, K] = a [.., Q, D] @ b^T: the gradient of row k of b sums over queries
