@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Emotion recognition on all-mpnet-base-v2, on one GPU, in one call: one process a run, WORKERS runs at a time sharing
+# the card (a run trains batches of 4 conversations, far from filling it alone), bf16 mixed precision, every run cut
+# at DEADLINE seconds from the start (checkpointed, resumable: run the script again and cut runs continue, finished
+# ones are kept). After every run the run records (run.json, result.json, the log; no checkpoints) are archived into
+# ARCHIVE, so a call cut short still leaves what finished.
+#   lr-sweep   DialogXL with the memory bias on MELD and EmoryNLP at learning rates 1e-5, 2e-5, 4e-5 (seed 1; the
+#              classifier keeps the recipe's head_lr), and the concatenated-context baseline at 2e-5 on both.
+# EXTRA: more `turnformer train` options for every run (a quick check: EXTRA="--limit-dialogues 2 --set train.epochs=1").
+# Usage: benchmarks/gpu_mpnet_erc.sh [lr-sweep]    then: python benchmarks/collect_erc.py ... on the run folders.
+set -u
+plan=${1:-lr-sweep}
+export RUNS=${RUNS:-runs/mpnet} ARCHIVE=${ARCHIVE:-runs/mpnet.tar.gz}
+export DEADLINE_AT=$(( $(date +%s) + ${DEADLINE:-480} ))
+export ACCELERATE_MIXED_PRECISION=${ACCELERATE_MIXED_PRECISION:-bf16} TURNFORMER_THREADS=${TURNFORMER_THREADS:-2}
+
+runs() {  # one line a run: experiment model dataset lr seed
+    case $plan in
+    lr-sweep)
+        for dataset in meld emorynlp; do
+            for lr in 1e-5 2e-5 4e-5; do echo "erc-$dataset-dialogxl-memory-bias-mpnet-lr$lr dialogxl-memory-bias $dataset $lr 1"; done
+            echo "erc-$dataset-concat-context-mpnet-lr2e-5 concat-context $dataset 2e-5 1"
+        done ;;
+    *) echo "unknown plan $plan" >&2; exit 2 ;;
+    esac
+}
+
+one() {
+    local experiment=$1 model=$2 dataset=$3 lr=$4 seed=$5
+    local out=$RUNS/$experiment/seed$seed resume=()
+    if [[ -f $out/result.json ]] && grep -q '"stopped_early": false' "$out/result.json"; then return; fi
+    local left=$(( DEADLINE_AT - $(date +%s) ))
+    if (( left < 60 )); then echo "$experiment seed $seed: not started, ${left}s left"; return; fi
+    [[ -d $out/last ]] && resume=(--resume)
+    mkdir -p "$out"
+    python3 -m turnformer.cli train --task erc --model "$model" --dataset "$dataset" --seed "$seed" --out "$out" "${resume[@]}" \
+        --set backbone=all-mpnet-base-v2 --set train.lr="$lr" --time-budget "$left" ${EXTRA:-} \
+        >> "$RUNS/$experiment/seed$seed.log" 2>&1
+    echo "$experiment seed $seed: exit $? at $(date +%T)"
+    # runs still training change their files while they are read: the archive still holds what each had then
+    flock "$RUNS/.archive.lock" sh -c 'tar -czf "$1.part" --warning=no-file-changed --exclude=last --exclude=best -C "$2" .;
+        mv "$1.part" "$1"' _ "$ARCHIVE" "$RUNS"
+}
+export -f one
+mkdir -p "$RUNS"
+runs | xargs -P "${WORKERS:-8}" -L 1 bash -c 'one "$@"' _
