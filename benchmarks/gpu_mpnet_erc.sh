@@ -7,7 +7,11 @@
 #   lr-sweep   DialogXL with the memory bias on MELD and EmoryNLP at learning rates 1e-5, 2e-5, 4e-5 (seed 1; the
 #              classifier keeps the recipe's head_lr), and the concatenated-context baseline at 2e-5 on both.
 # EXTRA: more `turnformer train` options for every run (a quick check: EXTRA="--limit-dialogues 2 --set train.epochs=1").
-# Usage: benchmarks/gpu_mpnet_erc.sh [lr-sweep]    then: python benchmarks/collect_erc.py ... on the run folders.
+#   seeds      the rate the sweep chose (2e-5) with SEEDS (default 2 3): DialogXL with the memory bias and the
+#              concatenated context on MELD and EmoryNLP.
+# On an 80 GB H100, 8 runs at a time take about 5 minutes for a plan (4 epochs each); the concatenated context on MELD
+# (up to 512 tokens of history an utterance) needs the most memory: two of them beside six other runs ran out of it.
+# Usage: benchmarks/gpu_mpnet_erc.sh [lr-sweep|seeds]    then: python benchmarks/collect_erc.py ... on the run folders.
 set -u
 plan=${1:-lr-sweep}
 export RUNS=${RUNS:-runs/mpnet} ARCHIVE=${ARCHIVE:-runs/mpnet.tar.gz}
@@ -21,6 +25,9 @@ runs() {  # one line a run: experiment model dataset lr seed
             for lr in 1e-5 2e-5 4e-5; do echo "erc-$dataset-dialogxl-memory-bias-mpnet-lr$lr dialogxl-memory-bias $dataset $lr 1"; done
             echo "erc-$dataset-concat-context-mpnet-lr2e-5 concat-context $dataset 2e-5 1"
         done ;;
+    seeds)  # the rate the sweep chose (LR, default 2e-5), SEEDS (default 2 3) beside the sweep's seed 1
+        for dataset in meld emorynlp; do for seed in ${SEEDS:-2 3}; do for model in dialogxl-memory-bias concat-context; do
+            echo "erc-$dataset-$model-mpnet-lr${LR:-2e-5} $model $dataset ${LR:-2e-5} $seed"; done; done; done ;;
     *) echo "unknown plan $plan" >&2; exit 2 ;;
     esac
 }
@@ -38,7 +45,7 @@ one() {
         >> "$RUNS/$experiment/seed$seed.log" 2>&1
     echo "$experiment seed $seed: exit $? at $(date +%T)"
     # runs still training change their files while they are read: the archive still holds what each had then
-    flock "$RUNS/.archive.lock" sh -c 'tar -czf "$1.part" --warning=no-file-changed --exclude=last --exclude=best -C "$2" .;
+    flock "$RUNS/.archive.lock" sh -c 'tar -czf "$1.part" --warning=no-file-changed --exclude=last --exclude=best --exclude="*.tmp" -C "$2" .;
         mv "$1.part" "$1"' _ "$ARCHIVE" "$RUNS"
 }
 export -f one
