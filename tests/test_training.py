@@ -388,7 +388,7 @@ def test_head_lr_gives_the_new_layers_their_own_rate():
 
 
 def test_every_task_reads_the_same_train_settings(tmp_path):
-    from turnformer.training import recipe_train_config
+    from turnformer.recipes import recipe_train_config
 
     defaults = {"epochs": 4, "lr": 2e-5, "save_every_steps": 50}
     plain = recipe_train_config({"lr": 5e-5}, defaults, seed=3, out_dir=tmp_path)

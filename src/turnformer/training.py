@@ -203,20 +203,6 @@ def epoch_order(n_batches: int, seed: int, epoch: int) -> list[int]:
     return np.random.default_rng([seed, epoch]).permutation(n_batches).tolist()
 
 
-def recipe_train_config(settings: dict, defaults: dict, *, seed: int, out_dir, resume: bool = False,
-                        time_budget_s: float | None = None) -> TrainConfig:
-    """A recipe's [train] settings as a TrainConfig, every setting it may hold read the same way for every task
-    (schedule, warm-up and head_lr included); `defaults` are the task's values for those the recipe leaves out."""
-    merged = {"weight_decay": 0.0, "grad_clip": 5.0, "scheduler": "constant", "warmup_steps": 0, **defaults, **settings}
-    head_lr = merged.get("head_lr")
-    return TrainConfig(
-        epochs=int(merged["epochs"]), lr=float(merged["lr"]), seed=seed, out_dir=Path(out_dir),
-        weight_decay=float(merged["weight_decay"]), grad_clip=float(merged["grad_clip"]), resume=resume,
-        time_budget_s=time_budget_s, save_every_steps=merged.get("save_every_steps"), scheduler=merged["scheduler"],
-        warmup_steps=int(merged["warmup_steps"]), head_lr=float(head_lr) if head_lr is not None else None,
-    )
-
-
 def build_optimizer(model: nn.Module, lr: float, weight_decay: float, head_lr: float | None = None) -> torch.optim.AdamW:
     """AdamW: weight decay for every parameter but biases and those of normalisation layers (LayerNorm,
     RMSNorm, GroupNorm, BatchNorm, any `*Norm*`). With `head_lr`, the parameters outside the model's
