@@ -58,3 +58,18 @@ def test_no_import_circles():
 def test_the_circle_finder_finds_one():
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_circle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_training_loop_knows_nothing_of_recipes_tasks_or_the_command_line():
+    """Tasks and the command line call `train`, and recipes build its TrainConfig: the training package reaches none
+    of them, however indirectly."""
+    graph = import_graph()
+    training = {name for name in graph if name == "turnformer.training" or name.startswith("turnformer.training.")}
+    assert {"turnformer.training", "turnformer.training.loop"} <= training
+    reached, todo = set(), list(training)
+    while todo:
+        for target in graph[todo.pop()] - reached:
+            reached.add(target)
+            todo.append(target)
+    above = ("turnformer.recipes", "turnformer.tasks", "turnformer.cli")
+    assert not [m for m in reached if any(m == name or m.startswith(name + ".") for name in above)]

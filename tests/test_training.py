@@ -23,7 +23,7 @@ from turnformer.training import (
     CHECKPOINT_FILES, CheckpointError, TrainConfig, build_optimizer, build_scheduler, epoch_order, load_checkpoint,
     read_checkpoint_config, set_seed, train,
 )
-from turnformer.training import _atomic_directory  # noqa: PLC2701 (tested directly)
+from turnformer.training.files import atomic_directory
 
 WORKER = Path(__file__).with_name("_ddp_worker.py")
 _spec = importlib.util.spec_from_file_location("_ddp_worker", WORKER)
@@ -337,19 +337,19 @@ def test_load_checkpoint_checks_keys_strictly(checkpoint):
 
 
 def test_atomic_directory_keeps_the_old_checkpoint_on_failure(tmp_path):
-    with _atomic_directory(tmp_path, "last") as tmp:
+    with atomic_directory(tmp_path, "last") as tmp:
         (tmp / "a").write_text("old")
     with pytest.raises(RuntimeError):
-        with _atomic_directory(tmp_path, "last") as tmp:
+        with atomic_directory(tmp_path, "last") as tmp:
             (tmp / "a").write_text("half")
             raise RuntimeError("crash while writing")
     assert (tmp_path / "last" / "a").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]
     # a crash between the two renames leaves the old checkpoint aside; the next write puts it back first
     os.replace(tmp_path / "last", tmp_path / ".last.old")
-    with _atomic_directory(tmp_path, "best") as tmp:
+    with atomic_directory(tmp_path, "best") as tmp:
         (tmp / "a").write_text("best")
-    with _atomic_directory(tmp_path, "last") as tmp:
+    with atomic_directory(tmp_path, "last") as tmp:
         assert (tmp_path / "last" / "a").read_text() == "old"
         (tmp / "a").write_text("new")
     assert (tmp_path / "last" / "a").read_text() == "new"
@@ -388,7 +388,7 @@ def test_head_lr_gives_the_new_layers_their_own_rate():
 
 
 def test_every_task_reads_the_same_train_settings(tmp_path):
-    from turnformer.training import recipe_train_config
+    from turnformer.recipes import recipe_train_config
 
     defaults = {"epochs": 4, "lr": 2e-5, "save_every_steps": 50}
     plain = recipe_train_config({"lr": 5e-5}, defaults, seed=3, out_dir=tmp_path)
@@ -525,18 +525,18 @@ def test_damage_inside_the_weights_is_detected(tmp_path):
 
 
 def test_a_fresh_run_never_mixes_with_the_run_it_replaces(tmp_path):
-    from turnformer.training import _set_aside_earlier_run, replaced_run_folder  # noqa: PLC2701
+    from turnformer.training.runs import replaced_run_folder, set_aside_earlier_run
 
     out = tmp_path / "run"
     run(out, epochs=1)
     (out / "result.json").write_text("{}")
     (out / "notes.txt").write_text("mine")  # not a run's: left alone
     first_best = (out / "best" / "model.safetensors").read_bytes()
-    aside = _set_aside_earlier_run(out)  # a new run starts: the old one moves out whole
+    aside = set_aside_earlier_run(out)  # a new run starts: the old one moves out whole
     assert aside == replaced_run_folder(out) and sorted(p.name for p in aside.iterdir()) == ["best", "last", "result.json"]
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     (out / "run.json").write_text("{}")  # the new run is interrupted before its first checkpoint, then started again
-    assert _set_aside_earlier_run(out) == aside and not (out / "run.json").exists()
+    assert set_aside_earlier_run(out) == aside and not (out / "run.json").exists()
     assert (aside / "best" / "model.safetensors").read_bytes() == first_best  # nothing of the old run lost
     run(out, epochs=1, resume=True)  # resumed with no checkpoint yet, it still replaces: at its first checkpoint, the old run goes
     assert not aside.exists() and (out / "best").is_dir() and not (out / "result.json").exists()

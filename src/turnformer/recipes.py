@@ -11,9 +11,12 @@ from __future__ import annotations
 import copy
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnformer.dialogue import DialogueError
+
+if TYPE_CHECKING:
+    from turnformer.training import TrainConfig
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 REQUIRED = ("task", "model", "dataset")
@@ -148,6 +151,23 @@ def check_train_settings(train: dict[str, Any], source: str) -> None:
         if not numeric or (kind is int and not isinstance(value, int)) or value < least:
             wanted = "a whole number" if kind is int else "a number"
             raise DialogueError(f"{source}: train.{key} = {value!r}; expected {wanted}, {least:g} or more")
+
+
+def recipe_train_config(settings: dict, defaults: dict, *, seed: int, out_dir, resume: bool = False,
+                        time_budget_s: float | None = None) -> TrainConfig:
+    """A recipe's [train] settings as a TrainConfig, every setting it may hold read the same way for every task
+    (schedule, warm-up and head_lr included); `defaults` are the task's values for those the recipe leaves out."""
+    # late import: the training package imports torch, and commands that only read recipes start without it
+    from turnformer.training import TrainConfig
+
+    merged = {"weight_decay": 0.0, "grad_clip": 5.0, "scheduler": "constant", "warmup_steps": 0, **defaults, **settings}
+    head_lr = merged.get("head_lr")
+    return TrainConfig(
+        epochs=int(merged["epochs"]), lr=float(merged["lr"]), seed=seed, out_dir=Path(out_dir),
+        weight_decay=float(merged["weight_decay"]), grad_clip=float(merged["grad_clip"]), resume=resume,
+        time_budget_s=time_budget_s, save_every_steps=merged.get("save_every_steps"), scheduler=merged["scheduler"],
+        warmup_steps=int(merged["warmup_steps"]), head_lr=float(head_lr) if head_lr is not None else None,
+    )
 
 
 def apply_overrides(recipe: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

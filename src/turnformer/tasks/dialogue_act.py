@@ -140,7 +140,8 @@ def train_dialogue_act(recipe: dict, out_dir, seed: int, data_dir=None, resume: 
                        time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Train a dialogue-act recipe; returns the `TrainResult` (test accuracy at the best validation epoch).
     Checkpoints, run.json and resume work as for `train_erc`."""
-    from turnformer.training import recipe_train_config, set_seed, train
+    from turnformer.recipes import recipe_train_config
+    from turnformer.training import set_seed, train
 
     set_seed(seed)
     model, _, labels, batches, reports = prepare_dialogue_act(recipe, data_dir, limits)

@@ -299,7 +299,8 @@ def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = Non
 def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = False,
               time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Fine-tune an ERC recipe; returns the `TrainResult` (test score at the best validation epoch)."""
-    from turnformer.training import recipe_train_config, set_seed, train
+    from turnformer.recipes import recipe_train_config
+    from turnformer.training import set_seed, train
 
     set_seed(seed)  # before the classifier is initialised
     model, _, labels, batches, reports = prepare_erc(recipe, data_dir, limits)

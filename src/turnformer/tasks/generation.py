@@ -323,8 +323,9 @@ def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bo
                      time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Train a generation recipe (teacher forcing); the epoch is chosen by validation perplexity.
     The vocabulary is saved in run.json. Checkpoints and resume work as for every other task."""
+    from turnformer.recipes import recipe_train_config
     from turnformer.tasks.generation_metrics import available_word_vectors
-    from turnformer.training import recipe_train_config, set_seed, train
+    from turnformer.training import set_seed, train
 
     set_seed(seed)
     model, vocab, batches, reports = prepare_generation(recipe, data_dir, limits)

@@ -252,7 +252,8 @@ def train_response_selection(recipe: dict, out_dir, seed: int, data_dir=None, re
                              time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Train a response-selection recipe; returns the `TrainResult` (R@1 as the primary metric).
     Checkpoints, run.json and resume work as for every other task."""
-    from turnformer.training import recipe_train_config, set_seed, train
+    from turnformer.recipes import recipe_train_config
+    from turnformer.training import set_seed, train
 
     set_seed(seed)
     model, _, batches, reports = prepare_response_selection(recipe, data_dir, limits)

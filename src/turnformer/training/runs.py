@@ -1,0 +1,47 @@
+"""A run's folder (`out_dir`): what makes a folder a run's, and how a fresh run replaces an earlier one there without
+mixing with it and without losing it before the new run has a checkpoint of its own."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+RUN_ENTRIES = ("last", "best", "run.json", "result.json")  # what makes a folder a run's
+
+
+def replaced_run_folder(out_dir: Path) -> Path:
+    """Where a fresh run into `out_dir` keeps the run it replaces until its own first checkpoint."""
+    return out_dir.with_name(out_dir.name + ".replaced")
+
+
+def set_aside_earlier_run(out_dir: Path) -> Path | None:
+    """Move an earlier run's entries out of `out_dir` (a fresh run starts there), so that the folder never mixes two
+    runs; they are deleted once the new run has a checkpoint, so that an interrupted start loses nothing. Entries
+    left by an earlier replacement that never reached its first checkpoint are deleted: the run they replaced is
+    still set aside."""
+    present = [out_dir / name for name in RUN_ENTRIES if (out_dir / name).exists()]
+    aside = replaced_run_folder(out_dir)
+    if aside.exists():
+        for path in present:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        return aside
+    if not present:
+        return None
+    aside.mkdir()
+    for path in present:
+        os.replace(path, aside / path.name)
+    logger.warning("%s held a run: set aside in %s until this run's first checkpoint, then deleted", out_dir, aside)
+    return aside
+
+
+def delete_replaced_run(aside: Path, out_dir: Path) -> None:
+    """The run in `out_dir` has a checkpoint now: the run it replaced, set aside in `aside`, goes."""
+    shutil.rmtree(aside, ignore_errors=True)
+    logger.info("deleted %s, the run that %s replaces, now that the new run has a checkpoint", aside, out_dir)
