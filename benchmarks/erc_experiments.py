@@ -90,7 +90,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collect_erc import collect, run_config  # noqa: E402
 
 from turnformer.recipes import find_recipe, load_recipe  # noqa: E402
-from turnformer.results import RESULTS_DIR, make_result, mean_std, write_result  # noqa: E402
+from turnformer.results import RESULTS_DIR, make_result, mean_std, paper_score, write_result  # noqa: E402
 
 LEARNING_RATES = ("2e-5", "5e-5", "1e-4")
 ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no-global")
@@ -284,23 +284,6 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
     raise SystemExit(f"unknown plan {name!r}; known: lr-sweep, table2, erc-longer, memory-bias, positions, table3, table4, figure4, figure4-cpu, acts, act-grid, act-batch, act-setup, selection, selection-head-lr, selection-cpu, selection-cpu-head-lr, selection-cpu-lr, generation, generation-cpu")
 
 
-# The LC Attention paper's Tables 5 (SwDA) and 6 (DailyDialog): accuracy per (dataset, model, W, P). A grid cell
-# the paper did not run (LC Attention with W = 1) has no number; the recipe's (its best cell's) would mislead.
-PAPER_ACT_GRID = {
-    ("swda", "lstm-blstm", 1, 1): 78.60, ("swda", "lstm-attention", 1, 1): 78.74,
-    ("swda", "lstm-blstm", 1, 3): 79.36, ("swda", "lstm-attention", 1, 3): 79.98,
-    ("swda", "lstm-blstm", 1, 5): 80.00, ("swda", "lstm-attention", 1, 5): 80.12,
-    ("swda", "lstm-blstm", 5, 5): 78.50, ("swda", "lstm-attention", 5, 5): 79.43, ("swda", "lc-attention", 5, 5): 80.27,
-    ("swda", "lstm-blstm", 10, 5): 78.31, ("swda", "lstm-attention", 10, 5): 79.00, ("swda", "lc-attention", 10, 5): 80.34,
-    ("swda", "lstm-blstm", 20, 5): 78.55, ("swda", "lstm-attention", 20, 5): 78.57, ("swda", "lc-attention", 20, 5): 80.17,
-    ("dailydialog", "lstm-blstm", 1, 1): 84.88, ("dailydialog", "lstm-attention", 1, 1): 85.10,
-    ("dailydialog", "lstm-blstm", 1, 2): 85.06, ("dailydialog", "lstm-attention", 1, 2): 85.36,
-    ("dailydialog", "lstm-blstm", 1, 3): 84.97, ("dailydialog", "lstm-attention", 1, 3): 85.05,
-    ("dailydialog", "lstm-blstm", 5, 2): 85.01, ("dailydialog", "lstm-attention", 5, 2): 85.26, ("dailydialog", "lc-attention", 5, 2): 85.81,
-    ("dailydialog", "lstm-blstm", 10, 2): 84.97, ("dailydialog", "lstm-attention", 10, 2): 85.13, ("dailydialog", "lc-attention", 10, 2): 85.72,
-}
-
-
 def finished(out: Path) -> bool:
     """A run with its result, unless a time budget (--deadline) cut it and its checkpoint is there to go on from."""
     if not (out / "result.json").exists():
@@ -345,7 +328,7 @@ def recipe_record(experiment: Experiment, runs_dir: Path, results_dir: Path = RE
     return make_result(
         experiment.id, task=recipe["task"], dataset=recipe["dataset"], split=recipe["split"], model=recipe["model"],
         backbone=recipe["backbone"], config=config, metric=recipe["metric"], scores=[recipe["scores"][i] for i in index],
-        seeds=experiment.seeds, paper=PAPER_ACT_GRID.get((experiment.dataset, experiment.model, extra["window"], extra["padding"])),
+        seeds=experiment.seeds, paper=paper_score(experiment.task, experiment.dataset, experiment.model, extra["window"], extra["padding"]),
         extra={**per_seed, "partial": False, "max_epoch": experiment.max_epoch, **extra},
         command="; ".join(commands[i] for i in index) + f" (recipe values as in config; read from {path.name}, commit {recipe['commit']})")
 
@@ -536,7 +519,7 @@ def main() -> None:
         if e.id in earlier:
             record = with_earlier_seeds(record, earlier[e.id])
         if "window" in e.extra:  # a cell of the W x P grid: the paper's number for that cell, if it ran it
-            record["paper"] = PAPER_ACT_GRID.get((e.dataset, e.model, e.extra["window"], e.extra["padding"]))
+            record["paper"] = paper_score(e.task, e.dataset, e.model, e.extra["window"], e.extra["padding"])
         if e.extra.get("mem_len") == 0:  # DialogXL without memory (each utterance alone) is not the paper's model
             record["paper"] = None
         if e.id.startswith("lr-"):
