@@ -228,14 +228,12 @@ def limit_arguments(experiment: Experiment) -> list[str]:
             + (["--limit-eval", str(experiment.limit_eval)] if experiment.limit_eval else []))
 
 
-def write_config(experiment: Experiment, seed: int, out: Path) -> Path:
+def write_config(experiment: Experiment, seed: int, out: Path) -> None:
     """out/config.toml: the complete recipe the run trains, headed by how it came about and how to train it again."""
     sets = " ".join(f"--set {o}" for o in experiment.overrides) or "no overrides"
     header = [f"# {experiment.recipe} with {sets}: experiment {experiment.id} of benchmarks/run.py, seed {seed}. Trained again by",
               f"#   turnformer train --recipe config.toml --seed {seed} --out DIR {' '.join(limit_arguments(experiment))}".rstrip()]
-    path = out / "config.toml"
-    path.write_text("\n".join(header) + "\n" + recipe_toml(resolved_recipe(experiment)))
-    return path
+    (out / "config.toml").write_text("\n".join(header) + "\n" + recipe_toml(resolved_recipe(experiment)))
 
 
 def train_arguments(experiment: Experiment, seed: int, out: Path, deadline: float | None) -> list[str]:
@@ -357,10 +355,9 @@ def main(argv: list[str] | None = None) -> None:
     collect_all(experiments, from_recipe_files, earlier, args.runs_dir)
 
 
-def collected(experiment: Experiment, earlier: dict | None, runs_dir: Path) -> dict | None:
-    """The experiment's record from its runs, joined with the seeds `earlier` keeps; None, saying why, where there is
+def collected(e: Experiment, earlier: dict | None, runs_dir: Path) -> dict | None:
+    """Experiment `e`'s record from its runs, joined with the seeds `earlier` keeps; None, saying why, where there is
     nothing to collect."""
-    e = experiment
     runs = [run_dir(e, s, runs_dir) for s in seeds_to_run(e, earlier, runs_dir)]
     # a run without result.json, or cut before its first epoch ended, holds no score: the others are still collected
     missing = [str(r) for r in runs if finished_epochs(r) == 0]

@@ -33,7 +33,7 @@ PAPER_SCORES: dict[tuple[str, str, str], float] = {
     ("erc", "meld", "dialogxl-no-speaker"): 61.92, ("erc", "meld", "dialogxl-no-listener"): 62.03,
     ("erc", "meld", "dialogxl-no-speaker-listener"): 61.70, ("erc", "meld", "dialogxl-no-local"): 61.72,
     ("erc", "meld", "dialogxl-no-global"): 62.15, ("erc", "dailydialog", "dialogxl-speaker-emb"): 54.06,
-    # Local Contextual Attention (LC Attention paper), Tables 4 and 6: offline test accuracy; each context model at
+    # Local Contextual Attention, Tables 4 and 6: offline test accuracy; each context model at
     # its best W x P cell (PAPER_ACT_GRID), the utterance models alone
     ("dialogue-act", "swda", "lc-attention"): 80.34, ("dialogue-act", "swda", "lstm-attention"): 80.12,
     ("dialogue-act", "swda", "lstm-blstm"): 80.00, ("dialogue-act", "swda", "lstm"): 75.59,
