@@ -1,6 +1,6 @@
 """DialogXL's Figure 4: test score against the maximum memory length, with the memory waste rates beside.
 
-Reads the results files of a memory sweep (``erc-swda-PREFIX-memN.json``, written by ``erc_experiments.py --plan
+Reads the results files of a memory sweep (``erc-swda-PREFIX-memN.json``, written by ``run.py --plan
 figure4-cpu`` or ``--plan figure4``) and the waste rates at the same lengths (``memory-waste-swda-memN.json``, written
 by ``memory_waste.py --dataset swda --mem-lens ...``). Left: test weighted F1 and accuracy of each memory length.
 Right: the share of padding in memory (per step, mean over steps) of segment recurrence, of XLNet's memory fed one

@@ -26,13 +26,10 @@ from pathlib import Path
 
 import torch
 
-from turnformer.results import RESULTS_DIR, make_result, write_result
+from turnformer.results import DRA_VALIDATION, RESULTS_DIR, make_result, write_result
 from turnformer.tasks.generation import evaluate_split, load_trained
 from turnformer.tasks.generation_metrics import minilm_word_vectors
 
-# DRA's Table 1, DailyDialog validation: (perplexity, BLEU-2, Distinct-2)
-DRA_TABLE1 = {"transformer": (18.278, 19.519, 17.381), "transformer-dra": (17.628, 21.140, 18.396),
-              "dialogbert": (20.056, 18.069, 15.562), "dialogbert-dra": (17.878, 21.786, 21.283)}
 REPLY_METRICS = ("bleu_1", "bleu_2", "bleu_3", "bleu_4", "distinct_1", "distinct_2")
 EMBEDDING_METRICS = ("embedding_average", "embedding_extrema", "embedding_greedy")
 
@@ -51,7 +48,7 @@ def score_runs(runs_dir: Path, experiment: str, seeds: list[int], split: str, li
 
 
 def validation_record(model_id: str, experiment: str, seeds: list[int], scored: list[dict], args) -> dict:
-    paper = DRA_TABLE1.get(model_id)
+    paper = DRA_VALIDATION.get(model_id)
     return make_result(
         f"{experiment}-validation", task="generation", dataset="dailydialog", split="validation", model=model_id,
         metric="perplexity", scores=[m["perplexity"] for m in scored], seeds=seeds, paper=paper[0] if paper else None,
@@ -84,7 +81,7 @@ def main() -> None:
     parser.add_argument("--split", choices=("validation", "test"), required=True)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/gen"))
     parser.add_argument("--suffix", default="-cpu", help="Experiment suffix of the runs: '-cpu' or '' (the GPU plan).")
-    parser.add_argument("--models", default=",".join(DRA_TABLE1))
+    parser.add_argument("--models", default=",".join(DRA_VALIDATION))
     parser.add_argument("--seeds", default=None, help="Default: 1,2,3 for validation; the record's seeds for test.")
     parser.add_argument("--limit-dialogues", type=int, default=100)
     parser.add_argument("--threads", type=int, default=1)

@@ -44,7 +44,7 @@ from turnformer.models.baselines import (
     strip_special,
     utterance_recurrence_waste_counts,
 )
-from turnformer.results import RESULTS_DIR, make_result, write_result
+from turnformer.results import RESULTS_DIR, XLNET_MEMORY_WASTE_PERCENT, make_result, write_result
 
 BACKBONE = "all-MiniLM-L6-v2"
 
@@ -168,7 +168,7 @@ def measure(conversations, tokenizer, args, split: str, mem_len: int, utterance_
     stream_lengths = [sum(len(strip_special(ids, cls_id, sep_id, pad_id)) + 1 for ids in c) for c in conversations]
     record = make_result(
         experiment, task="erc", dataset=args.dataset, split=split, model="segment-recurrence",
-        metric="memory_waste_rate_percent", scores=[pct(segment.rate)], seeds=[0], backbone=BACKBONE, paper=60.0,
+        metric="memory_waste_rate_percent", scores=[pct(segment.rate)], seeds=[0], backbone=BACKBONE, paper=XLNET_MEMORY_WASTE_PERCENT,
         config={"segment_len": args.segment_len, "mem_len": mem_len, "utterance_mem_len": utterance_mem_len,
                 "batch_size": args.batch_size, "max_utterance_tokens": args.max_utterance_tokens,
                 "max_length": args.max_length},

@@ -1,7 +1,7 @@
 """PHAED's Figure 6: how the decoder's memory length c_max changes its scores on DailyDialog.
 
 Reads the results files of a c_max sweep (``generation-dailydialog-phaed-cmaxC[SUFFIX].json``, written by
-``erc_experiments.py --plan generation`` or ``--plan generation-cpu``) and plots, as the paper does, the change of
+``run.py --plan generation`` or ``--plan generation-cpu``) and plots, as the paper does, the change of
 each metric against c_max = 1: perplexity, BLEU-1/2 and Distinct-1/2 of greedy responses.
 
     python benchmarks/phaed_memory_plot.py --suffix=-cpu --out docs/generation-phaed-memory-length.png

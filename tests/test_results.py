@@ -98,7 +98,7 @@ def test_dialogxl_memory_sweep_is_read_per_prefix_with_its_waste_rates_and_plott
 
 
 def test_figure4_cpu_sweeps_the_memory_bias_variant_on_a_subset_one_conversation_a_batch():
-    runs = load_benchmark_script("erc_experiments").plan("figure4-cpu", (1, 2), (1,), 120)
+    runs = load_benchmark_script("run").plan("figure4-cpu", (1, 2), (1,), 120)
     assert [r.extra["mem_len"] for r in runs] == [1000, 700, 500, 300, 100, 0]
     for run in runs:
         assert run.model == "dialogxl-memory-bias" and run.seeds == (1,) and (run.limit_train, run.limit_eval) == (30, 8)
@@ -108,7 +108,7 @@ def test_figure4_cpu_sweeps_the_memory_bias_variant_on_a_subset_one_conversation
 def test_selection_cpu_plans_share_one_scale_and_differ_only_in_their_learning_rates():
     from turnformer.recipes import find_recipe, load_recipe
 
-    bench = load_benchmark_script("erc_experiments")
+    bench = load_benchmark_script("run")
     loaded = {}
     for name in ("selection-cpu", "selection-cpu-head-lr", "selection-cpu-lr"):
         for e in bench.plan(name, (1, 2, 3), (1,), 120):
@@ -127,7 +127,7 @@ def test_act_grid_cells_keep_their_recipes_predicted_utterances_per_batch():
     that a cell of W = 1 does not take five times the updates of one of W = 5."""
     from turnformer.recipes import find_recipe, load_recipe
 
-    cells = load_benchmark_script("erc_experiments").plan("act-grid", (1,), (1,), 120)
+    cells = load_benchmark_script("run").plan("act-grid", (1,), (1,), 120)
     assert {(c.extra["window"], c.extra["padding"]) for c in cells} >= {(1, 0), (5, 2), (10, 5), (20, 5)}
     for cell in cells:
         path = find_recipe("dialogue-act", cell.model, cell.dataset)
@@ -139,7 +139,7 @@ def test_act_grid_cells_keep_their_recipes_predicted_utterances_per_batch():
 def test_act_batch_cells_change_only_the_batch_of_their_recipe():
     from turnformer.recipes import find_recipe, load_recipe
 
-    cells = load_benchmark_script("erc_experiments").plan("act-batch", (1,), (1,), 120, grid_seeds=(1, 2))
+    cells = load_benchmark_script("run").plan("act-batch", (1,), (1,), 120, grid_seeds=(1, 2))
     assert {c.extra["predicted_per_batch"] for c in cells} == {80, 160} and all(c.seeds == (1, 2) for c in cells)
     for cell in cells:
         path = find_recipe("dialogue-act", cell.model, cell.dataset)
@@ -152,7 +152,9 @@ def test_act_batch_cells_change_only_the_batch_of_their_recipe():
 def test_act_setup_cells_change_one_open_setting_of_their_recipe():
     from turnformer.recipes import find_recipe, load_recipe
 
-    bench = load_benchmark_script("erc_experiments")
+    bench = load_benchmark_script("run")
+    from plans.dialogue_act import ACT_SETUP  # benchmarks/ is on the path once the runner is loaded
+
     cells = bench.plan("act-setup", (1,), (1,), 120, grid_seeds=(1, 2))
     assert {(c.dataset, c.model) for c in cells} == {(d, m) for d in ("dailydialog", "swda") for m in ("lc-attention", "lstm-blstm")}
     assert not any(c.model == "lstm-blstm" and c.extra["setup"] == "heads1" for c in cells)   # the BLSTM has no heads
@@ -161,7 +163,7 @@ def test_act_setup_cells_change_one_open_setting_of_their_recipe():
         recipe, cell_recipe = load_recipe(path), load_recipe(path, list(cell.overrides))
         changed = {f"{section}.{key}" for section in ("train", "model_config")
                    for key, value in cell_recipe[section].items() if recipe[section].get(key) != value}
-        assert changed == {"train.epochs", *bench.ACT_SETUP[cell.extra["setup"]]}, cell.id
+        assert changed == {"train.epochs", *ACT_SETUP[cell.extra["setup"]]}, cell.id
         assert (cell_recipe["window"], cell_recipe["context_padding"]) == (recipe["window"], recipe["context_padding"])
         assert cell.seeds == (1, 2) and cell.id.endswith(cell.extra["setup"])
 
@@ -169,7 +171,7 @@ def test_act_setup_cells_change_one_open_setting_of_their_recipe():
 def test_erc_longer_runs_dialogxl_and_its_baseline_ten_epochs_and_dialogxl_with_a_head_rate():
     from turnformer.recipes import find_recipe, load_recipe
 
-    runs = {e.id: e for e in load_benchmark_script("erc_experiments").plan("erc-longer", (1, 2, 3), (1,), 120)}
+    runs = {e.id: e for e in load_benchmark_script("run").plan("erc-longer", (1, 2, 3), (1,), 120)}
     assert set(runs) == {"erc-meld-dialogxl-e10", "erc-meld-concat-context-e10", "erc-emorynlp-dialogxl-e10",
                          "erc-emorynlp-concat-context-e10", "erc-meld-dialogxl-head-lr", "erc-emorynlp-dialogxl-head-lr"}
     for e in runs.values():
@@ -179,7 +181,7 @@ def test_erc_longer_runs_dialogxl_and_its_baseline_ten_epochs_and_dialogxl_with_
 
 
 def test_a_run_cut_by_the_deadline_continues_when_the_command_is_repeated(tmp_path):
-    bench = load_benchmark_script("erc_experiments")
+    bench = load_benchmark_script("run")
 
     def run(name: str, stop_reason: str | None, checkpoint: bool):
         out = tmp_path / name
@@ -232,7 +234,7 @@ def test_runs_are_scored_on_their_first_epochs_at_the_best_validation_epoch_amon
 def test_a_grid_cell_at_its_recipes_window_and_padding_reads_the_recipes_runs(tmp_path, monkeypatch):
     from turnformer.recipes import find_recipe, load_recipe
 
-    bench = load_benchmark_script("erc_experiments")
+    bench = load_benchmark_script("run")
     cells = bench.plan("act-grid", (1,), (1,), 120, grid_seeds=(1, 2))
     at_recipe = [c for c in cells if c.recipe_runs]
     assert {c.recipe_runs for c in at_recipe} == {f"dialogue-act-{d}-{m}" for d in ("swda", "dailydialog")
@@ -254,7 +256,7 @@ def test_a_grid_cell_at_its_recipes_window_and_padding_reads_the_recipes_runs(tm
 
 
 def test_a_grid_cell_at_its_recipe_cell_reads_the_recipes_results_file_when_its_runs_are_gone(tmp_path):
-    bench = load_benchmark_script("erc_experiments")
+    bench = load_benchmark_script("run")
     cells = {c.id: c for c in bench.plan("act-grid", (1,), (1,), 120, grid_seeds=(1, 3))}
     cell = cells["dialogue-act-swda-lstm-blstm-w1-p5"]
     config = {"model_config": {}, "train": {"epochs": 3, "batch_size": cell.extra["batch_size"]}, "window": 1,
@@ -287,7 +289,7 @@ def test_a_grid_cell_at_its_recipe_cell_reads_the_recipes_results_file_when_its_
 def test_seeds_collected_earlier_are_not_trained_again_and_stay_beside_new_ones(tmp_path):
     from turnformer.recipes import find_recipe, load_recipe
 
-    bench = load_benchmark_script("erc_experiments")
+    bench = load_benchmark_script("run")
     experiment = next(e for e in bench.plan("acts", (2, 3), (2, 3), 120) if e.id == "dialogue-act-dailydialog-lstm-blstm")
     config = bench.run_config(load_recipe(find_recipe("dialogue-act", "lstm-blstm", "dailydialog")))
 
@@ -331,7 +333,7 @@ def test_seeds_collected_earlier_are_not_trained_again_and_stay_beside_new_ones(
 
 
 def test_a_cut_run_joined_with_earlier_seeds_stays_marked_partial(tmp_path):
-    bench = load_benchmark_script("erc_experiments")
+    bench = load_benchmark_script("run")
     collect = load_benchmark_script("collect_erc").collect
     cut = _fake_run(tmp_path / "seed2", validation=[70, 75], test=[71, 72], stop_reason="time budget of 60 s used up")
     info = json.loads((cut / "run.json").read_text())
@@ -350,7 +352,7 @@ def test_a_cut_run_joined_with_earlier_seeds_stays_marked_partial(tmp_path):
 def test_the_whole_seeds_of_a_results_file_with_cut_runs_are_kept_and_only_the_cut_ones_trained_again(tmp_path):
     from turnformer.recipes import find_recipe, load_recipe
 
-    bench = load_benchmark_script("erc_experiments")
+    bench = load_benchmark_script("run")
     collect = load_benchmark_script("collect_erc").collect
     experiment = next(e for e in bench.plan("acts", (1, 2, 3), (1, 2, 3), 120) if e.id == "dialogue-act-dailydialog-lstm-blstm")
     config = bench.run_config(load_recipe(find_recipe("dialogue-act", "lstm-blstm", "dailydialog")))
@@ -390,7 +392,7 @@ def test_the_whole_seeds_of_a_results_file_with_cut_runs_are_kept_and_only_the_c
 
 
 def test_a_run_without_a_finished_epoch_does_not_stop_the_others_being_collected(tmp_path, monkeypatch, capsys):
-    bench = load_benchmark_script("erc_experiments")
+    bench = load_benchmark_script("run")
     ids = ["dialogue-act-dailydialog-lstm-blstm", "dialogue-act-dailydialog-lstm"]
     cut = _fake_run(tmp_path / ids[0] / "seed1", validation=[70], test=[71], stop_reason="time budget of 60 s used up")
     result = json.loads((cut / "result.json").read_text())
@@ -400,7 +402,7 @@ def test_a_run_without_a_finished_epoch_does_not_stop_the_others_being_collected
     written = []
     monkeypatch.setattr(bench, "write_result", lambda record: written.append(record) or Path("results.json"))
     monkeypatch.setattr(bench, "run_one", lambda *a, **k: None)  # no training: the runs are on disk
-    monkeypatch.setattr(sys, "argv", ["erc_experiments.py", "--plan", "acts", "--seeds", "1", "--runs-dir", str(tmp_path),
+    monkeypatch.setattr(sys, "argv", ["run.py", "--plan", "acts", "--seeds", "1", "--runs-dir", str(tmp_path),
                                       "--experiments", ",".join(ids)])
     bench.main()
     assert [r["experiment"] for r in written] == [ids[1]] and written[0]["scores"] == [72]

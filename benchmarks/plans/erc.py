@@ -1,0 +1,95 @@
+"""Emotion recognition: the DialogXL paper's experiments, and what we added to them (recipes erc-DATASET-MODEL).
+
+- ``lr-sweep``: DialogXL and the concatenated-context baseline on MELD and EmoryNLP, one seed, at
+  learning rates 2e-5, 5e-5 and 1e-4; writes ``erc-lr-sweep-MODEL.json`` with every validation score and the
+  rate chosen per model (best mean validation score over both datasets), one file per model.
+- ``table2``: DialogXL, concat-context and segment-recurrence on MELD, EmoryNLP and DailyDialog. With
+  the first baseline seed only: segment recurrence (far below the others), and the baselines on
+  DailyDialog (nine times MELD's size).
+- ``erc-longer``: is DialogXL under-trained at the recipes' 4 epochs? DialogXL and concat-context on MELD and
+  EmoryNLP for 10 epochs (the schedule is constant: ``collect_erc.py --max-epoch 4`` scores their first 4 as the
+  recipes' runs), and DialogXL for 4 epochs with its classifier at ``train.head_lr`` 1e-3 (the backbone at the
+  recipe's rate). A GPU job.
+- ``memory-bias``: not in the paper: DialogXL with a learned logit per layer and head on memory keys, starting at -4
+  (``model_config.memory_bias``), so that all-MiniLM-L6-v2, never pretrained with memory, starts near its
+  single-utterance behaviour; on MELD, EmoryNLP and DailyDialog (recipes erc-DATASET-dialogxl-memory-bias.toml).
+  Beside it, with the first seed, DialogXL without memory (each utterance alone, ``erc-DATASET-dialogxl-no-memory``).
+- ``one-pass``: the MELD and EmoryNLP rows of DialogXL (Table 2) and of its memory-bias variant again, trained with the
+  one-pass path (``erc-DATASET-MODEL-one-pass``), and the memory-bias variant with ``memory_grad``
+  (``erc-DATASET-dialogxl-memory-grad``: gradients flow into earlier utterances within a chunk), same seeds.
+- ``table3``: the five ablations of DialogXL on MELD.
+- ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
+- ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
+  backbone's alternative to numbering tokens through the conversation).
+- ``figure4``: DialogXL on SwDA acts, memory length 100..1000, on a documented subset of the
+  training conversations (``--swda-train``, whole validation and test sets), one seed.
+- ``figure4-cpu``: the same sweep at what the 2-core CPU trains (``FIGURE4_CPU``: memory 100, 300, 500, 700 and 1000, and 0, each
+  utterance alone; the first 30 training conversations and the first 8 of validation and test, 2 epochs, one
+  conversation a batch), with the memory-bias variant (recipes/erc-swda-dialogxl-memory-bias.toml), one seed.
+"""
+
+from __future__ import annotations
+
+from .experiment import BASELINE_SEEDS, FIRST_BASELINE_SEED, FIRST_SEED, SEEDS, SWDA_TRAIN, Experiment, Option
+
+DATASETS = ("meld", "emorynlp", "dailydialog")
+LEARNING_RATES = ("2e-5", "5e-5", "1e-4")
+ABLATIONS = ("no-speaker", "no-listener", "no-speaker-listener", "no-local", "no-global")
+MEMORY_LENGTHS = tuple(range(100, 1001, 100))
+# figure4-cpu: what the 2-core CPU trains in about two hours, two runs at a time
+FIGURE4_CPU = {"memory_lengths": (0, 100, 300, 500, 700, 1000), "train": 30, "eval": 8, "epochs": 2}  # 0: each utterance alone
+
+
+def table2_seeds(dataset: str, model: str) -> Option:
+    """DialogXL over --seeds, the concatenated context over --baseline-seeds; segment recurrence (far below the
+    others) and the baselines on DailyDialog (nine times MELD's size) with the first baseline seed only."""
+    if model == "dialogxl":
+        return SEEDS
+    return BASELINE_SEEDS if model == "concat-context" and dataset != "dailydialog" else FIRST_BASELINE_SEED
+
+
+# the concatenated context re-encodes every history: 2 epochs on DailyDialog fit the time here
+TABLE2_OVERRIDES = {("dailydialog", "concat-context"): ("train.epochs=2",)}
+
+PLANS: dict[str, list[Experiment]] = {
+    "lr-sweep": [
+        Experiment(f"lr-{dataset}-{model}-{lr}", model, dataset, FIRST_SEED, (f"train.lr={lr}",), extra={"lr": lr})
+        for model in ("dialogxl", "concat-context") for dataset in ("meld", "emorynlp") for lr in LEARNING_RATES],
+    "table2": [
+        Experiment(f"erc-{dataset}-{model}", model, dataset, table2_seeds(dataset, model), TABLE2_OVERRIDES.get((dataset, model), ()))
+        for dataset in DATASETS for model in ("dialogxl", "concat-context", "segment-recurrence")],
+    "erc-longer": [
+        *(Experiment(f"erc-{dataset}-{model}-e10", model, dataset, SEEDS, ("train.epochs=10",), extra={"epochs": 10})
+          for dataset in ("meld", "emorynlp") for model in ("dialogxl", "concat-context")),
+        *(Experiment(f"erc-{dataset}-dialogxl-head-lr", "dialogxl", dataset, SEEDS, ("train.head_lr=1e-3",), extra={"head_lr": 1e-3})
+          for dataset in ("meld", "emorynlp"))],
+    # beside the memory bias, each utterance alone (no memory; the new layers at the same head_lr): what the context adds
+    "memory-bias": [
+        experiment for dataset in DATASETS for experiment in (
+            Experiment(f"erc-{dataset}-dialogxl-memory-bias", "dialogxl-memory-bias", dataset, SEEDS),
+            Experiment(f"erc-{dataset}-dialogxl-no-memory", "dialogxl", dataset, FIRST_SEED,
+                       ("model_config.mem_len=0", "train.head_lr=1e-3"), extra={"mem_len": 0, "head_lr": 1e-3}))],
+    # DialogXL's Table 2 and memory-bias rows again, trained and scored with the one-pass path, and memory_grad
+    # (gradients into the history within a chunk; recipes erc-DATASET-dialogxl-memory-grad.toml)
+    "one-pass": [
+        Experiment(f"erc-{dataset}-{model}{suffix}", model, dataset, SEEDS) for dataset in ("meld", "emorynlp")
+        for model, suffix in (("dialogxl", "-one-pass"), ("dialogxl-memory-bias", "-one-pass"), ("dialogxl-memory-grad", ""))],
+    # BERT-type backbone: positions numbered per utterance instead of through the conversation
+    "positions": [Experiment("erc-meld-dialogxl-utterance-positions", "dialogxl", "meld", FIRST_SEED,
+                             ('model_config.positions="utterance"',), extra={"positions": "utterance"})],
+    "table3": [Experiment(f"erc-meld-dialogxl-{ablation}", f"dialogxl-{ablation}", "meld", SEEDS) for ablation in ABLATIONS],
+    "table4": [Experiment(f"erc-{dataset}-dialogxl-speaker-emb", "dialogxl-speaker-emb", dataset, SEEDS)
+               for dataset in ("meld", "dailydialog")],
+    # batches of 2 conversations: SwDA's ~170-utterance conversations keep a long graph in memory
+    "figure4": [
+        Experiment(f"erc-swda-dialogxl-mem{m}", "dialogxl", "swda", FIRST_SEED, (f"model_config.mem_len={m}", "train.batch_size=2"),
+                   limit_train=SWDA_TRAIN, extra={"mem_len": m})
+        for m in MEMORY_LENGTHS],
+    # the memory-bias variant (the DialogXL that learns on this backbone), a smaller subset; one conversation a batch:
+    # ~170 utterances a step, and 30 steps an epoch rather than 8
+    "figure4-cpu": [
+        Experiment(f"erc-swda-first{FIGURE4_CPU['train']}-dialogxl-memory-bias-mem{m}", "dialogxl-memory-bias", "swda", FIRST_SEED,
+                   (f"model_config.mem_len={m}", "train.batch_size=1", f"train.epochs={FIGURE4_CPU['epochs']}"),
+                   limit_train=FIGURE4_CPU["train"], limit_eval=FIGURE4_CPU["eval"], extra={"mem_len": m})
+        for m in sorted(FIGURE4_CPU["memory_lengths"], reverse=True)],  # the longest first: the pool ends evenly
+}

@@ -1,0 +1,60 @@
+"""Response generation: the DRA and PHAED papers' experiments (recipes/generation-dailydialog-MODEL.toml).
+
+- ``generation``: the response generators on DailyDialog: Transformer, Transformer+DRA, DialogBERT-style with and
+  without DRA, PHAED and the GPT-2-style decoder over ``--seeds``; PHAED's four ablations and its c_max sweep
+  (1..5, 10 context turns) with the first seed. Test perplexity at the best validation perplexity, with BLEU and
+  Distinct of greedy responses. A GPU job at these sizes.
+- ``generation-cpu``: the same main rows and ablations at the size in ``GENERATION_CPU`` (first 1,000 training and
+  100 validation / test conversations, width 128, 2 layers), which trains on the 2-core CPU, and PHAED's c_max
+  sweep at that size (0..5, 10 context turns, the first seed).
+"""
+
+from __future__ import annotations
+
+from .experiment import FIRST_SEED, SEEDS, Experiment, Option
+
+TASK = "generation"
+GENERATION_MAIN = ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")
+PHAED_ABLATIONS = ("phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence")
+# PHAED's Figure 6: c_max previous responses; 10 context turns hold up to 5 of the responder's own
+CMAX_OVERRIDES = ("data.max_context_turns=10",)
+# What trains on the 2-core CPU in about 5 minutes a run: the first 1,000 training conversations, the first 100
+# of validation and test, width 128 and 2 layers (the GPT-2-style decoder 4, as deep as encoder + decoder).
+GENERATION_CPU = {"train": 1000, "eval": 100, "settings": {
+    "model_config.d_model": 128, "model_config.heads": 4, "model_config.layers": 2, "model_config.ff": 512,
+    "train.epochs": 2, "train.warmup_steps": 50, "train.lr": "1e-3", "train.batch_size": 32}}
+
+
+def cpu_overrides(model: str) -> tuple[str, ...]:
+    """GENERATION_CPU's settings; the decoder-only model gets as many layers as encoder and decoder together."""
+    settings = {**GENERATION_CPU["settings"]}
+    if model == "gpt2-scratch":
+        settings["model_config.layers"] *= 2
+    return tuple(f"{k}={v}" for k, v in settings.items())
+
+
+def main_rows_seeds(model: str) -> Option:
+    """The main rows over --seeds, the ablations with the first seed."""
+    return SEEDS if model in GENERATION_MAIN else FIRST_SEED
+
+
+PLANS: dict[str, list[Experiment]] = {
+    # DRA's Table 1 and PHAED's Tables 2 and 4 rows on DailyDialog, at the recipes' sizes (a GPU job)
+    "generation": [
+        *(Experiment(f"{TASK}-dailydialog-{model}", model, "dailydialog", main_rows_seeds(model), task=TASK)
+          for model in (*GENERATION_MAIN, *PHAED_ABLATIONS)),
+        *(Experiment(f"{TASK}-dailydialog-phaed-cmax{c}", "phaed", "dailydialog", FIRST_SEED,
+                     (f"model_config.c_max={c}", *CMAX_OVERRIDES), task=TASK, extra={"c_max": c})
+          for c in range(1, 6))],
+    # the same rows at a size that trains on the 2-core CPU; c_max 0 (no recurrence) to 5
+    "generation-cpu": [
+        *(Experiment(f"{TASK}-dailydialog-{model}-cpu", model, "dailydialog", main_rows_seeds(model), cpu_overrides(model),
+                     limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task=TASK,
+                     extra={"scale": GENERATION_CPU})
+          for model in (*GENERATION_MAIN, *PHAED_ABLATIONS)),
+        *(Experiment(f"{TASK}-dailydialog-phaed-cmax{c}-cpu", "phaed", "dailydialog", FIRST_SEED,
+                     (*cpu_overrides("phaed"), f"model_config.c_max={c}", *CMAX_OVERRIDES),
+                     limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task=TASK,
+                     extra={"scale": GENERATION_CPU, "c_max": c, "max_context_turns": 10})
+          for c in range(6))],
+}

@@ -1,0 +1,126 @@
+"""The benchmark runner (benchmarks/run.py) and its plans (benchmarks/plans/): every plan's experiments load as
+recipes, --dry-run lists the runs the runner starts, and what a run trains is written down complete."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from _benchmark_scripts import load_benchmark_script
+
+from turnformer.recipes import find_recipe, load_recipe
+from turnformer.results import paper_score
+
+bench = load_benchmark_script("run")
+
+
+def every_experiment():
+    return [e for name in bench.PLANS for e in bench.plan(name, (1, 2, 3), (1, 2), 120, grid_seeds=(1, 2))]
+
+
+def without_path(recipe: dict) -> dict:
+    return {k: v for k, v in recipe.items() if k != "recipe_path"}
+
+
+def test_every_plan_resolves_to_recipes_that_load_with_their_overrides():
+    experiments = every_experiment()
+    assert len({e.id for e in experiments}) == len(experiments)  # one results file an experiment
+    for e in experiments:
+        recipe = load_recipe(find_recipe(e.task, e.model, e.dataset), list(e.overrides))
+        assert (recipe["task"], recipe["model"], recipe["dataset"]) == (e.task, e.model, e.dataset), e.id
+        assert e.seeds and all(isinstance(s, int) for s in e.seeds), e.id
+        assert all(isinstance(limit, (int, type(None))) for limit in (e.limit_train, e.limit_eval)), e.id
+    figure4 = bench.plan("figure4", (4, 5), (1,), 80)
+    assert {e.seeds for e in figure4} == {(4,)} and {e.limit_train for e in figure4} == {80}   # --seeds, --swda-train
+    with pytest.raises(SystemExit, match="unknown plan 'nope'; known: lr-sweep, table2"):
+        bench.plan("nope", (1,), (1,), 120)
+
+
+def test_the_recipes_paper_numbers_are_those_of_the_one_table_of_them():
+    for e in every_experiment():
+        recipe = load_recipe(find_recipe(e.task, e.model, e.dataset))
+        if "paper" in recipe:
+            assert recipe["paper"] == paper_score(e.task, e.dataset, e.model), e.recipe
+
+
+TABLE2_RUNS = [  # as the runner started them before its plans were data: DailyDialog first, concat-context first
+    "erc-dailydialog-concat-context seed 3", "erc-dailydialog-dialogxl seed 1", "erc-dailydialog-dialogxl seed 2",
+    "erc-dailydialog-segment-recurrence seed 3", "erc-meld-concat-context seed 3", "erc-emorynlp-concat-context seed 3",
+    "erc-meld-dialogxl seed 1", "erc-meld-dialogxl seed 2", "erc-meld-segment-recurrence seed 3",
+    "erc-emorynlp-dialogxl seed 1", "erc-emorynlp-dialogxl seed 2", "erc-emorynlp-segment-recurrence seed 3"]
+SEED_MAJOR_RUNS = [  # --seed-major: every first seed, then every second one, one-seed experiments last
+    "response-selection-mutual-plain-encoder-cpu seed 1", "response-selection-mutual-mdfn-cpu seed 1",
+    "response-selection-mutual-plain-encoder-cpu seed 2", "response-selection-mutual-mdfn-cpu seed 2",
+    *(f"erc-swda-first30-dialogxl-memory-bias-mem{m} seed 1" for m in (1000, 700, 500, 300, 100, 0))]
+
+
+@pytest.mark.parametrize("argv, runs", [
+    (["--plan", "table2", "--seeds", "1,2", "--baseline-seeds", "3"], TABLE2_RUNS),
+    (["--plan", "figure4-cpu", "--plan", "selection-cpu", "--seed-major", "--seeds", "1,2"], SEED_MAJOR_RUNS)])
+def test_dry_run_lists_the_runs_it_would_start_and_starts_none(argv, runs, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no results collected earlier: every seed is to be trained
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: pytest.fail("--dry-run started a run"))
+    bench.main([*argv, "--runs-dir", "runs", "--dry-run"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{len(runs)} runs would start") and [line.split(":")[0] for line in lines[1:]] == runs
+    assert not any(tmp_path.iterdir())
+    if "figure4-cpu" in argv:
+        assert lines[-1].endswith(
+            "turnformer train --task erc --model dialogxl-memory-bias --dataset swda --seed 1 --out "
+            "runs/erc-swda-first30-dialogxl-memory-bias-mem0/seed1 --set model_config.mem_len=0 --set train.batch_size=1 "
+            "--set train.epochs=2 --limit-train 30 --limit-eval 8")
+
+
+def test_every_experiments_recipe_is_written_as_a_recipe_file_that_loads_back_the_same(tmp_path):
+    path = tmp_path / "config.toml"
+    for e in every_experiment():
+        resolved = bench.resolved_recipe(e)
+        path.write_text(bench.recipe_toml(resolved))
+        assert without_path(load_recipe(path)) == resolved, e.id
+
+
+def test_a_run_starts_by_writing_its_complete_recipe_into_its_folder(tmp_path, monkeypatch):
+    experiment = next(e for e in bench.plan("figure4-cpu", (2,), (1,), 120) if e.extra["mem_len"] == 0)
+    started = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda command, **k: started.append(command) or subprocess.CompletedProcess(command, 0))
+    out = bench.run_one(experiment, 2, tmp_path, None, single_thread=True, prune=False)
+    config = out / "config.toml"
+    recipe = load_recipe(find_recipe("erc", "dialogxl-memory-bias", "swda"), list(experiment.overrides))
+    assert without_path(load_recipe(config)) == without_path(recipe)
+    assert load_recipe(config)["model_config"]["mem_len"] == 0 and load_recipe(config)["train"]["batch_size"] == 1
+    header = config.read_text().splitlines()[:2]
+    assert "erc-swda-dialogxl-memory-bias with --set model_config.mem_len=0 --set train.batch_size=1" in header[0]
+    assert header[1].endswith("turnformer train --recipe config.toml --seed 2 --out DIR --limit-train 30 --limit-eval 8")
+    assert started[0][started[0].index("train"):] == bench.train_arguments(experiment, 2, out, None)
+
+
+def fake_run(out: Path, seed: int, recipe: dict, validation: float) -> None:
+    """A finished run of one epoch, as `turnformer train` leaves it."""
+    out.mkdir(parents=True)
+    (out / "run.json").write_text(json.dumps({"seed": seed, "recipe": recipe}))
+    history = [{"epoch": 1, "complete": True, "seconds": 1.0, "validation": {"primary": validation},
+                "test": {"primary": validation - 1}}]
+    (out / "result.json").write_text(json.dumps({"best_epoch": 1, "train_seconds": 1.0, "stopped_early": False,
+                                                 "stop_reason": None, "history": history}))
+
+
+def test_a_results_file_holds_the_recipe_its_runs_trained(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no results collected earlier
+    written = []
+    monkeypatch.setattr(bench, "write_result", lambda record: written.append(record) or Path("results.json"))
+    monkeypatch.setenv("TURNFORMER_COMMIT", "abc1234")  # the records' commit, without asking git
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: pytest.fail("a finished run was started again"))
+    sweep = [e for e in bench.plan("lr-sweep", (1,), (1,), 120) if e.model == "dialogxl"]
+    table3 = bench.plan("table3", (1,), (1,), 120)[0]
+    for e in (*sweep, table3):
+        fake_run(tmp_path / "runs" / e.id / "seed1", 1, bench.resolved_recipe(e), 60.0 if e.extra.get("lr") == "5e-5" else 50.0)
+    bench.main(["--plan", "table3", "--plan", "lr-sweep", "--models", "dialogxl,dialogxl-no-speaker", "--seeds", "1",
+                "--runs-dir", "runs", "--experiments", ",".join(e.id for e in (*sweep, table3))])
+    ablation, chosen = written
+    assert ablation["recipe"] == {"name": "erc-meld-dialogxl-no-speaker", "overrides": [], "limit_train": None,
+                                  "limit_eval": None, "settings": bench.resolved_recipe(table3)}
+    assert ablation["paper"] == 61.92 and chosen["extra"]["chosen_lr"] == "5e-5"
+    assert chosen["recipes"]["lr-meld-dialogxl-1e-4"]["overrides"] == ["train.lr=1e-4"]
+    assert chosen["recipes"]["lr-emorynlp-dialogxl-2e-5"]["settings"]["train"]["lr"] == 2e-5
