@@ -29,6 +29,8 @@ from turnformer.structure import (
     masked_attention,
     pack_dialogues,
     pack_token_ids,
+    sequence_meta,
+    token_meta,
     turn_relative_distance,
 )
 from turnformer.structure.reference import KINDS, _rows, reference_dialogxl_masks, reference_mask
@@ -148,6 +150,25 @@ def test_recent_memory_equals_brute_force(case, n):
             rows = _rows(meta, b)
             expected.append([[recent_visible(q, k, rows, limit) for k in rows] for q in rows])
         assert _as_lists(got) == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(packed_batches())
+def test_the_builder_counts_positions_inside_utterances(case):
+    """`token_meta` (every model's metadata): positions restart at each utterance, padding sits at 0 with
+    utterance and speaker -1; `sequence_meta`: one utterance, or one a token."""
+    meta = case[0].meta
+    for b in range(meta.shape[0]):
+        utterance, real, expected = meta.utterance[b].tolist(), meta.is_real[b].tolist(), []
+        for i, (u, r) in enumerate(zip(utterance, real)):
+            same_run = r and i > 0 and real[i - 1] and u == utterance[i - 1]
+            expected.append(expected[-1] + 1 if same_run else 0)
+        assert meta.position[b].tolist() == expected
+    again = token_meta(meta.utterance, meta.speaker, meta.is_padding, is_special=meta.is_special, head=meta.head)
+    assert all(torch.equal(getattr(again, f), getattr(meta, f)) for f in meta.__dataclass_fields__)
+    padding = torch.tensor([[False, False, False, True]])
+    assert sequence_meta(padding).position.tolist() == [[0, 1, 2, 0]]
+    assert sequence_meta(padding, utterance_per_token=True).utterance.tolist() == [[0, 1, 2, -1]]
 
 
 @settings(max_examples=40, deadline=None)

@@ -23,7 +23,7 @@ from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorC
 from turnformer.models.transformer_generator import TransformerGenerator
 from turnformer.structure.attention import masked_attention
 from turnformer.structure.masks import DEPENDENCY, GLOBAL
-from turnformer.structure.packing import TokenMeta, memory_counts
+from turnformer.structure.packing import TokenMeta, token_meta
 from turnformer.tasks.generation import SPECIALS, UNK
 
 _UNK_ID = SPECIALS.index(UNK)  # a word, although its id is among the special ones
@@ -65,19 +65,11 @@ def context_meta(batch: GenerationBatch, pad_id: int = 0) -> TokenMeta:
     """`TokenMeta` of the flat context: utterance = turn distance (unique per utterance in a row),
     speaker = role (0 = Q, 1 = R; 0 when the batch has no roles), position within the utterance,
     order = column, the special tokens, the dependency heads (all -1 when the batch has none)."""
-    ids, turn = batch.context, batch.context_turn
+    ids = batch.context
     padding = ids.eq(pad_id)
-    order = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-    starts = torch.ones_like(padding)
-    starts[:, 1:] = turn[:, 1:] != turn[:, :-1]
-    position = order - torch.where(starts, order, 0).cummax(1).values
-    special = (ids < len(SPECIALS)) & ids.ne(_UNK_ID) & ~padding
-    speaker = (batch.context_role - 1 if batch.context_role is not None else torch.zeros_like(ids)).masked_fill(padding, -1)
-    utterance = turn.masked_fill(padding, -1)
-    return TokenMeta(utterance=utterance, speaker=speaker, position=position, order=order,
-                     is_special=special, is_padding=padding,
-                     head=batch.context_head if batch.context_head is not None else torch.full_like(ids, -1),
-                     **dict(zip(("memory_index", "memory_before"), memory_counts(utterance, special, padding))))
+    speaker = batch.context_role - 1 if batch.context_role is not None else torch.zeros_like(ids)
+    return token_meta(batch.context_turn, speaker, padding, is_special=(ids < len(SPECIALS)) & ids.ne(_UNK_ID),
+                      head=batch.context_head)
 
 
 class TransformerDRA(TransformerGenerator):

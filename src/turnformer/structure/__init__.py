@@ -23,7 +23,16 @@ from turnformer.structure.masks import (
     real_pairs,
     recent,
 )
-from turnformer.structure.packing import PackedBatch, SpecialTokens, TokenMeta, memory_counts, pack_dialogues, pack_token_ids
+from turnformer.structure.packing import (
+    PackedBatch,
+    SpecialTokens,
+    TokenMeta,
+    memory_counts,
+    pack_dialogues,
+    pack_token_ids,
+    sequence_meta,
+    token_meta,
+)
 
 __all__ = [
     "CAUSAL", "DEPENDENCY", "GLOBAL", "LISTENER", "MASK_NAMES", "MEMORY", "OTHER_UTTERANCE", "SAME_UTTERANCE", "SPEAKER",
@@ -31,5 +40,5 @@ __all__ = [
     "dialogxl_layout", "dialogxl_layout_for", "empty_rows", "gaussian_local_bias", "lc_attention_bias",
     "lc_centers_and_widths",
     "local", "mask_from_name", "masked_attention", "pack_dialogues", "pack_token_ids", "real_pairs", "recent", "memory_counts",
-    "turn_relative_distance",
+    "sequence_meta", "token_meta", "turn_relative_distance",
 ]

@@ -1,0 +1,81 @@
+"""Reference copies of the code the models had before the structure layer gave them one metadata builder, one
+attention module and mask predicates: metadata built by hand, hand-written multi-head attention, masks built by
+hand, nn.Transformer layers. The tests in test_attention_module.py check that the models compute what these did,
+and load what these saved."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from turnformer.models.generator_base import GenerationBatch, GeneratorBase, GeneratorConfig
+from turnformer.models.phaed import PHAEDConfig
+from turnformer.structure.attention import masked_attention
+from turnformer.structure.biases import lc_attention_bias, turn_relative_distance
+from turnformer.structure.masks import DEPENDENCY, GLOBAL, SAME_UTTERANCE
+from turnformer.structure.packing import TokenMeta, memory_counts
+from turnformer.tasks.generation import SPECIALS, UNK
+
+Q, R = 1, 2
+
+
+def dra_context_meta(batch: GenerationBatch, pad_id: int = 0) -> TokenMeta:
+    ids, turn = batch.context, batch.context_turn
+    padding = ids.eq(pad_id)
+    order = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    starts = torch.ones_like(padding)
+    starts[:, 1:] = turn[:, 1:] != turn[:, :-1]
+    position = order - torch.where(starts, order, 0).cummax(1).values
+    special = (ids < len(SPECIALS)) & ids.ne(SPECIALS.index(UNK)) & ~padding
+    speaker = (batch.context_role - 1 if batch.context_role is not None else torch.zeros_like(ids)).masked_fill(padding, -1)
+    utterance = turn.masked_fill(padding, -1)
+    return TokenMeta(utterance=utterance, speaker=speaker, position=position, order=order,
+                     is_special=special, is_padding=padding,
+                     head=batch.context_head if batch.context_head is not None else torch.full_like(ids, -1),
+                     **dict(zip(("memory_index", "memory_before"), memory_counts(utterance, special, padding))))
+
+
+def dialogxl_current_meta(model, input_ids, turn, speakers, memory) -> TokenMeta:
+    batch, length = input_ids.shape
+    padding = input_ids == model.pad_id
+    special = (input_ids == model.special_ids[0]) | (input_ids == model.special_ids[1])
+    position = torch.arange(length, device=input_ids.device).expand(batch, length)
+    start, counted = (torch.zeros(batch, 1, dtype=torch.long, device=input_ids.device) for _ in range(2))
+    if memory.length:
+        start = memory.meta.order.masked_fill(memory.meta.is_padding, -1).amax(1, keepdim=True) + 1
+        counted = memory.meta.memory_index.masked_fill(memory.meta.is_padding, -1).amax(1, keepdim=True) + 1
+    utterance, special = torch.full_like(input_ids, turn).masked_fill(padding, -1), special & ~padding
+    return TokenMeta(
+        utterance=utterance, speaker=speakers.unsqueeze(1).expand(batch, length).masked_fill(padding, -1), position=position,
+        order=start + position, is_special=special, is_padding=padding, head=torch.full_like(input_ids, -1),
+        **dict(zip(("memory_index", "memory_before"), memory_counts(utterance, special, padding, offset=counted))),
+    )
+
+
+def dialogxl_conversation_meta(model, batch) -> tuple[TokenMeta, torch.Tensor]:
+    ids, lengths = batch.input_ids, batch.turn_lengths
+    columns = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    ends = lengths.cumsum(1)
+    padding = columns >= ends[:, -1:]
+    turn = torch.searchsorted(ends, columns.contiguous(), right=True).clamp(max=lengths.shape[1] - 1)
+    position = columns - (ends - lengths).gather(1, turn)
+    special = ((ids == model.special_ids[0]) | (ids == model.special_ids[1])) & ~padding
+    utterance = turn.masked_fill(padding, -1)
+    in_memory = ~special & ~padding
+    newest = torch.full_like(lengths, -1).scatter_reduce(1, turn, position.masked_fill(~in_memory, -1), "amax")
+    start = (newest + 1).cumsum(1) - (newest + 1) if model.config.mem_len else torch.zeros_like(lengths)
+    order = start.gather(1, turn) + position
+    meta = TokenMeta(
+        utterance=utterance, speaker=batch.speakers.gather(1, turn).masked_fill(padding, -1), position=position,
+        order=order, is_special=special, is_padding=padding, head=torch.full_like(ids, -1),
+        **dict(zip(("memory_index", "memory_before"), memory_counts(utterance, special, padding))),
+    )
+    if model.config.positions == "utterance":
+        return meta, position.masked_fill(padding, 0)
+    if model.encoder.max_positions is None:
+        return meta, order
+    shift = (start + lengths - model.encoder.max_positions).clamp(min=0)
+    return meta, (order - shift.gather(1, turn)).masked_fill(padding, 0)
