@@ -10,18 +10,22 @@ from turnformer.structure.masks import (
     CAUSAL,
     DEPENDENCY,
     GLOBAL,
+    HISTORY,
     LISTENER,
     MASK_NAMES,
     MEMORY,
     OTHER_UTTERANCE,
+    REPLY_TO,
     SAME_UTTERANCE,
     SPEAKER,
     Mask,
     empty_rows,
     local,
     mask_from_name,
+    own_turns,
     real_pairs,
     recent,
+    spoken_by,
 )
 from turnformer.structure.packing import (
     PackedBatch,
@@ -35,10 +39,11 @@ from turnformer.structure.packing import (
 )
 
 __all__ = [
-    "CAUSAL", "DEPENDENCY", "GLOBAL", "LISTENER", "MASK_NAMES", "MEMORY", "OTHER_UTTERANCE", "SAME_UTTERANCE", "SPEAKER",
+    "CAUSAL", "DEPENDENCY", "GLOBAL", "HISTORY", "LISTENER", "MASK_NAMES", "MEMORY", "OTHER_UTTERANCE", "REPLY_TO",
+    "SAME_UTTERANCE", "SPEAKER",
     "DIALOGXL_HEADS", "HeadLayout", "Mask", "PackedBatch", "SpecialTokens", "TokenMeta",
     "dialogxl_layout", "dialogxl_layout_for", "empty_rows", "gaussian_local_bias", "lc_attention_bias",
     "lc_centers_and_widths",
-    "local", "mask_from_name", "masked_attention", "pack_dialogues", "pack_token_ids", "real_pairs", "recent", "memory_counts",
-    "sequence_meta", "token_meta", "turn_relative_distance",
+    "local", "mask_from_name", "masked_attention", "own_turns", "pack_dialogues", "pack_token_ids", "real_pairs", "recent", "memory_counts",
+    "sequence_meta", "spoken_by", "token_meta", "turn_relative_distance",
 ]
