@@ -79,3 +79,70 @@ def dialogxl_conversation_meta(model, batch) -> tuple[TokenMeta, torch.Tensor]:
         return meta, order
     shift = (start + lengths - model.encoder.max_positions).clamp(min=0)
     return meta, (order - shift.gather(1, turn)).masked_fill(padding, 0)
+
+
+class MDFNBlock(nn.Module):
+    """MDFN's decoupling channel."""
+
+    def __init__(self, hidden: int, heads: int, dropout: float, eps: float = 1e-12):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
+        self.norm = nn.LayerNorm(hidden, eps=eps)
+
+    def forward(self, x, mask):
+        b, t, d = x.shape
+        split = lambda y: y.view(b, t, self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
+        q, k, v = (split(y) for y in self.qkv(x).chunk(3, dim=-1))
+        p = self.dropout.p if self.training else 0.0
+        attended, _ = masked_attention(q, k, v, mask.unsqueeze(1), dropout_p=p)
+        return self.norm(x + self.dropout(self.out(attended.transpose(1, 2).reshape(b, t, d))))
+
+
+class DRALayer(nn.Module):
+    """DRA's (and DialogBERT's) masked pre-norm encoder layer."""
+
+    def __init__(self, d_model: int, heads: int, ff: int, dropout: float):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.ff = nn.Sequential(nn.Linear(d_model, ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff, d_model))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, mask, return_attention=False):
+        b, length, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, length, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        p = self.dropout.p if self.training else 0.0
+        attended, probs = masked_attention(q, k, v, mask[:, None], dropout_p=p, return_probs=return_attention)
+        x = x + self.dropout(self.out(attended.transpose(1, 2).reshape(b, length, d)))
+        return x + self.dropout(self.ff(self.norm2(x))), probs
+
+
+class LCAttention(nn.Module):
+    """LC Attention's context encoder (mask [B, L] of real utterances, keys only)."""
+
+    def __init__(self, d: int, heads: int, max_positions: int, gaussian: bool, max_shift=2.0, max_width=5.0):
+        super().__init__()
+        self.heads, self.gaussian, self.max_shift, self.max_width = heads, gaussian, max_shift, max_width
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        if gaussian:
+            self.center_weight = nn.Parameter(torch.zeros(max_positions, d))
+            self.width_weight = nn.Parameter(torch.empty(max_positions, d).uniform_(-d**-0.5, d**-0.5))
+
+    def forward(self, x, mask, return_probs=False, query_positions=None):
+        b, n, d = x.shape
+        k, v = F.linear(x, self.qkv.weight[d:], self.qkv.bias[d:]).chunk(2, dim=-1)
+        queries = x if query_positions is None else x.gather(1, query_positions.unsqueeze(-1).expand(-1, -1, d))
+        q = F.linear(queries, self.qkv.weight[:d], self.qkv.bias[:d])
+        bias = None
+        if self.gaussian:
+            bias, _, _ = lc_attention_bias(k, mask, self.center_weight, self.width_weight, self.max_shift, self.max_width,
+                                           query_positions)
+            bias = bias.unsqueeze(1)
+        split = lambda t: t.view(b, t.shape[1], self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
+        out, probs = masked_attention(split(q), split(k), split(v), mask[:, None, None, :], bias, return_probs=return_probs)
+        return queries + self.out(out.transpose(1, 2).reshape(b, q.shape[1], d)), probs

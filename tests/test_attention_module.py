@@ -13,13 +13,17 @@ import torch
 
 import _former_models as former
 from turnformer.models.dialogxl import DialogXL, Memory, update_memory
-from turnformer.models.dra import context_meta
-from turnformer.structure import MultiHeadAttention, RelativeTerms
+from turnformer.models.dra import MaskedEncoderLayer, context_meta
+from turnformer.models.lc_attention import LCConfig, LocalContextAttention
+from turnformer.models.mdfn import MaskedAttentionBlock
+from turnformer.structure import GLOBAL, SAME_UTTERANCE, SPEAKER, MultiHeadAttention, RelativeTerms, TokenMeta
 from turnformer.structure.attention import TORCH_MULTIHEAD_NAMES, keep_checkpoint_names
 from turnformer.tasks.erc import EncodedConversation, make_batch
 from turnformer.tasks.generation import Vocabulary, build_generator, encode_instances, make_generation_batches, make_instances
 
 from test_phaed import DIALOGUES, SMALL
+
+CLOSE = {"atol": 1e-6, "rtol": 1e-5}  # outputs and gradients of the same computation, in another order
 
 
 class ChainParser:
@@ -37,10 +41,34 @@ def vocab():
     return Vocabulary.build(DIALOGUES, min_count=1)
 
 
+def seeded(build, seed=0):
+    torch.manual_seed(seed)
+    return build()
+
+
+def grad_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The gradients under the module's state-dict names (old and new models compare name by name)."""
+    values = {p: p.data for p in module.parameters()}
+    for p in module.parameters():
+        p.data = p.grad if p.grad is not None else torch.zeros_like(p)
+    state = {name: value.clone() for name, value in module.state_dict().items()}
+    for p, value in values.items():
+        p.data = value
+    return state
+
+
 def assert_same_state(a: dict, b: dict, **tolerance) -> None:
     assert sorted(a) == sorted(b)
     for name in a:
         torch.testing.assert_close(a[name], b[name], msg=name, **(tolerance or {"atol": 0, "rtol": 0}))
+
+
+def perturbed(module: torch.nn.Module) -> torch.nn.Module:
+    """Weights away from their initialisation (zero biases would hide a bias loaded in the wrong place)."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return module
 
 
 def generation_batch(model, vocab):
@@ -141,3 +169,58 @@ def test_checkpoints_keep_their_names_copy_and_pickle():
                            for p, t in m.state_dict().items()})  # the current ones
     for clone in (copy.deepcopy(attention), pickle.loads(pickle.dumps(attention))):
         assert_same_state(clone.state_dict(), state)
+
+
+# -- the models against their former code -----------------------------------------------------------------------
+
+
+def test_mdfn_channels_equal_their_former_code():
+    block = seeded(lambda: MaskedAttentionBlock(16, 4, 0.0))
+    old = seeded(lambda: former.MDFNBlock(16, 4, 0.0))
+    assert_same_state(block.state_dict(), old.state_dict())  # same names, same initial weights
+    block.load_state_dict(perturbed(old).state_dict())
+    meta = TokenMeta.from_lists([[0, 0, 1, 1, 1, 2], [0, 1, 1]], [[0, 0, 1, 1, 1, 0], [1, 0, 0]])
+    x = torch.randn(2, 6, 16)
+    for mask in (SAME_UTTERANCE & ~SPEAKER, SPEAKER, GLOBAL):
+        visible = mask(meta, meta)
+        real = meta.is_real
+        new_out, old_out = block(x, visible), old(x, visible)
+        torch.testing.assert_close(new_out[real], old_out[real], **CLOSE)
+        for model, out in ((block, new_out), (old, old_out)):
+            model.zero_grad()
+            out[real].square().sum().backward()
+        assert_same_state(grad_state(block), grad_state(old), **CLOSE)
+
+
+def test_dra_layers_equal_their_former_code():
+    layer = seeded(lambda: MaskedEncoderLayer(16, 2, 32, 0.0))
+    old = seeded(lambda: former.DRALayer(16, 2, 32, 0.0))
+    assert_same_state(layer.state_dict(), old.state_dict())
+    layer.load_state_dict(perturbed(old).state_dict())
+    x, mask = torch.randn(3, 7, 16), torch.rand(3, 7, 7) > 0.4
+    (new_out, new_probs), (old_out, old_probs) = layer(x, mask, True), old(x, mask, True)
+    torch.testing.assert_close(new_out, old_out, **CLOSE)
+    torch.testing.assert_close(new_probs, old_probs, **CLOSE)
+    for model, out in ((layer, new_out), (old, old_out)):
+        out.square().sum().backward()
+    assert_same_state(grad_state(layer), grad_state(old), **CLOSE)
+
+
+@pytest.mark.parametrize("gaussian", [True, False])
+def test_lc_attention_equals_its_former_code(gaussian):
+    config = LCConfig(num_labels=3, hidden=16, heads=2, max_positions=8)
+    attention = seeded(lambda: LocalContextAttention(config, gaussian))
+    old = seeded(lambda: former.LCAttention(16, 2, 8, gaussian))
+    assert_same_state(attention.state_dict(), old.state_dict())
+    attention.load_state_dict(perturbed(old).state_dict())
+    x = torch.randn(2, 6, 16)
+    real = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])  # empty slots after a short sub-dialogue
+    (new_out, new_probs), (old_out, old_probs) = attention(x, real, True), old(x, real, True)
+    torch.testing.assert_close(new_out[real], old_out[real], **CLOSE)  # an empty slot now attends to nothing
+    torch.testing.assert_close(new_probs.transpose(1, 2)[real], old_probs.transpose(1, 2)[real], **CLOSE)
+    positions = torch.tensor([[5], [3]])
+    torch.testing.assert_close(attention(x, real, query_positions=positions)[0], old(x, real, query_positions=positions)[0],
+                               **CLOSE)
+    for model, out in ((attention, new_out), (old, old_out)):
+        out[real].square().sum().backward()
+    assert_same_state(grad_state(attention), grad_state(old), **CLOSE)

@@ -21,7 +21,7 @@ from torch import nn
 
 from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorConfig
 from turnformer.models.transformer_generator import TransformerGenerator
-from turnformer.structure.attention import masked_attention
+from turnformer.structure.attention import MultiHeadAttention, inlined_names, keep_checkpoint_names
 from turnformer.structure.masks import DEPENDENCY, GLOBAL
 from turnformer.structure.packing import TokenMeta, token_meta
 from turnformer.tasks.generation import SPECIALS, UNK
@@ -46,18 +46,15 @@ class MaskedEncoderLayer(nn.Module):
 
     def __init__(self, d_model: int, heads: int, ff: int, dropout: float):
         super().__init__()
-        self.heads = heads
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.attention = MultiHeadAttention(d_model, heads, dropout)
         self.ff = nn.Sequential(nn.Linear(d_model, ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff, d_model))
         self.dropout = nn.Dropout(dropout)
+        keep_checkpoint_names(self, inlined_names("attention"))  # checkpoints name the projections qkv and out
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
-        b, length, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, length, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        p = self.dropout.p if self.training else 0.0
-        attended, probs = masked_attention(q, k, v, mask[:, None], dropout_p=p, return_probs=return_attention)
-        x = x + self.dropout(self.out(attended.transpose(1, 2).reshape(b, length, d)))
+        attended, probs = self.attention(self.norm1(x), mask=mask, return_probs=return_attention)  # [B, L, d]
+        x = x + self.dropout(attended)
         return x + self.dropout(self.ff(self.norm2(x))), probs
 
 
