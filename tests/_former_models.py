@@ -146,3 +146,124 @@ class LCAttention(nn.Module):
         split = lambda t: t.view(b, t.shape[1], self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
         out, probs = masked_attention(split(q), split(k), split(v), mask[:, None, None, :], bias, return_probs=return_probs)
         return queries + self.out(out.transpose(1, 2).reshape(b, q.shape[1], d)), probs
+
+
+def causal_mask(length: int, device) -> torch.Tensor:
+    """True above the diagonal: what a decoder position may NOT see (nn.Transformer's convention)."""
+    return torch.triu(torch.ones(length, length, dtype=torch.bool, device=device), 1)
+
+
+class PHAEDAttention(nn.Module):
+    def __init__(self, d: int, heads: int, relative: int = 0):
+        super().__init__()
+        self.heads = heads
+        self.query, self.key, self.value, self.out = (nn.Linear(d, d) for _ in range(4))
+        self.rel_key = nn.Parameter(torch.randn(relative, d) * 0.02) if relative else None
+        self.rel_value = nn.Parameter(torch.randn(relative, d) * 0.02) if relative else None
+
+    def _split(self, x):
+        return x.unflatten(-1, (self.heads, -1)).transpose(-2, -3)
+
+    def forward(self, x, keys, mask, relative=None):
+        q, k, v = self._split(self.query(x)), self._split(self.key(keys)), self._split(self.value(keys))
+        mask = mask.unsqueeze(1)
+        if self.rel_key is None or relative is None:
+            out, _ = masked_attention(q, k, v, mask)
+        else:
+            index = relative.unsqueeze(1).expand(-1, self.heads, -1, -1)
+            bias = (q @ self._split(self.rel_key).transpose(-1, -2) / math.sqrt(q.shape[-1])).gather(-1, index)
+            out, probs = masked_attention(q, k, v, mask, bias, return_probs=True)
+            mass = probs.new_zeros(*probs.shape[:-1], self.rel_value.shape[0]).scatter_add_(-1, index, probs)
+            out = out + mass @ self._split(self.rel_value)
+        return self.out(out.transpose(1, 2).flatten(2))
+
+
+class PHAEDLayer(nn.Module):
+    def __init__(self, config: PHAEDConfig, cross: bool = False, relative: int = 0):
+        super().__init__()
+        d = config.d_model
+        self.self_norm, self.self_attention = nn.LayerNorm(d), PHAEDAttention(d, config.heads, relative)
+        self.cross_norm = nn.LayerNorm(d) if cross else None
+        self.cross_attention = PHAEDAttention(d, config.heads) if cross else None
+        self.ff_norm = nn.LayerNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, config.ff), nn.ReLU(), nn.Dropout(config.dropout), nn.Linear(config.ff, d))
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, mask, memory=None, relative=None, cross=None, cross_mask=None):
+        h = self.self_norm(x)
+        keys = h if memory is None else torch.cat([self.self_norm(memory), h], 1)
+        x = x + self.dropout(self.self_attention(h, keys, mask, relative))
+        if self.cross_attention is not None:
+            x = x + self.dropout(self.cross_attention(self.cross_norm(x), cross, cross_mask))
+        return x + self.dropout(self.ff(self.ff_norm(x)))
+
+
+class PHAED(GeneratorBase):
+    """PHAED with its masks built by hand from a dictionary of ranks."""
+
+    def __init__(self, config: PHAEDConfig, pad_id: int = 0, eou_id: int = 3):
+        super().__init__()
+        self._add_embeddings(config, pad_id, eou_id)
+        d = config.d_model
+        relative = config.r_max + 1 if config.turn_attention else 0
+        self.inner = nn.ModuleList(PHAEDLayer(config) for _ in range(config.layers))
+        self.inter = nn.ModuleList(PHAEDLayer(config, relative=relative) for _ in range(config.inter_layers))
+        self.encoder_norm = nn.LayerNorm(d)
+        self.decoder = nn.ModuleList(PHAEDLayer(config, cross=True) for _ in range(config.layers))
+        self.decoder_norm = nn.LayerNorm(d)
+        self._init_word_embeddings()
+
+    @staticmethod
+    def _context_meta(batch):
+        turn, role = batch.context_turn, batch.context_role * batch.context_turn.gt(0)
+        index = torch.arange(turn.shape[1], device=turn.device).expand_as(turn)
+        opens = torch.ones_like(turn, dtype=torch.bool)
+        opens[:, 1:] = turn[:, 1:] != turn[:, :-1]
+        position = (index - torch.where(opens, index, 0).cummax(1).values) * turn.gt(0)
+        utterance_role = role.new_zeros(turn.shape[0], int(turn.max()) + 1).scatter_reduce(1, turn, role, "amax")
+        q_rank = utterance_role.eq(Q).cumsum(1).gather(1, turn)
+        r_rank = utterance_role.eq(R).cumsum(1).gather(1, turn)
+        return {"turn": turn, "role": role, "position": position, "q_rank": q_rank, "r_rank": r_rank, "answers": q_rank + 1}
+
+    def encode(self, batch):
+        m = self._context_meta(batch)
+        is_q, is_r = m["role"].eq(Q), m["role"].eq(R)
+        aligned = torch.where(is_r, m["r_rank"] + 1, m["q_rank"])
+        x = embedded = self.embed_tokens(batch.context, m["position"], aligned)
+
+        def pairs(a, b):
+            return a.unsqueeze(-1) & b.unsqueeze(-2)
+
+        same_utterance = m["turn"].unsqueeze(-1) == m["turn"].unsqueeze(-2)
+        inner_mask = pairs(is_q, is_q) & same_utterance
+        for layer in self.inner:
+            x = layer(x, inner_mask)
+        inter_mask = pairs(is_q, is_q) & (m["q_rank"].unsqueeze(-2) >= m["q_rank"].unsqueeze(-1))
+        relative = turn_relative_distance(-m["q_rank"], -m["q_rank"], self.config.r_max).clamp(min=0)
+        for layer in self.inter:
+            x = layer(x, inter_mask, relative=relative)
+        encoded = self.encoder_norm(x)
+        cross_mask = (is_q & m["q_rank"].eq(1)).unsqueeze(1)
+        memory, memory_mask = None, (is_r & m["r_rank"].le(self.config.c_max)).unsqueeze(1)
+        if self.config.c_max > 0:
+            with torch.no_grad():
+                h, memory = embedded.detach(), []
+                own_past = pairs(is_r, is_r) & same_utterance & (m["position"].unsqueeze(-1) >= m["position"].unsqueeze(-2))
+                answered = is_q.unsqueeze(1) & (m["q_rank"].unsqueeze(1) == m["answers"].unsqueeze(-1))
+                for layer in self.decoder:
+                    memory.append(h)
+                    h = layer(h, own_past, cross=encoded, cross_mask=answered)
+        return encoded, cross_mask, memory, memory_mask
+
+    def decode(self, state, response_in, last_only=False):
+        encoded, cross_mask, memory, memory_mask = state
+        length = response_in.shape[1]
+        position = torch.arange(length, device=response_in.device).expand_as(response_in)
+        x = self.embed_tokens(response_in, position, torch.ones_like(response_in))
+        mask = ~causal_mask(length, x.device) & response_in.ne(self.pad_id).unsqueeze(1)
+        if memory is not None:
+            mask = torch.cat([memory_mask.expand(-1, length, -1), mask], -1)
+        for n, layer in enumerate(self.decoder):
+            x = layer(x, mask, memory=None if memory is None else memory[n], cross=encoded, cross_mask=cross_mask)
+        hidden = self.decoder_norm(x[:, -1] if last_only else x)
+        return hidden @ self.embed.weight.T
