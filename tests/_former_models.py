@@ -153,6 +153,124 @@ def causal_mask(length: int, device) -> torch.Tensor:
     return torch.triu(torch.ones(length, length, dtype=torch.bool, device=device), 1)
 
 
+class TransformerGenerator(GeneratorBase):
+    """The encoder-decoder baseline on nn.TransformerEncoder / nn.TransformerDecoder."""
+
+    def __init__(self, config: GeneratorConfig, pad_id: int = 0, eou_id: int = 3):
+        super().__init__()
+        self._add_embeddings(config, pad_id, eou_id)
+        d = config.d_model
+
+        def layer(kind):
+            return kind(d, config.heads, config.ff, config.dropout, batch_first=True, norm_first=True)
+
+        self.encoder = nn.TransformerEncoder(layer(nn.TransformerEncoderLayer), config.layers, norm=nn.LayerNorm(d),
+                                             enable_nested_tensor=False)
+        self.decoder = nn.TransformerDecoder(layer(nn.TransformerDecoderLayer), config.layers, norm=nn.LayerNorm(d))
+        self._init_word_embeddings()
+
+    def _embed(self, ids, turn=None):
+        return self.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), turn)
+
+    def encode(self, batch: GenerationBatch):
+        padding = batch.context.eq(self.pad_id)
+        return self.encoder(self._embed(batch.context, batch.context_turn), src_key_padding_mask=padding), padding
+
+    @torch.no_grad()
+    def encoder_attention(self, batch: GenerationBatch) -> list[torch.Tensor]:
+        padding = batch.context.eq(self.pad_id)
+        x, out = self._embed(batch.context, batch.context_turn), []
+        for layer in self.encoder.layers:
+            h = layer.norm1(x)
+            out.append(layer.self_attn(h, h, h, key_padding_mask=padding, need_weights=True, average_attn_weights=False)[1])
+            x = layer(x, src_key_padding_mask=padding)
+        return out
+
+    def decode(self, state, response_in, last_only=False):
+        memory, memory_padding = state
+        hidden = self.decoder(self._embed(response_in), memory, tgt_mask=causal_mask(response_in.shape[1], response_in.device),
+                              tgt_key_padding_mask=response_in.eq(self.pad_id), memory_key_padding_mask=memory_padding)
+        return (hidden[:, -1] if last_only else hidden) @ self.embed.weight.T
+
+
+class GPT2Generator(GeneratorBase):
+    """The decoder-only baseline on nn.TransformerEncoder with a causal mask (its `pack` is unchanged)."""
+
+    def __init__(self, config: GeneratorConfig, pad_id: int = 0, eou_id: int = 3):
+        super().__init__()
+        self._add_embeddings(config, pad_id, eou_id)
+        d = config.d_model
+        layer = nn.TransformerEncoderLayer(d, config.heads, config.ff, config.dropout, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.layers = nn.TransformerEncoder(layer, config.layers, norm=nn.LayerNorm(d), enable_nested_tensor=False)
+        self._init_word_embeddings()
+
+    def encode(self, batch):
+        return batch.context, batch.context_turn, batch.context.ne(self.pad_id).sum(1)
+
+    def decode(self, state, response_in, last_only=False):
+        from turnformer.models.gpt2_generator import GPT2Generator as Current
+
+        ids, turns, start = Current.pack(self, state, response_in)
+        x = self.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), turns)
+        hidden = self.layers(x, mask=causal_mask(ids.shape[1], ids.device), is_causal=True)
+        steps = torch.arange(response_in.shape[1], device=ids.device)
+        steps = steps[-1:] if last_only else steps
+        rows = hidden.gather(1, (start[:, None] + steps)[:, :, None].expand(-1, -1, hidden.shape[-1]))
+        logits = rows @ self.embed.weight.T
+        return logits[:, 0] if last_only else logits
+
+
+class TransformerDRA(TransformerGenerator):
+    def __init__(self, config, pad_id: int = 0, eou_id: int = 3):
+        super().__init__(config, pad_id, eou_id)
+        d = config.d_model
+        self.dra_layers = config.layers if config.dra_layers is None else config.dra_layers
+        self.encoder = nn.ModuleList(DRALayer(d, config.heads, config.ff, config.dropout) for _ in range(config.layers))
+        self.encoder_norm = nn.LayerNorm(d)
+
+    def encode(self, batch):
+        meta = dra_context_meta(batch, self.pad_id)
+        dependency = DEPENDENCY(meta, meta) if self.dra_layers else None
+        everything = GLOBAL(meta, meta) if self.dra_layers < len(self.encoder) else None
+        x = self.embed_tokens(batch.context, turns=batch.context_turn) if self.dra_layers else self._embed(batch.context, batch.context_turn)
+        for i, layer in enumerate(self.encoder):
+            x, _ = layer(x, dependency if i < self.dra_layers else everything)
+        return self.encoder_norm(x), meta.is_padding
+
+
+class DialogBERT(TransformerGenerator):
+    def __init__(self, config, pad_id: int = 0, eou_id: int = 3):
+        super().__init__(config, pad_id, eou_id)
+        d = config.d_model
+
+        def layers(n):
+            return nn.ModuleList(DRALayer(d, config.heads, config.ff, config.dropout) for _ in range(n))
+
+        self.encoder, self.encoder_norm = layers(config.layers), nn.LayerNorm(d)
+        self.context_encoder, self.context_norm = layers(config.context_layers or config.layers), nn.LayerNorm(d)
+
+    def encode(self, batch):
+        meta = dra_context_meta(batch, self.pad_id)
+        x = self.embed_tokens(batch.context, None if self.config.dra else meta.position.clamp(max=self.config.max_positions - 1))
+        mask = (DEPENDENCY if self.config.dra else SAME_UTTERANCE)(meta, meta)
+        for layer in self.encoder:
+            x, _ = layer(x, mask)
+        tokens = self.encoder_norm(x)
+        turns = torch.arange(1, int(batch.context_turn.max()) + 1, device=x.device)
+        opens = meta.is_special & meta.position.eq(0)
+        select = opens[:, None, :] & batch.context_turn[:, None, :].eq(turns[None, :, None])
+        present = select.any(-1)
+        y = select.to(tokens.dtype) @ tokens
+        if self.turn is not None:
+            y = y + self.turn(turns.clamp(max=self.config.max_turns) * present)
+        y = self.dropout(y)
+        for layer in self.context_encoder:
+            y, _ = layer(y, present[:, :, None] & present[:, None, :])
+        memory, padding = self.context_norm(y), ~present
+        if self.config.token_memory:
+            memory, padding = torch.cat([memory, tokens], 1), torch.cat([padding, meta.is_padding], 1)
+        return memory, padding
 class PHAEDAttention(nn.Module):
     def __init__(self, d: int, heads: int, relative: int = 0):
         super().__init__()

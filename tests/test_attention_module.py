@@ -227,6 +227,11 @@ def test_lc_attention_equals_its_former_code(gaussian):
 
 
 FORMER_GENERATORS = {
+    "transformer": former.TransformerGenerator,
+    "gpt2-scratch": former.GPT2Generator,
+    "transformer-dra": former.TransformerDRA,
+    "dialogbert": former.DialogBERT,
+    "dialogbert-dra": former.DialogBERT,
     "phaed": former.PHAED,
     "phaed-no-turn-attn": former.PHAED,
     "phaed-no-recurrence": former.PHAED,

@@ -89,6 +89,7 @@ class TransformerDRA(TransformerGenerator):
         return self.embed_tokens(batch.context, turns=batch.context_turn)  # DRA: no positions
 
     def _encode(self, batch: GenerationBatch, return_attention: bool = False):
+        """(encoded context, its padding, each layer's attention or Nones), as `TransformerGenerator._encode`."""
         if self.dra_layers and batch.context_head is None:
             raise ValueError("transformer-dra reads dependency parses: build batches with encode_instances (no context_head)")
         meta = context_meta(batch, self.pad_id)
@@ -99,15 +100,6 @@ class TransformerDRA(TransformerGenerator):
             x, probs = layer(x, dependency if i < self.dra_layers else everything, return_attention)
             attention.append(probs)
         return self.encoder_norm(x), meta.is_padding, attention
-
-    def encode(self, batch: GenerationBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        memory, padding, _ = self._encode(batch)
-        return memory, padding
-
-    @torch.no_grad()
-    def encoder_attention(self, batch: GenerationBatch) -> list[torch.Tensor]:
-        """Each encoder layer's attention probabilities [B, H, L, L] (zero where the mask hides a key)."""
-        return self._encode(batch, return_attention=True)[2]
 
 
 __all__ = ["IGNORE", "DRAConfig", "MaskedEncoderLayer", "TransformerDRA", "context_meta"]
