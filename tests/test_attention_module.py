@@ -1,11 +1,17 @@
-"""The structure layer's metadata builder and `MultiHeadAttention`: the models built on them compute, initialise,
-save and load what their former code (`_former_models`) did."""
+"""Every model's attention is the structure layer's `MultiHeadAttention`, under structure-layer masks: the
+models compute, initialise, save and load what their former code (`_former_models`) did, and no model file
+builds a mask or an attention by hand."""
 
 from __future__ import annotations
 
 import copy
+import io
 import math
 import pickle
+import re
+import tokenize
+from itertools import accumulate
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -23,6 +29,7 @@ from turnformer.tasks.generation import Vocabulary, build_generator, encode_inst
 
 from test_phaed import DIALOGUES, SMALL
 
+MODELS = Path(__file__).resolve().parents[1] / "src" / "turnformer" / "models"
 CLOSE = {"atol": 1e-6, "rtol": 1e-5}  # outputs and gradients of the same computation, in another order
 
 
@@ -260,3 +267,43 @@ def test_generators_equal_their_former_code(vocab, model_id):
         rows = ~batch.context.eq(pad)
         for new, former_probs in zip(model.encoder_attention(batch), old.encoder_attention(batch)):
             torch.testing.assert_close(new.transpose(1, 2)[rows], former_probs.transpose(1, 2)[rows], **CLOSE)
+
+
+# -- no model builds a mask or an attention of its own -----------------------------------------------------------
+
+FORBIDDEN = {
+    r"\b(tril|triu)\b": "a triangular mask: use CAUSAL",
+    r"\bnn\.(Transformer|TransformerEncoder|TransformerDecoder|TransformerEncoderLayer|TransformerDecoderLayer|"
+    r"MultiheadAttention)\b": "PyTorch's attention bypasses masked_attention: use MultiHeadAttention",
+    r"\b(scaled_dot_product_attention|multi_head_attention_forward)\b": "attention by hand: use MultiHeadAttention",
+    r"\bmasked_attention\b": "attention by hand: use MultiHeadAttention",
+    r"@\s*[\w.\[\]()]+\.(transpose\(\s*-[12]\s*,\s*-[12]\s*\)|mT\b)": "attention scores by hand: use MultiHeadAttention",
+    r"\.masked_fill\(\s*~\s*\w*mask": "a mask applied by hand: pass it to MultiHeadAttention",
+}
+
+
+def code_without_strings_or_comments(path: Path) -> str:
+    """The file with its comments, strings and docstrings blanked out (they may name what the code must not use)."""
+    source = path.read_text(encoding="utf-8")
+    line_starts = [0, *accumulate(len(line) for line in source.splitlines(keepends=True))]
+    text = list(source)
+    prose = {tokenize.COMMENT, tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type in prose:
+            start, end = (line_starts[row - 1] + column for row, column in (token.start, token.end))
+            text[start:end] = " " * (end - start)
+    return "".join(text)
+
+
+def test_no_model_builds_a_mask_or_an_attention_by_hand():
+    problems = [f"{path.name}: {why} ({match.group(0)!r})" for path in sorted(MODELS.glob("*.py"))
+                for pattern, why in FORBIDDEN.items() for match in re.finditer(pattern, code_without_strings_or_comments(path))]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_check_finds_what_it_forbids(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("mask = torch.triu(x, 1)\nlayer = nn.TransformerEncoder(x)\nscores = q @ k.transpose(-1, -2)\n"
+                   "scores = scores.masked_fill(~mask, 0)\n'masked_attention'  # masked_attention\n")
+    found = [why for pattern, why in FORBIDDEN.items() if re.search(pattern, code_without_strings_or_comments(bad))]
+    assert len(found) == 4 and "attention by hand: use MultiHeadAttention" not in found  # not in a string or comment
