@@ -54,8 +54,7 @@ from turnformer.structure.biases import turn_relative_distance
 from turnformer.structure.masks import CAUSAL, HISTORY, REPLY_TO, SAME_UTTERANCE, SPEAKER, own_turns, spoken_by
 from turnformer.structure.packing import TokenMeta, token_meta
 
-Q, R = 1, 2  # batch.context_role values
-OTHER, RESPONDER = 0, 1  # the speakers of the token metadata: a query's, the responder's
+OTHER, RESPONDER = 0, 1  # the speakers of the token metadata: a query's (context_role 1), the responder's (role 2)
 
 INNER = SAME_UTTERANCE & spoken_by(OTHER)  # sec. 3.3.1: a query token sees its own query
 INTER = SPEAKER & spoken_by(OTHER) & HISTORY  # eq. 3-5: a query token sees the queries at or before its own
@@ -148,7 +147,7 @@ class PHAED(GeneratorBase):
         if batch.context_role is None:
             raise ValueError("PHAED needs batch.context_role (1 = query, 2 = earlier response, 0 = padding)")
         turn = batch.context_turn  # 1 = the newest utterance, 0 on padding
-        return token_meta(turn.amax(1, keepdim=True) - turn, batch.context_role - Q, turn.eq(0))
+        return token_meta(turn.amax(1, keepdim=True) - turn, batch.context_role - 1, turn.eq(0))  # roles 1, 2: speakers 0, 1
 
     @staticmethod
     def _ranks(context: TokenMeta, turn: torch.Tensor) -> torch.Tensor:
