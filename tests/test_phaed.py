@@ -108,7 +108,7 @@ def test_turn_relative_attention_is_eq_4_5_and_plain_attention_with_zero_vectors
     out = attention(x, x, mask, relative)
     # eq. 4-5 written out: K^_p = K_p + B^K_r, V^_p = V_p + B^V_r for every (query, key) pair
     split = attention._split
-    q, k, v = split(attention.query(x)), split(attention.key(x)), split(attention.value(x))
+    q, k, v = (split(t) for t in attention.project(x, x))
     bk = split(attention.rel_key)[:, relative].permute(1, 0, 2, 3, 4)  # [B, H, Lq, Lk, D]
     bv = split(attention.rel_value)[:, relative].permute(1, 0, 2, 3, 4)
     scores = (q.unsqueeze(-2) * (k.unsqueeze(2) + bk)).sum(-1) / math.sqrt(d // heads)

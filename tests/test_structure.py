@@ -14,8 +14,10 @@ from turnformer.structure import (
     CAUSAL,
     DEPENDENCY,
     GLOBAL,
+    HISTORY,
     LISTENER,
     OTHER_UTTERANCE,
+    REPLY_TO,
     SAME_UTTERANCE,
     SPEAKER,
     SpecialTokens,
@@ -27,11 +29,16 @@ from turnformer.structure import (
     local,
     mask_from_name,
     masked_attention,
+    own_turns,
     pack_dialogues,
     pack_token_ids,
+    sequence_meta,
+    spoken_by,
+    token_meta,
     turn_relative_distance,
 )
-from turnformer.structure.reference import KINDS, _rows, reference_dialogxl_masks, reference_mask
+from turnformer.structure.reference import (KINDS, _rows, own_turns_visible, reference_dialogxl_masks, reference_mask,
+                                            reply_to_visible, spoken_by_visible)
 
 WINDOW_MASKS = {
     "global": lambda w: GLOBAL,
@@ -40,6 +47,7 @@ WINDOW_MASKS = {
     "listener": lambda w: LISTENER,
     "same_utterance": lambda w: SAME_UTTERANCE,
     "other_utterance": lambda w: OTHER_UTTERANCE,
+    "history": lambda w: HISTORY,
     "dependency": lambda w: DEPENDENCY,
     "causal": lambda w: CAUSAL,
 }
@@ -150,13 +158,54 @@ def test_recent_memory_equals_brute_force(case, n):
         assert _as_lists(got) == expected
 
 
+def _brute_force(meta_q: TokenMeta, meta_k: TokenMeta, visible) -> list:
+    """[B][Q][K] of visible(q, k, key rows) over every pair."""
+    out = []
+    for b in range(meta_q.shape[0]):
+        q_rows, k_rows = _rows(meta_q, b), _rows(meta_k, b)
+        out.append([[visible(q, k, k_rows) for k in k_rows] for q in q_rows])
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(packed_batches(), st.integers(0, 4), st.integers(0, 3))
+def test_reply_to_own_turns_and_spoken_by_equal_brute_force(case, n, speaker):
+    """PHAED's predicates, on whole rows and on [older ; newer] keys for the newer tokens."""
+    meta = case[0].meta
+    cut = meta.shape[1] // 2
+    newer = meta.select(slice(cut, None))
+    for q, k in ((meta, meta), (newer, meta)):
+        assert _as_lists(REPLY_TO(q, k)) == _brute_force(q, k, reply_to_visible)
+        assert _as_lists(own_turns(n)(q, k)) == _brute_force(q, k, lambda a, b, rows: own_turns_visible(a, b, rows, n))
+        assert _as_lists(spoken_by(speaker)(q, k)) == _brute_force(q, k, lambda a, b, rows: spoken_by_visible(a, b, speaker))
+
+
+@settings(max_examples=40, deadline=None)
+@given(packed_batches())
+def test_the_builder_counts_positions_inside_utterances(case):
+    """`token_meta` (every model's metadata): positions restart at each utterance, padding sits at 0 with
+    utterance and speaker -1; `sequence_meta`: one utterance, or one a token."""
+    meta = case[0].meta
+    for b in range(meta.shape[0]):
+        utterance, real, expected = meta.utterance[b].tolist(), meta.is_real[b].tolist(), []
+        for i, (u, r) in enumerate(zip(utterance, real)):
+            same_run = r and i > 0 and real[i - 1] and u == utterance[i - 1]
+            expected.append(expected[-1] + 1 if same_run else 0)
+        assert meta.position[b].tolist() == expected
+    again = token_meta(meta.utterance, meta.speaker, meta.is_padding, is_special=meta.is_special, head=meta.head)
+    assert all(torch.equal(getattr(again, f), getattr(meta, f)) for f in meta.__dataclass_fields__)
+    padding = torch.tensor([[False, False, False, True]])
+    assert sequence_meta(padding).position.tolist() == [[0, 1, 2, 0]]
+    assert sequence_meta(padding, utterance_per_token=True).utterance.tolist() == [[0, 1, 2, -1]]
+
+
 @settings(max_examples=40, deadline=None)
 @given(packed_batches())
 def test_padding_is_never_seen_and_sees_nothing(case):
     packed, window = case
     meta = packed.meta
-    for kind in KINDS:
-        for mask in (WINDOW_MASKS[kind](window), ~WINDOW_MASKS[kind](window)):
+    for base in [WINDOW_MASKS[kind](window) for kind in KINDS] + [REPLY_TO, own_turns(2), spoken_by(0)]:
+        for mask in (base, ~base):
             m = mask(meta, meta)
             assert not m[meta.is_padding].any()  # padding query rows are empty
             assert not m.transpose(1, 2)[meta.is_padding].any()  # padding keys are never visible
@@ -171,6 +220,8 @@ def test_composition_behaves_like_predicates():
     assert torch.equal(mask_from_name("speaker|same_utterance")(meta, meta), (SPEAKER | SAME_UTTERANCE)(meta, meta))
     assert torch.equal(mask_from_name("local", window=1)(meta, meta), local(1)(meta, meta))
     assert torch.equal(mask_from_name("local(2)&causal")(meta, meta), (local(2) & CAUSAL)(meta, meta))
+    for name, mask in (("own_turns(2)", own_turns(2)), ("spoken_by(1)", spoken_by(1)), ("reply_to", REPLY_TO), ("history", HISTORY)):
+        assert mask_from_name(name).name == name and torch.equal(mask_from_name(name)(meta, meta), mask(meta, meta))
     with pytest.raises(ValueError, match="unknown mask"):
         mask_from_name("speakers")
     with pytest.raises(ValueError, match="window"):

@@ -30,7 +30,8 @@ from torch import nn
 from turnformer.models.dra import MaskedEncoderLayer, context_meta
 from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorConfig
 from turnformer.models.transformer_generator import TransformerGenerator
-from turnformer.structure.masks import DEPENDENCY, SAME_UTTERANCE
+from turnformer.structure.masks import DEPENDENCY, GLOBAL, SAME_UTTERANCE
+from turnformer.structure.packing import sequence_meta
 
 
 @dataclass
@@ -84,9 +85,10 @@ class DialogBERTGenerator(TransformerGenerator):
         if self.turn is not None:
             y = y + self.turn(turns.clamp(max=self.config.max_turns) * present)
         y = self.dropout(y)
-        context_attention = []
+        slots = sequence_meta(~present, utterance_per_token=True)
+        every_slot, context_attention = GLOBAL(slots, slots), []  # [B, U, U]
         for layer in self.context_encoder:
-            y, probs = layer(y, present[:, :, None] & present[:, None, :], return_attention)
+            y, probs = layer(y, every_slot, return_attention)
             context_attention.append(probs)
         memory, padding = self.context_norm(y), ~present
         if self.config.token_memory:

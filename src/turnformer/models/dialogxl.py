@@ -40,7 +40,7 @@ from __future__ import annotations
 import inspect
 import math
 from functools import partial
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Sequence
 
 import torch
@@ -50,7 +50,7 @@ from torch.utils.checkpoint import checkpoint
 from turnformer.backbones import StructuredEncoder, XLNetStructuredEncoder
 from turnformer.dialogue import as_turn
 from turnformer.models.config_checks import check_config
-from turnformer.structure import MEMORY, TokenMeta, dialogxl_layout, memory_counts
+from turnformer.structure import MEMORY, TokenMeta, dialogxl_layout, token_meta
 from turnformer.structure.packing import truncate_keeping_end_specials
 
 
@@ -244,27 +244,17 @@ class DialogXL(nn.Module):
         return Memory.empty(batch, self.encoder.num_layers, self.encoder.config.hidden_size, device)
 
     def current_meta(self, input_ids: torch.Tensor, turn: int, speakers: torch.Tensor, memory: Memory) -> TokenMeta:
-        batch, length = input_ids.shape
         padding = input_ids == self.pad_id
         special = (input_ids == self.special_ids[0]) | (input_ids == self.special_ids[1])
-        position = torch.arange(length, device=input_ids.device).expand(batch, length)
         # Continue after the newest REAL memory token: padding slots carry stale orders, and counting
         # them would make a conversation's positions (XLNet's relative distances) depend on its batch.
-        start, counted = (torch.zeros(batch, 1, dtype=torch.long, device=input_ids.device) for _ in range(2))
+        start, counted = (torch.zeros(input_ids.shape[0], 1, dtype=torch.long, device=input_ids.device) for _ in range(2))
         if memory.length:
             start = memory.meta.order.masked_fill(memory.meta.is_padding, -1).amax(1, keepdim=True) + 1
             counted = memory.meta.memory_index.masked_fill(memory.meta.is_padding, -1).amax(1, keepdim=True) + 1
-        utterance, special = torch.full_like(input_ids, turn).masked_fill(padding, -1), special & ~padding
-        return TokenMeta(
-            utterance=utterance,
-            speaker=speakers.unsqueeze(1).expand(batch, length).masked_fill(padding, -1),
-            position=position,
-            order=start + position,
-            is_special=special,
-            is_padding=padding,
-            head=torch.full_like(input_ids, -1),
-            **dict(zip(("memory_index", "memory_before"), memory_counts(utterance, special, padding, offset=counted))),
-        )
+        meta = token_meta(torch.full_like(input_ids, turn), speakers.unsqueeze(1).expand_as(input_ids), padding,
+                          is_special=special, memory_offset=counted)
+        return replace(meta, order=start + meta.position)
 
     def step(
         self, input_ids: torch.Tensor, turn: int, speakers: torch.Tensor, memory: Memory, output_attentions: bool = False
@@ -331,21 +321,16 @@ class DialogXL(nn.Module):
         ends = lengths.cumsum(1)  # [B, N]
         padding = columns >= ends[:, -1:]
         turn = torch.searchsorted(ends, columns.contiguous(), right=True).clamp(max=lengths.shape[1] - 1)  # [B, L]
-        position = columns - (ends - lengths).gather(1, turn)
-        special = ((ids == self.special_ids[0]) | (ids == self.special_ids[1])) & ~padding
-        utterance = turn.masked_fill(padding, -1)
+        special = (ids == self.special_ids[0]) | (ids == self.special_ids[1])
+        meta = token_meta(turn, batch.speakers.gather(1, turn), padding, is_special=special)
+        position = meta.position  # 0 on padding
         # Each utterance's running positions start after the newest memory token before it (none: 0), as in `step`.
-        in_memory = ~special & ~padding
-        newest = torch.full_like(lengths, -1).scatter_reduce(1, turn, position.masked_fill(~in_memory, -1), "amax")
+        newest = torch.full_like(lengths, -1).scatter_reduce(1, turn, position.masked_fill(~meta.is_memory_token, -1), "amax")
         start = (newest + 1).cumsum(1) - (newest + 1) if self.config.mem_len else torch.zeros_like(lengths)
         order = start.gather(1, turn) + position
-        meta = TokenMeta(
-            utterance=utterance, speaker=batch.speakers.gather(1, turn).masked_fill(padding, -1), position=position,
-            order=order, is_special=special, is_padding=padding, head=torch.full_like(ids, -1),
-            **dict(zip(("memory_index", "memory_before"), memory_counts(utterance, special, padding))),
-        )
+        meta = replace(meta, order=order)
         if self.config.positions == "utterance":
-            return meta, position.masked_fill(padding, 0)
+            return meta, position
         if self.encoder.max_positions is None:
             return meta, order
         shift = (start + lengths - self.encoder.max_positions).clamp(min=0)  # each utterance's last token fits

@@ -21,9 +21,9 @@ from torch import nn
 
 from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorConfig
 from turnformer.models.transformer_generator import TransformerGenerator
-from turnformer.structure.attention import masked_attention
+from turnformer.structure.attention import MultiHeadAttention, inlined_names, keep_checkpoint_names
 from turnformer.structure.masks import DEPENDENCY, GLOBAL
-from turnformer.structure.packing import TokenMeta, memory_counts
+from turnformer.structure.packing import TokenMeta, token_meta
 from turnformer.tasks.generation import SPECIALS, UNK
 
 _UNK_ID = SPECIALS.index(UNK)  # a word, although its id is among the special ones
@@ -46,18 +46,15 @@ class MaskedEncoderLayer(nn.Module):
 
     def __init__(self, d_model: int, heads: int, ff: int, dropout: float):
         super().__init__()
-        self.heads = heads
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.attention = MultiHeadAttention(d_model, heads, dropout)
         self.ff = nn.Sequential(nn.Linear(d_model, ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff, d_model))
         self.dropout = nn.Dropout(dropout)
+        keep_checkpoint_names(self, inlined_names("attention"))  # checkpoints name the projections qkv and out
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, return_attention: bool = False):
-        b, length, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, length, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        p = self.dropout.p if self.training else 0.0
-        attended, probs = masked_attention(q, k, v, mask[:, None], dropout_p=p, return_probs=return_attention)
-        x = x + self.dropout(self.out(attended.transpose(1, 2).reshape(b, length, d)))
+        attended, probs = self.attention(self.norm1(x), mask=mask, return_probs=return_attention)  # [B, L, d]
+        x = x + self.dropout(attended)
         return x + self.dropout(self.ff(self.norm2(x))), probs
 
 
@@ -65,19 +62,11 @@ def context_meta(batch: GenerationBatch, pad_id: int = 0) -> TokenMeta:
     """`TokenMeta` of the flat context: utterance = turn distance (unique per utterance in a row),
     speaker = role (0 = Q, 1 = R; 0 when the batch has no roles), position within the utterance,
     order = column, the special tokens, the dependency heads (all -1 when the batch has none)."""
-    ids, turn = batch.context, batch.context_turn
+    ids = batch.context
     padding = ids.eq(pad_id)
-    order = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-    starts = torch.ones_like(padding)
-    starts[:, 1:] = turn[:, 1:] != turn[:, :-1]
-    position = order - torch.where(starts, order, 0).cummax(1).values
-    special = (ids < len(SPECIALS)) & ids.ne(_UNK_ID) & ~padding
-    speaker = (batch.context_role - 1 if batch.context_role is not None else torch.zeros_like(ids)).masked_fill(padding, -1)
-    utterance = turn.masked_fill(padding, -1)
-    return TokenMeta(utterance=utterance, speaker=speaker, position=position, order=order,
-                     is_special=special, is_padding=padding,
-                     head=batch.context_head if batch.context_head is not None else torch.full_like(ids, -1),
-                     **dict(zip(("memory_index", "memory_before"), memory_counts(utterance, special, padding))))
+    speaker = batch.context_role - 1 if batch.context_role is not None else torch.zeros_like(ids)
+    return token_meta(batch.context_turn, speaker, padding, is_special=(ids < len(SPECIALS)) & ids.ne(_UNK_ID),
+                      head=batch.context_head)
 
 
 class TransformerDRA(TransformerGenerator):
@@ -100,6 +89,7 @@ class TransformerDRA(TransformerGenerator):
         return self.embed_tokens(batch.context, turns=batch.context_turn)  # DRA: no positions
 
     def _encode(self, batch: GenerationBatch, return_attention: bool = False):
+        """(encoded context, its padding, each layer's attention or Nones), as `TransformerGenerator._encode`."""
         if self.dra_layers and batch.context_head is None:
             raise ValueError("transformer-dra reads dependency parses: build batches with encode_instances (no context_head)")
         meta = context_meta(batch, self.pad_id)
@@ -110,15 +100,6 @@ class TransformerDRA(TransformerGenerator):
             x, probs = layer(x, dependency if i < self.dra_layers else everything, return_attention)
             attention.append(probs)
         return self.encoder_norm(x), meta.is_padding, attention
-
-    def encode(self, batch: GenerationBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        memory, padding, _ = self._encode(batch)
-        return memory, padding
-
-    @torch.no_grad()
-    def encoder_attention(self, batch: GenerationBatch) -> list[torch.Tensor]:
-        """Each encoder layer's attention probabilities [B, H, L, L] (zero where the mask hides a key)."""
-        return self._encode(batch, return_attention=True)[2]
 
 
 __all__ = ["IGNORE", "DRAConfig", "MaskedEncoderLayer", "TransformerDRA", "context_meta"]

@@ -256,9 +256,4 @@ def repeat_state(state, batch_size: int, times: int):
     return state
 
 
-def causal_mask(length: int, device) -> torch.Tensor:
-    """(L, L) bool, True above the diagonal: the future a decoder position may not see (nn.Transformer's convention)."""
-    return torch.triu(torch.ones(length, length, dtype=torch.bool, device=device), 1)
-
-
-__all__ = ["IGNORE", "GenerationBatch", "GeneratorBase", "GeneratorConfig", "causal_mask", "repeat_state"]
+__all__ = ["IGNORE", "GenerationBatch", "GeneratorBase", "GeneratorConfig", "repeat_state"]

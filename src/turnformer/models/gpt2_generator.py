@@ -24,9 +24,12 @@ gives this model ``layers = 2N``: as many layers, about 14% fewer layer paramete
 from __future__ import annotations
 
 import torch
-from torch import nn
+import torch.nn.functional as F
 
-from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorBase, GeneratorConfig, causal_mask
+from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorBase, GeneratorConfig
+from turnformer.models.transformer_generator import EncoderLayer, LayerStack
+from turnformer.structure.masks import CAUSAL
+from turnformer.structure.packing import sequence_meta
 
 
 class GPT2Generator(GeneratorBase):
@@ -36,9 +39,8 @@ class GPT2Generator(GeneratorBase):
         super().__init__()
         self._add_embeddings(config, pad_id, eou_id)
         d = config.d_model
-        layer = nn.TransformerEncoderLayer(d, config.heads, config.ff, config.dropout, activation="gelu",
-                                           batch_first=True, norm_first=True)
-        self.layers = nn.TransformerEncoder(layer, config.layers, norm=nn.LayerNorm(d), enable_nested_tensor=False)
+        # `layers.layers` and `layers.norm`: nn.TransformerEncoder's parameter names, which checkpoints use
+        self.layers = LayerStack(EncoderLayer(d, config.heads, config.ff, config.dropout, activation=F.gelu), config.layers, d)
         self._init_word_embeddings()
 
     def encode(self, batch: GenerationBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -62,7 +64,11 @@ class GPT2Generator(GeneratorBase):
     def decode(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         ids, turns, start = self.pack(state, response_in)
         x = self.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), turns)
-        hidden = self.layers(x, mask=causal_mask(ids.shape[1], ids.device), is_causal=True)
+        sequence = sequence_meta(ids.eq(self.pad_id))
+        causal = CAUSAL(sequence, sequence)  # [B, L, L]
+        for layer in self.layers.layers:
+            x, _ = layer(x, causal)
+        hidden = self.layers.norm(x)
         steps = torch.arange(response_in.shape[1], device=ids.device)
         steps = steps[-1:] if last_only else steps
         rows = hidden.gather(1, (start[:, None] + steps)[:, :, None].expand(-1, -1, hidden.shape[-1]))  # the response's positions

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from turnformer.models.config_checks import check_config
-from turnformer.structure import lc_attention_bias, masked_attention
+from turnformer.structure import GLOBAL, MultiHeadAttention, lc_attention_bias, sequence_meta
 
 CONTEXTS = ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")
 MODEL_IDS = (*CONTEXTS, "minilm-utterance")
@@ -105,16 +105,15 @@ class WindowBatch:
                            self.labels.to(device), self.where)
 
 
-class LocalContextAttention(nn.Module):
-    """Multi-head self-attention over utterance vectors, with or without the Gaussian local bias."""
+class LocalContextAttention(MultiHeadAttention):
+    """Multi-head self-attention over utterance vectors, with or without the Gaussian local bias: the structure
+    layer's attention plus the bias's parameters W^c and W^d."""
 
     def __init__(self, config: LCConfig, gaussian: bool):
-        super().__init__()
         d = config.hidden
-        self.heads, self.gaussian = config.heads, gaussian
+        super().__init__(d, config.heads)
+        self.gaussian = gaussian
         self.max_shift, self.max_width = config.max_shift, config.max_width
-        self.qkv = nn.Linear(d, 3 * d)
-        self.out = nn.Linear(d, d)
         if gaussian:
             # W^c starts at 0 (centres at i, equation 6); W^d small random, so widths start near D/2.
             self.center_weight = nn.Parameter(torch.zeros(config.max_positions, d))
@@ -125,26 +124,25 @@ class LocalContextAttention(nn.Module):
         `forward` is made of; for inspecting what the model learned)."""
         if not self.gaussian:
             raise ValueError("plain attention has no Gaussian bias")
-        d = x.shape[-1]
-        k = F.linear(x, self.qkv.weight[d : 2 * d], self.qkv.bias[d : 2 * d])
+        _, k, _ = self.project(x, x)
         _, centers, widths = lc_attention_bias(k, mask, self.center_weight, self.width_weight, self.max_shift, self.max_width)
         return centers, widths
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, return_probs: bool = False, query_positions: torch.Tensor | None = None):
         """x [B, L, d], mask [B, L] (True = real) -> (x + attention(x) [B, L, d], probs [B, H, L, L] or None).
         ``query_positions`` [B, Q] computes only those rows (output [B, Q, d]): online prediction needs one."""
-        b, n, d = x.shape
-        k, v = F.linear(x, self.qkv.weight[d:], self.qkv.bias[d:]).chunk(2, dim=-1)
-        queries = x if query_positions is None else x.gather(1, query_positions.unsqueeze(-1).expand(-1, -1, d))
-        q = F.linear(queries, self.qkv.weight[:d], self.qkv.bias[:d])
+        slots = sequence_meta(~mask, utterance_per_token=True)  # the utterances, as tokens of the structure layer
+        queries, query_slots = x, slots
+        if query_positions is not None:
+            queries = x.gather(1, query_positions.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+            query_slots = slots.take(query_positions, torch.ones_like(query_positions, dtype=torch.bool))
+        q, k, v = self.project(queries, x)
         bias = None
-        if self.gaussian:
+        if self.gaussian:  # [B, Q, L], shared by the heads
             bias, _, _ = lc_attention_bias(k, mask, self.center_weight, self.width_weight, self.max_shift, self.max_width,
                                            query_positions)
-            bias = bias.unsqueeze(1)  # shared by the heads
-        split = lambda t: t.view(b, t.shape[1], self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
-        out, probs = masked_attention(split(q), split(k), split(v), mask[:, None, None, :], bias, return_probs=return_probs)
-        return queries + self.out(out.transpose(1, 2).reshape(b, q.shape[1], d)), probs
+        out, probs = self.attend(q, k, v, GLOBAL(query_slots, slots), bias, return_probs=return_probs)
+        return queries + out, probs
 
 
 class LCAttentionModel(nn.Module):

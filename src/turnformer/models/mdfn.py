@@ -39,7 +39,8 @@ from torch import nn
 
 from turnformer.backbones.loading import load_auto_encoder
 from turnformer.models.config_checks import check_config
-from turnformer.structure import LISTENER, OTHER_UTTERANCE, SAME_UTTERANCE, SPEAKER, TokenMeta, masked_attention
+from turnformer.structure import LISTENER, OTHER_UTTERANCE, SAME_UTTERANCE, SPEAKER, MultiHeadAttention, TokenMeta
+from turnformer.structure.attention import inlined_names, keep_checkpoint_names
 
 MDFN_VARIANTS: dict[str, dict] = {
     "mdfn": {},
@@ -114,19 +115,15 @@ class MaskedAttentionBlock(nn.Module):
 
     def __init__(self, hidden: int, heads: int, dropout: float, eps: float = 1e-12):
         super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(hidden, 3 * hidden)
-        self.out = nn.Linear(hidden, hidden)
+        self.attention = MultiHeadAttention(hidden, heads, dropout)
         self.dropout = nn.Dropout(dropout)
         self.norm = nn.LayerNorm(hidden, eps=eps)
+        keep_checkpoint_names(self, inlined_names("attention"))  # checkpoints name the projections qkv and out
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        split = lambda y: y.view(b, t, self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
-        q, k, v = (split(y) for y in self.qkv(x).chunk(3, dim=-1))
-        p = self.dropout.p if self.training else 0.0
-        attended, _ = masked_attention(q, k, v, mask.unsqueeze(1), dropout_p=p)
-        return self.norm(x + self.dropout(self.out(attended.transpose(1, 2).reshape(b, t, d))))
+        """x [B, T, d], mask [B, T, T] (True = visible) -> [B, T, d]."""
+        attended, _ = self.attention(x, mask=mask)
+        return self.norm(x + self.dropout(attended))
 
 
 class GateFusion(nn.Module):

@@ -32,21 +32,34 @@ their own), so exactly ``c_max`` earlier responses are visible, where Transforme
 N * c_max back; the memory is recomputed per instance; no dropout on attention probabilities (only on
 sub-layer outputs and in the FFN); a query with no visible key (no query in the context, an earlier
 response answering no query) outputs zero by the project's empty-row policy (`masked_attention`).
+
+Every mask is a predicate of the structure layer over the tokens' metadata, whose speakers are the
+queries' (another speaker, `OTHER`) and the responder's (`RESPONDER`), and whose utterances are numbered
+in conversation order (the response comes after the newest context utterance): `INNER`, `INTER`,
+`EARLIER_RESPONSE` and `DECODER_SELF` below, `REPLY_TO` for cross-attention (a response reads the query it
+answers: the latest utterance of another speaker before it) and `own_turns` for the memory.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorBase, GeneratorConfig, causal_mask
-from turnformer.structure.attention import masked_attention
+from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorBase, GeneratorConfig
+from turnformer.structure.attention import (SEPARATE_PROJECTION_NAMES, MultiHeadAttention, RelativeTerms, keep_checkpoint_names,
+                                            stacked_linear)
 from turnformer.structure.biases import turn_relative_distance
+from turnformer.structure.masks import CAUSAL, HISTORY, REPLY_TO, SAME_UTTERANCE, SPEAKER, own_turns, spoken_by
+from turnformer.structure.packing import TokenMeta, token_meta
 
-Q, R = 1, 2  # batch.context_role values
+OTHER, RESPONDER = 0, 1  # the speakers of the token metadata: a query's (context_role 1), the responder's (role 2)
+
+INNER = SAME_UTTERANCE & spoken_by(OTHER)  # sec. 3.3.1: a query token sees its own query
+INTER = SPEAKER & spoken_by(OTHER) & HISTORY  # eq. 3-5: a query token sees the queries at or before its own
+EARLIER_RESPONSE = SAME_UTTERANCE & CAUSAL & spoken_by(RESPONDER)  # an earlier response, decoded on its own
+DECODER_SELF = SAME_UTTERANCE & CAUSAL  # the response's own past (the memory keys are `own_turns(c_max)`)
 
 
 @dataclass
@@ -62,35 +75,21 @@ class PHAEDConfig(GeneratorConfig):
             raise ValueError(f"need r_max >= 0, c_max >= 0 and inter_layers >= 1: {self}")
 
 
-class Attention(nn.Module):
-    """Multi-head attention through `masked_attention`; with ``relative`` > 0 buckets, PHAED's turn-level
-    relative attention (eq. 4-5): B^K_r added to the keys and B^V_r to the values."""
+class Attention(MultiHeadAttention):
+    """The structure layer's attention; with ``relative`` > 0 buckets, PHAED's turn-level relative attention
+    (eq. 4-5): the relation vectors B^K_r added to the keys and B^V_r to the values (`RelativeTerms`)."""
 
     def __init__(self, d: int, heads: int, relative: int = 0):
-        super().__init__()
-        self.heads = heads
-        self.query, self.key, self.value, self.out = (nn.Linear(d, d) for _ in range(4))
+        # the query, key, value and output projections drawn one after the other, as separate layers were
+        super().__init__(d, heads, qkv=stacked_linear(*(nn.Linear(d, d) for _ in range(3))), out=nn.Linear(d, d))
         self.rel_key = nn.Parameter(torch.randn(relative, d) * 0.02) if relative else None  # B^K (one row per r)
         self.rel_value = nn.Parameter(torch.randn(relative, d) * 0.02) if relative else None  # B^V
-
-    def _split(self, x: torch.Tensor) -> torch.Tensor:  # [..., L, d] -> [..., H, L, d / H]
-        return x.unflatten(-1, (self.heads, -1)).transpose(-2, -3)
+        keep_checkpoint_names(self, SEPARATE_PROJECTION_NAMES)  # checkpoints hold query, key and value apart
 
     def forward(self, x, keys, mask, relative=None):
-        """x [B, Lq, d], keys [B, Lk, d], mask [B, Lq, Lk] (True = visible), relative [B, Lq, Lk] long r."""
-        q, k, v = self._split(self.query(x)), self._split(self.key(keys)), self._split(self.value(keys))
-        mask = mask.unsqueeze(1)
-        if self.rel_key is None or relative is None:
-            out, _ = masked_attention(q, k, v, mask)
-        else:
-            index = relative.unsqueeze(1).expand(-1, self.heads, -1, -1)  # [B, H, Lq, Lk]
-            # q . (k + B^K_r) = q . k + q . B^K_r: the second term as a score bias gathered by r
-            bias = (q @ self._split(self.rel_key).transpose(-1, -2) / math.sqrt(q.shape[-1])).gather(-1, index)
-            out, probs = masked_attention(q, k, v, mask, bias, return_probs=True)
-            # sum_k a_k (v_k + B^V_r(k)) = a V + sum_r (attention mass on bucket r) B^V_r
-            mass = probs.new_zeros(*probs.shape[:-1], self.rel_value.shape[0]).scatter_add_(-1, index, probs)
-            out = out + mass @ self._split(self.rel_value)
-        return self.out(out.transpose(1, 2).flatten(2))
+        """x [B, Lq, d], keys [B, Lk, d], mask [B, Lq, Lk] (True = visible), relative [B, Lq, Lk] long r -> [B, Lq, d]."""
+        terms = None if self.rel_key is None or relative is None else RelativeTerms(relative, self.rel_key, self.rel_value)
+        return super().forward(x, keys, mask, relative=terms)[0]
 
 
 class Layer(nn.Module):
@@ -142,64 +141,65 @@ class PHAED(GeneratorBase):
         return self.embed_tokens(ids, position, turn)
 
     @staticmethod
-    def _context_meta(batch: GenerationBatch) -> dict[str, torch.Tensor]:
-        """Per context token [B, Lc]: position in its utterance, role, and its rank among the context's
-        queries (Q) or earlier responses (R), 1 = newest; ``answers``: the rank of the query an R
-        utterance answers (the newest query before it)."""
+    def _context_meta(batch: GenerationBatch) -> TokenMeta:
+        """The context's `TokenMeta`: utterances in conversation order (0 = the oldest in the row), speakers
+        `OTHER` (queries) and `RESPONDER` (earlier responses)."""
         if batch.context_role is None:
             raise ValueError("PHAED needs batch.context_role (1 = query, 2 = earlier response, 0 = padding)")
-        turn, role = batch.context_turn, batch.context_role * batch.context_turn.gt(0)
-        index = torch.arange(turn.shape[1], device=turn.device).expand_as(turn)
-        opens = torch.ones_like(turn, dtype=torch.bool)
-        opens[:, 1:] = turn[:, 1:] != turn[:, :-1]  # first token of an utterance
-        position = (index - torch.where(opens, index, 0).cummax(1).values) * turn.gt(0)
-        # per utterance u = 1..T (how many back): its role; cumulative counts give ranks from the newest
-        utterance_role = role.new_zeros(turn.shape[0], int(turn.max()) + 1).scatter_reduce(1, turn, role, "amax")
-        q_rank = utterance_role.eq(Q).cumsum(1).gather(1, turn)
-        r_rank = utterance_role.eq(R).cumsum(1).gather(1, turn)
-        return {"turn": turn, "role": role, "position": position, "q_rank": q_rank, "r_rank": r_rank, "answers": q_rank + 1}
+        turn = batch.context_turn  # 1 = the newest utterance, 0 on padding
+        return token_meta(turn.amax(1, keepdim=True) - turn, batch.context_role - 1, turn.eq(0))  # roles 1, 2: speakers 0, 1
+
+    @staticmethod
+    def _ranks(context: TokenMeta, turn: torch.Tensor) -> torch.Tensor:
+        """[B, Lc]: each token's utterance's rank among its speaker's context utterances, 1 = the newest (the
+        queries' and the earlier responses' turn counts, from the response back); 0 on padding."""
+        # per utterance u = 1..T (how many back): its speaker; cumulative counts give ranks from the newest
+        speaker = context.speaker.new_full((turn.shape[0], int(turn.max()) + 1), -1)
+        speaker = speaker.scatter_reduce(1, turn, context.speaker, "amax")
+        return torch.where(context.speaker.eq(OTHER), speaker.eq(OTHER).cumsum(1).gather(1, turn),
+                           speaker.eq(RESPONDER).cumsum(1).gather(1, turn))
+
+    def _response_meta(self, response_in: torch.Tensor, context: TokenMeta) -> TokenMeta:
+        """The response's `TokenMeta`: the responder's utterance after the context's newest."""
+        after_context = (context.utterance.amax(1, keepdim=True) + 1).expand_as(response_in)
+        return token_meta(after_context, torch.full_like(response_in, RESPONDER), response_in.eq(self.pad_id))
 
     def encode(self, batch: GenerationBatch):
-        """Encoded queries, the response's cross-attention mask, and the decoder memory with its mask."""
-        m = self._context_meta(batch)
-        is_q, is_r = m["role"].eq(Q), m["role"].eq(R)
-        aligned = torch.where(is_r, m["r_rank"] + 1, m["q_rank"])  # aligned turn; the response's is 1
-        x = embedded = self._embed(batch.context, m["position"], aligned)
-
-        def pairs(a, b):  # [B, L] x [B, L] -> [B, L, L]
-            return a.unsqueeze(-1) & b.unsqueeze(-2)
-
-        same_utterance = m["turn"].unsqueeze(-1) == m["turn"].unsqueeze(-2)
-        inner_mask = pairs(is_q, is_q) & same_utterance
+        """Encoded queries, the context's metadata, and the decoder memory (one state [B, Lc, d] per layer, or None)."""
+        context = self._context_meta(batch)
+        rank = self._ranks(context, batch.context_turn)
+        is_response = context.speaker.eq(RESPONDER)
+        aligned = torch.where(is_response, rank + 1, rank)  # aligned turn; the response's is 1
+        x = embedded = self._embed(batch.context, context.position, aligned)
+        inner = INNER(context, context)
         for layer in self.inner:
-            x = layer(x, inner_mask)
-        # keys at or before the query (rank counts back); conversation order t = -rank, so t - p = rank(p) - rank(t)
-        inter_mask = pairs(is_q, is_q) & (m["q_rank"].unsqueeze(-2) >= m["q_rank"].unsqueeze(-1))
-        relative = turn_relative_distance(-m["q_rank"], -m["q_rank"], self.config.r_max).clamp(min=0)
+            x = layer(x, inner)
+        # the query count back: t - p = rank(p) - rank(t) for a query token t and a key p at or before it
+        relative = turn_relative_distance(-rank, -rank, self.config.r_max).clamp(min=0)
+        inter = INTER(context, context)
         for layer in self.inter:
-            x = layer(x, inter_mask, relative=relative)
+            x = layer(x, inter, relative=relative)
         encoded = self.encoder_norm(x)
-        cross_mask = (is_q & m["q_rank"].eq(1)).unsqueeze(1)  # the response answers the newest query
 
-        memory, memory_mask = None, (is_r & m["r_rank"].le(self.config.c_max)).unsqueeze(1)
+        memory = None
         if self.config.c_max > 0:
             with torch.no_grad():  # SG(M) of eq. 7: earlier responses, each decoded on its own
                 h, memory = embedded.detach(), []
-                own_past = pairs(is_r, is_r) & same_utterance & (m["position"].unsqueeze(-1) >= m["position"].unsqueeze(-2))
-                answered = is_q.unsqueeze(1) & (m["q_rank"].unsqueeze(1) == m["answers"].unsqueeze(-1))
+                own_past, answered = EARLIER_RESPONSE(context, context), REPLY_TO(context, context)
                 for layer in self.decoder:
                     memory.append(h)  # layer n's memory: the states entering it (eq. 6)
                     h = layer(h, own_past, cross=encoded, cross_mask=answered)
-        return encoded, cross_mask, memory, memory_mask
+        return encoded, context, memory
 
     def decode(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-        encoded, cross_mask, memory, memory_mask = state
+        encoded, context, memory = state
         length = response_in.shape[1]
         position = torch.arange(length, device=response_in.device).expand_as(response_in)
         x = self._embed(response_in, position, torch.ones_like(response_in))
-        mask = ~causal_mask(length, x.device) & response_in.ne(self.pad_id).unsqueeze(1)
-        if memory is not None:
-            mask = torch.cat([memory_mask.expand(-1, length, -1), mask], -1)
+        response = self._response_meta(response_in, context)
+        keys = response if memory is None else TokenMeta.concat([context, response])  # [memory ; response]
+        mask = (DECODER_SELF | own_turns(self.config.c_max))(response, keys)  # [B, Lr, (Lc +) Lr]
+        cross_mask = REPLY_TO(response, context)  # the response answers the newest query: [B, Lr, Lc]
         for n, layer in enumerate(self.decoder):
             x = layer(x, mask, memory=None if memory is None else memory[n], cross=encoded, cross_mask=cross_mask)
         hidden = self.decoder_norm(x[:, -1] if last_only else x)

@@ -7,14 +7,88 @@ a turn embedding: how many utterances back from the response its utterance is (1
 capped at ``max_turns``). The decoder reads the response, causally masked, and cross-attends to the
 encoded context; the output projection is tied to the word embeddings. Greedy decoding by `generate`,
 beam search by `beam_search`.
+
+The layers are PyTorch's pre-norm Transformer layers around the structure layer's `MultiHeadAttention`:
+the encoder sees the whole context (`GLOBAL`), the decoder its own past (`CAUSAL`) and the whole encoded
+context, and a padding token sees nothing. They keep nn.TransformerEncoder's and nn.TransformerDecoder's
+parameter names and initialisation (one layer initialised, then copied ``layers`` times; Xavier-uniform
+attention input projections), so that seeds give the weights and checkpoints the models they gave before.
 """
 
 from __future__ import annotations
 
+import copy
+from typing import Callable
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorBase, GeneratorConfig, causal_mask
+from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorBase, GeneratorConfig
+from turnformer.structure.attention import TORCH_MULTIHEAD_NAMES, MultiHeadAttention, keep_checkpoint_names
+from turnformer.structure.masks import CAUSAL, GLOBAL
+from turnformer.structure.packing import sequence_meta
+
+
+def torch_initialised_attention(d: int, heads: int, dropout: float) -> MultiHeadAttention:
+    """A `MultiHeadAttention` initialised as nn.MultiheadAttention is (the output projection drawn first, then
+    Xavier-uniform input projections; zero biases) and saved under its names (in_proj_weight, out_proj...)."""
+    out = nn.Linear(d, d)
+    qkv = nn.utils.skip_init(nn.Linear, d, 3 * d)  # drawn below, after the output projection
+    nn.init.xavier_uniform_(qkv.weight)
+    nn.init.zeros_(qkv.bias)
+    nn.init.zeros_(out.bias)
+    attention = MultiHeadAttention(d, heads, dropout, qkv=qkv, out=out)
+    keep_checkpoint_names(attention, TORCH_MULTIHEAD_NAMES)
+    return attention
+
+
+class EncoderLayer(nn.Module):
+    """nn.TransformerEncoderLayer (pre-norm): x + attention(norm1(x)), then x + FFN(norm2(x)), with dropout on
+    each sub-layer's output and on the attention probabilities."""
+
+    def __init__(self, d: int, heads: int, ff: int, dropout: float, activation: Callable = F.relu):
+        super().__init__()
+        self.self_attn = torch_initialised_attention(d, heads, dropout)
+        self.linear1, self.linear2 = nn.Linear(d, ff), nn.Linear(ff, d)
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, return_probs: bool = False):
+        """x [B, L, d], mask [B, L, L] (True = visible) -> (x [B, L, d], attention [B, H, L, L] or None)."""
+        attended, probs = self.self_attn(self.norm1(x), mask=mask, return_probs=return_probs)
+        x = x + self.dropout(attended)
+        feed_forward = self.linear2(self.dropout(self.activation(self.linear1(self.norm2(x)))))
+        return x + self.dropout(feed_forward), probs
+
+
+class DecoderLayer(nn.Module):
+    """nn.TransformerDecoderLayer (pre-norm): self-attention, cross-attention to the encoded context, FFN."""
+
+    def __init__(self, d: int, heads: int, ff: int, dropout: float):
+        super().__init__()
+        self.self_attn = torch_initialised_attention(d, heads, dropout)
+        self.multihead_attn = torch_initialised_attention(d, heads, dropout)
+        self.linear1, self.linear2 = nn.Linear(d, ff), nn.Linear(ff, d)
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor, memory_mask: torch.Tensor) -> torch.Tensor:
+        """x [B, L, d], memory [B, M, d], mask [B, L, L] and memory_mask [B, L, M] (True = visible) -> [B, L, d]."""
+        x = x + self.dropout(self.self_attn(self.norm1(x), mask=mask)[0])
+        x = x + self.dropout(self.multihead_attn(self.norm2(x), memory, memory_mask)[0])
+        return x + self.dropout(self.linear2(self.dropout(F.relu(self.linear1(self.norm3(x))))))
+
+
+class LayerStack(nn.Module):
+    """``count`` copies of ``layer`` (``layers``) and a final LayerNorm (``norm``), as nn.TransformerEncoder and
+    nn.TransformerDecoder make them: the copies start equal."""
+
+    def __init__(self, layer: nn.Module, count: int, d: int):
+        super().__init__()
+        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(count))
+        self.norm = nn.LayerNorm(d)
 
 
 class TransformerGenerator(GeneratorBase):
@@ -24,13 +98,8 @@ class TransformerGenerator(GeneratorBase):
         super().__init__()
         self._add_embeddings(config, pad_id, eou_id)
         d = config.d_model
-
-        def layer(kind):
-            return kind(d, config.heads, config.ff, config.dropout, batch_first=True, norm_first=True)
-
-        self.encoder = nn.TransformerEncoder(layer(nn.TransformerEncoderLayer), config.layers, norm=nn.LayerNorm(d),
-                                             enable_nested_tensor=False)
-        self.decoder = nn.TransformerDecoder(layer(nn.TransformerDecoderLayer), config.layers, norm=nn.LayerNorm(d))
+        self.encoder = LayerStack(EncoderLayer(d, config.heads, config.ff, config.dropout), config.layers, d)
+        self.decoder = LayerStack(DecoderLayer(d, config.heads, config.ff, config.dropout), config.layers, d)
         self._init_word_embeddings()
 
     def _embed(self, ids: torch.Tensor, turn: torch.Tensor | None = None) -> torch.Tensor:
@@ -38,26 +107,35 @@ class TransformerGenerator(GeneratorBase):
             raise ValueError(f"a sequence of {ids.shape[1]} tokens is over max_positions = {self.config.max_positions}")
         return self.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), turn)
 
-    def encode(self, batch: GenerationBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _encode(self, batch: GenerationBatch, return_attention: bool = False):
+        """(encoded context [B, Lc, d], its padding [B, Lc], each layer's attention [B, H, Lc, Lc] or Nones)."""
         padding = batch.context.eq(self.pad_id)
-        return self.encoder(self._embed(batch.context, batch.context_turn), src_key_padding_mask=padding), padding
+        context = sequence_meta(padding)  # the whole context is visible: only its padding matters
+        visible = GLOBAL(context, context)
+        x, attention = self._embed(batch.context, batch.context_turn), []
+        for layer in self.encoder.layers:
+            x, probs = layer(x, visible, return_attention)
+            attention.append(probs)
+        return self.encoder.norm(x), padding, attention
+
+    def encode(self, batch: GenerationBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        memory, padding, _ = self._encode(batch)
+        return memory, padding
 
     @torch.no_grad()
     def encoder_attention(self, batch: GenerationBatch) -> list[torch.Tensor]:
-        """Each encoder layer's attention probabilities [B, H, L, L] (for plots; the forward pass does not keep them)."""
-        padding = batch.context.eq(self.pad_id)
-        x, out = self._embed(batch.context, batch.context_turn), []
-        for layer in self.encoder.layers:  # pre-norm: the attention reads norm1 of the layer's input
-            h = layer.norm1(x)
-            out.append(layer.self_attn(h, h, h, key_padding_mask=padding, need_weights=True, average_attn_weights=False)[1])
-            x = layer(x, src_key_padding_mask=padding)
-        return out
+        """Each encoder layer's attention probabilities [B, H, L, L] (for plots; zero where the mask hides a key)."""
+        return self._encode(batch, return_attention=True)[2]
 
     def decode(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         memory, memory_padding = state
-        hidden = self.decoder(self._embed(response_in), memory, tgt_mask=causal_mask(response_in.shape[1], response_in.device),
-                              tgt_key_padding_mask=response_in.eq(self.pad_id), memory_key_padding_mask=memory_padding)
+        response = sequence_meta(response_in.eq(self.pad_id))
+        causal, cross = CAUSAL(response, response), GLOBAL(response, sequence_meta(memory_padding))  # [B, Lr, Lr | M]
+        x = self._embed(response_in)
+        for layer in self.decoder.layers:
+            x = layer(x, memory, causal, cross)
+        hidden = self.decoder.norm(x)
         return (hidden[:, -1] if last_only else hidden) @ self.embed.weight.T  # decoding needs only the last row
 
 
-__all__ = ["IGNORE", "GenerationBatch", "GeneratorConfig", "TransformerGenerator"]
+__all__ = ["IGNORE", "DecoderLayer", "EncoderLayer", "GenerationBatch", "GeneratorConfig", "LayerStack", "TransformerGenerator"]

@@ -1,9 +1,15 @@
-"""Scaled dot-product attention under the project's empty-row policy.
+"""Scaled dot-product attention under the project's empty-row policy, and the one attention module of the models.
 
 A query row whose mask shows no key attends to nothing: its output is exactly zero and its
 attention probabilities are all zero. SDPA alone would give NaN for such rows (softmax of all
 -inf), so they are opened to every key for the computation and zeroed afterwards, which also
 keeps gradients finite.
+
+`MultiHeadAttention` owns the query, key, value and output projections and nothing else: the mask
+(a structure-layer predicate, True = visible), additive biases and relative terms (`RelativeTerms`) are
+arguments of each call, so every model's attention is this module with the structure it passes in.
+`keep_checkpoint_names` lets a model save and load its attention weights under the names its checkpoints
+have always used.
 
 Exact truncated back-propagation in one pass (`past`): a recurrent model reads earlier segments through a
 detached memory, so their states get no gradient from later queries, while the key and value projection
@@ -16,9 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from turnformer.structure.masks import empty_rows
 
@@ -162,3 +171,138 @@ def _attention_with_past(query, key, value, mask, bias, dropout_p, return_probs,
     dropped = F.dropout(probs, p=dropout_p, training=dropout_p > 0)
     out = _ReadWithPast.apply(dropped, value, value_detached, live, False)
     return out, probs if return_probs else None
+
+
+@dataclass(frozen=True)
+class RelativeTerms:
+    """Relative attention terms (Shaw et al., 2018; PHAED eq. 4-5): each (query, key) pair falls in a bucket r
+    (``bucket`` [B, Q, K] long), whose vector B^K_r (row r of ``key`` [R, d]) is added to the key and B^V_r (row r
+    of ``value`` [R, d]) to the value; both are split over the heads like the projections. Computed without a
+    [Q, K, d] tensor: q . B^K_r as a score bias, and after the softmax the attention mass on each bucket times
+    B^V_r."""
+
+    bucket: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention through `masked_attention` (see the module docstring).
+
+    ``qkv`` (Linear d -> 3d: query, key and value rows, in that order) and ``out`` (Linear d -> d) are built
+    here unless given: a model passes its own to keep the initialisation it always had. ``dropout`` applies to
+    the attention probabilities while training.
+    """
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, *, qkv: nn.Linear | None = None,
+                 out: nn.Linear | None = None):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by heads ({heads})")
+        self.heads, self.dropout = heads, dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model) if qkv is None else qkv
+        self.out = nn.Linear(d_model, d_model) if out is None else out
+
+    def forward(self, x: torch.Tensor, keys: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, relative: RelativeTerms | None = None,
+                return_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x [B, Q, d] attends to keys [B, K, d] (None: to itself); mask bool (True = visible) and bias float
+        [B, Q, K] for every head or [B, H, Q, K] per head. Returns (output [B, Q, d] after the output projection,
+        probabilities [B, H, Q, K] or None)."""
+        return self.attend(*self.project(x, keys), mask, bias, relative, return_probs)
+
+    def project(self, x: torch.Tensor, keys: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries from x [B, Q, d], keys and values from keys [B, K, d] (None: x, with one product): each [B, L, d]."""
+        if keys is None:
+            return self.qkv(x).chunk(3, dim=-1)
+        d = x.shape[-1]
+        weight, bias = self.qkv.weight, self.qkv.bias
+        query = F.linear(x, weight[:d], None if bias is None else bias[:d])
+        key, value = F.linear(keys, weight[d:], None if bias is None else bias[d:]).chunk(2, dim=-1)
+        return query, key, value
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, relative: RelativeTerms | None = None,
+               return_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`forward` from projected queries [B, Q, d], keys and values [B, K, d]."""
+        q, k, v = (self._split(t) for t in (query, key, value))  # [B, H, L, d / H]
+        mask, bias = _per_head(mask), _per_head(bias)
+        p = self.dropout if self.training else 0.0
+        if relative is None:
+            out, probs = masked_attention(q, k, v, mask, bias, p, return_probs)
+        else:
+            out, probs = self._attend_relative(q, k, v, mask, bias, p, relative)
+            probs = probs if return_probs else None
+        return self.out(out.transpose(1, 2).flatten(2)), probs
+
+    def _attend_relative(self, q, k, v, mask, bias, p, relative: RelativeTerms):
+        if p:
+            raise ValueError("relative terms read the attention probabilities before dropout: use no attention dropout")
+        index = relative.bucket.unsqueeze(1).expand(-1, self.heads, -1, -1)  # [B, H, Q, K]
+        # q . (k + B^K_r) = q . k + q . B^K_r: the second term as a score bias gathered by r
+        scores = (q @ self._split(relative.key).transpose(-1, -2) / math.sqrt(q.shape[-1])).gather(-1, index)
+        out, probs = masked_attention(q, k, v, mask, scores if bias is None else bias + scores, return_probs=True)
+        # sum_k a_k (v_k + B^V_r(k)) = a V + sum_r (attention mass on bucket r) B^V_r
+        mass = probs.new_zeros(*probs.shape[:-1], relative.value.shape[0]).scatter_add_(-1, index, probs)
+        return out + mass @ self._split(relative.value), probs
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:  # [..., L, d] -> [..., H, L, d / H]
+        return x.unflatten(-1, (self.heads, -1)).transpose(-2, -3)
+
+
+def _per_head(x: torch.Tensor | None) -> torch.Tensor | None:  # [B, Q, K] -> [B, 1, Q, K]; [B, H, Q, K] as is
+    return x.unsqueeze(1) if x is not None and x.dim() == 3 else x
+
+
+def stacked_linear(*parts: nn.Linear) -> nn.Linear:
+    """One Linear whose output rows are those of ``parts``, in order (e.g. the query, key and value projections
+    initialised one after the other, as separate layers are)."""
+    stacked = nn.Linear(parts[0].in_features, sum(p.out_features for p in parts), bias=parts[0].bias is not None,
+                        device="meta")  # no initialisation: the values come from the parts
+    stacked.weight = nn.Parameter(torch.cat([p.weight.detach() for p in parts]))
+    if stacked.bias is not None:
+        stacked.bias = nn.Parameter(torch.cat([p.bias.detach() for p in parts]))
+    return stacked
+
+
+# Where a MultiHeadAttention's weights were in the layouts models had before they shared it, for `keep_checkpoint_names`:
+# nn.MultiheadAttention's names, and separate query, key and value projections (one old name per part of qkv).
+TORCH_MULTIHEAD_NAMES = {"qkv.weight": "in_proj_weight", "qkv.bias": "in_proj_bias",
+                         "out.weight": "out_proj.weight", "out.bias": "out_proj.bias"}
+SEPARATE_PROJECTION_NAMES = {"qkv.weight": ("query.weight", "key.weight", "value.weight"),
+                             "qkv.bias": ("query.bias", "key.bias", "value.bias")}
+
+
+def inlined_names(attribute: str) -> dict[str, str]:
+    """The names of a MultiHeadAttention held as ``attribute`` whose projections used to be its holder's own."""
+    return {f"{attribute}.{name}": name for name in ("qkv.weight", "qkv.bias", "out.weight", "out.bias")}
+
+
+def keep_checkpoint_names(module: nn.Module, old_names: dict[str, str | tuple[str, ...]]) -> None:
+    """Save and load ``module``'s weights under the names its checkpoints have always had.
+
+    ``old_names`` maps a key of ``module.state_dict()`` (relative to the module) to its old key, or to the old keys
+    of its parts along dim 0. `state_dict` writes the old names, and `load_state_dict` takes them (or the current
+    ones): checkpoints written before and after load either way, including through a loader that checks a file's
+    keys against ``state_dict()`` before loading it.
+    """
+    module.register_state_dict_post_hook(partial(_save_under_old_names, old_names))
+    module.register_load_state_dict_pre_hook(partial(_load_old_names, old_names))
+
+
+def _save_under_old_names(old_names, module, state_dict, prefix, local_metadata) -> None:
+    for name, old in old_names.items():
+        value = state_dict.pop(prefix + name)
+        if isinstance(old, str):
+            state_dict[prefix + old] = value
+        else:
+            for part_name, part in zip(old, value.chunk(len(old))):
+                state_dict[prefix + part_name] = part
+
+
+def _load_old_names(old_names, module, state_dict, prefix, *_) -> None:
+    for name, old in old_names.items():
+        keys = [prefix + part for part in ((old,) if isinstance(old, str) else old)]
+        if all(key in state_dict for key in keys):
+            parts = [state_dict.pop(key) for key in keys]
+            state_dict[prefix + name] = parts[0] if len(parts) == 1 else torch.cat(parts)

@@ -20,10 +20,17 @@ average over keys); the residual path carries the token on. `empty_rows` finds t
 | listener | spk(k) != spk(q) | DialogXL, MDFN (receiver) |
 | same_utterance | utt(k) = utt(q) | MDFN M1 |
 | other_utterance | utt(k) != utt(q) | MDFN M2 |
+| history | utt(k) <= utt(q) | PHAED (inter-query) |
+| spoken_by(s) | spk(k) = s | PHAED (queries, responses) |
+| reply_to | k is in the latest utterance before q's by another speaker (the one q answers) | PHAED |
+| own_turns(n) | k is in one of the n latest utterances of q's speaker before q's own | PHAED (memory of n responses) |
 | dependency | q opens k's utterance (special, position 0), or q = k, or q governs k | DRA |
 | causal | order(k) <= order(q) | decoders |
 | memory | k is a memory token (real, not special) of an earlier utterance | DialogXL |
 | recent(n) | k is one of the newest n memory tokens before q's utterance | DialogXL (memory of n tokens) |
+
+``reply_to`` and ``own_turns(n)`` rank a key's utterance among the keys' utterances (which is the latest before
+the query's), so the keys must hold every utterance that could count: the whole context, not a window of it.
 """
 
 from __future__ import annotations
@@ -81,6 +88,45 @@ LISTENER = Mask("listener", lambda q, k: _q(q.speaker) != _k(k.speaker))
 SAME_UTTERANCE = Mask("same_utterance", lambda q, k: _q(q.utterance) == _k(k.utterance))
 OTHER_UTTERANCE = Mask("other_utterance", lambda q, k: _q(q.utterance) != _k(k.utterance))
 CAUSAL = Mask("causal", lambda q, k: _k(k.order) <= _q(q.order))
+HISTORY = Mask("history", lambda q, k: _k(k.utterance) <= _q(q.utterance))
+
+
+def spoken_by(speaker: int) -> Mask:
+    """Keys spoken by ``speaker`` (whoever the query's speaker is)."""
+    return Mask(f"spoken_by({speaker})", lambda q, k: _k(k.speaker) == speaker)  # [B, 1, K]: the same for every query
+
+
+def _latest_utterances(candidates: torch.Tensor, k: TokenMeta, n: int) -> torch.Tensor:
+    """[B, Q, K]: the candidate keys of each query's ``n`` latest utterances, one utterance at a time (a loop over
+    n, not over tokens)."""
+    key_utterance = _k(k.utterance).expand_as(candidates)
+    chosen = torch.zeros_like(candidates)
+    for _ in range(n if candidates.shape[-1] else 0):  # no key: nothing to choose (and no maximum)
+        latest = torch.where(candidates, key_utterance, -1).amax(-1, keepdim=True)  # [B, Q, 1]; -1: none left
+        newest = candidates & (key_utterance == latest)
+        chosen, candidates = chosen | newest, candidates & ~newest
+    return chosen
+
+
+def _reply_to(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
+    earlier_other = (_k(k.speaker) != _q(q.speaker)) & (_k(k.utterance) < _q(q.utterance)) & _k(k.is_real)
+    return _latest_utterances(earlier_other, k, 1)
+
+
+REPLY_TO = Mask("reply_to", _reply_to)
+
+
+def own_turns(n: int) -> Mask:
+    """The ``n`` latest utterances of the query's speaker before the query's own (PHAED: the earlier responses
+    a response's decoder remembers)."""
+    if n < 0:
+        raise ValueError(f"own_turns needs n >= 0, got {n}")
+
+    def pair_fn(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
+        earlier_own = (_k(k.speaker) == _q(q.speaker)) & (_k(k.utterance) < _q(q.utterance)) & _k(k.is_real)
+        return _latest_utterances(earlier_own, k, n)
+
+    return Mask(f"own_turns({n})", pair_fn)
 
 
 def local(window: int) -> Mask:
@@ -123,8 +169,10 @@ def _dependency(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
 
 DEPENDENCY = Mask("dependency", _dependency)
 
-_NAMED = {m.name: m for m in (GLOBAL, SPEAKER, LISTENER, SAME_UTTERANCE, OTHER_UTTERANCE, CAUSAL, DEPENDENCY, MEMORY)}
-MASK_NAMES = sorted(_NAMED) + ["local(w)", "recent(n)"]
+_NAMED = {m.name: m for m in (GLOBAL, SPEAKER, LISTENER, SAME_UTTERANCE, OTHER_UTTERANCE, CAUSAL, HISTORY, REPLY_TO,
+                               DEPENDENCY, MEMORY)}
+_WITH_NUMBER = {"recent": recent, "own_turns": own_turns, "spoken_by": spoken_by}
+MASK_NAMES = sorted(_NAMED) + ["local(w)", "own_turns(n)", "recent(n)", "spoken_by(s)"]
 
 
 def mask_from_name(spec: str, window: int | None = None) -> Mask:
@@ -146,9 +194,9 @@ def mask_from_name(spec: str, window: int | None = None) -> Mask:
         if w is None:
             raise ValueError("local needs a window: write local(5) or pass --window")
         return local(w)
-    match = re.fullmatch(r"recent\((\d+)\)", spec)
-    if match:
-        return recent(int(match.group(1)))
+    match = re.fullmatch(r"(\w+)\((\d+)\)", spec)
+    if match and match.group(1) in _WITH_NUMBER:
+        return _WITH_NUMBER[match.group(1)](int(match.group(2)))
     if spec in _NAMED:
         return _NAMED[spec]
     raise ValueError(f"unknown mask {spec!r}; known: {', '.join(MASK_NAMES)}")

@@ -104,16 +104,62 @@ class TokenMeta:
                 out[i, : len(row)] = row
             return torch.from_numpy(out)
 
-        utt = padded(utterance, -1, np.int64)
-        spk = padded(speaker, -1, np.int64)
+        special = padded(is_special, False, np.bool_) if is_special is not None else None
+        heads = padded(head, -1, np.int64) if head is not None else None
         is_padding = padded([[False] * n for n in lengths], True, np.bool_)
-        position = torch.zeros_like(utt)
-        for i, row in enumerate(utterance):
-            position[i, : len(row)] = torch.from_numpy(_positions_in_runs(np.asarray(row, dtype=np.int64)))
-        special = padded(is_special, False, np.bool_) if is_special is not None else torch.zeros_like(is_padding)
-        heads = padded(head, -1, np.int64) if head is not None else torch.full_like(utt, -1)
-        order = torch.arange(width).expand(batch, width).clone()
-        return TokenMeta(utt, spk, position, order, special, is_padding, heads, *memory_counts(utt, special, is_padding))
+        return token_meta(padded(utterance, -1, np.int64), padded(speaker, -1, np.int64), is_padding,
+                          is_special=special, head=heads)
+
+
+def token_meta(
+    utterance: torch.Tensor,
+    speaker: torch.Tensor,
+    is_padding: torch.Tensor,
+    *,
+    is_special: torch.Tensor | None = None,
+    head: torch.Tensor | None = None,
+    memory_offset: torch.Tensor | int = 0,
+) -> TokenMeta:
+    """`TokenMeta` of rows [B, L] whose utterances come in runs, oldest first: the one place where a token's
+    position inside its utterance and the memory clock are computed.
+
+    ``utterance`` and ``speaker`` become -1 on padding; ``position`` counts from 0 wherever the utterance changes
+    along the row (0 on padding); ``order`` is the column (a model with running positions replaces it);
+    ``is_special`` defaults to no special token and ``head`` to no dependency arc (-1); ``memory_offset`` [B, 1]
+    counts the memory tokens of each row's conversation before its first column (`memory_counts`).
+    """
+    utterance, speaker = utterance.masked_fill(is_padding, -1), speaker.masked_fill(is_padding, -1)
+    special = torch.zeros_like(is_padding) if is_special is None else is_special & ~is_padding
+    columns = torch.arange(utterance.shape[1], device=utterance.device).expand_as(utterance)
+    memory_index, memory_before = memory_counts(utterance, special, is_padding, memory_offset)
+    return TokenMeta(
+        utterance=utterance,
+        speaker=speaker,
+        position=(columns - _run_starts(utterance)).masked_fill(is_padding, 0),
+        order=columns.clone(),
+        is_special=special,
+        is_padding=is_padding,
+        head=torch.full_like(utterance, -1) if head is None else head,
+        memory_index=memory_index,
+        memory_before=memory_before,
+    )
+
+
+def sequence_meta(is_padding: torch.Tensor, utterance_per_token: bool = False) -> TokenMeta:
+    """`TokenMeta` of plain sequences [B, L] (what a global or causal mask needs): the tokens of one utterance of
+    one speaker (a response, a decoder-only sequence), or with ``utterance_per_token`` one utterance each (a
+    sequence of utterance vectors)."""
+    columns = torch.arange(is_padding.shape[1], device=is_padding.device).expand_as(is_padding)
+    utterance = columns if utterance_per_token else torch.zeros_like(columns)
+    return token_meta(utterance, torch.zeros_like(columns), is_padding)
+
+
+def _run_starts(utterance: torch.Tensor) -> torch.Tensor:
+    """[B, L]: the column where each token's run of one utterance index begins."""
+    columns = torch.arange(utterance.shape[1], device=utterance.device).expand_as(utterance)
+    starts = torch.ones_like(utterance, dtype=torch.bool)
+    starts[:, 1:] = utterance[:, 1:] != utterance[:, :-1]
+    return torch.where(starts, columns, 0).cummax(1).values
 
 
 def memory_counts(utterance: torch.Tensor, is_special: torch.Tensor, is_padding: torch.Tensor,
@@ -123,21 +169,7 @@ def memory_counts(utterance: torch.Tensor, is_special: torch.Tensor, is_padding:
     eligible = ~is_special & ~is_padding
     before_token = eligible.long().cumsum(1) - eligible.long() + offset  # memory tokens before each column
     index = before_token.masked_fill(~eligible, -1)
-    columns = torch.arange(utterance.shape[1], device=utterance.device).expand_as(utterance)
-    starts = torch.ones_like(eligible)
-    starts[:, 1:] = utterance[:, 1:] != utterance[:, :-1]
-    run_start = torch.where(starts, columns, 0).cummax(1).values
-    return index, before_token.gather(1, run_start)
-
-
-def _positions_in_runs(utterance: np.ndarray) -> np.ndarray:
-    """0, 1, 2... restarting wherever the utterance index changes."""
-    if utterance.size == 0:
-        return utterance
-    starts = np.r_[True, utterance[1:] != utterance[:-1]]
-    idx = np.arange(utterance.size)
-    run_start = np.maximum.accumulate(np.where(starts, idx, 0))
-    return idx - run_start
+    return index, before_token.gather(1, _run_starts(utterance))
 
 
 @dataclass(frozen=True)
@@ -203,17 +235,8 @@ def pack_token_ids(
         return torch.from_numpy(out)
 
     ids = stack("ids", special.pad, np.int64)
-    utterance, is_special, is_padding = stack("utt", -1, np.int64), stack("special", False, np.bool_), stack("pad", True, np.bool_)
-    meta = TokenMeta(
-        utterance=utterance,
-        speaker=stack("spk", -1, np.int64),
-        position=stack("pos", 0, np.int64),
-        order=torch.arange(width).expand(batch, width).clone(),
-        is_special=is_special,
-        is_padding=is_padding,
-        head=stack("head", -1, np.int64),
-        **dict(zip(("memory_index", "memory_before"), memory_counts(utterance, is_special, is_padding))),
-    )
+    meta = token_meta(stack("utt", -1, np.int64), stack("spk", -1, np.int64), stack("pad", True, np.bool_),
+                      is_special=stack("special", False, np.bool_), head=stack("head", -1, np.int64))
     return PackedBatch(input_ids=ids, meta=meta, truncated=[r["truncated"] for r in rows])
 
 
@@ -261,12 +284,10 @@ def _pack_one(turns, speakers, heads, special: SpecialTokens, max_length, max_tu
         head = head[:keep_head] + kept_heads
         if keep_head and len(utt) > 1:  # bos joins the oldest utterance still present
             utt[0], spk[0] = utt[1], spk[1]
-    utt_arr = np.asarray(utt, dtype=np.int64)
     return {
         "ids": ids,
-        "utt": utt_arr,
+        "utt": utt,
         "spk": spk,
-        "pos": _positions_in_runs(utt_arr),
         "special": special_flag,
         "pad": [False] * len(ids),
         "head": head,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from turnformer.structure.packing import TokenMeta
 
-KINDS = ("global", "local", "speaker", "listener", "same_utterance", "other_utterance", "dependency", "causal")
+KINDS = ("global", "local", "speaker", "listener", "same_utterance", "other_utterance", "history", "dependency", "causal")
 
 
 def _rows(meta: TokenMeta, b: int) -> list[dict]:
@@ -33,6 +33,8 @@ def pair_visible(kind: str, q: dict, k: dict, window: int = 0) -> bool:
         return q["utterance"] == k["utterance"]
     if kind == "other_utterance":
         return q["utterance"] != k["utterance"]
+    if kind == "history":
+        return k["utterance"] <= q["utterance"]
     if kind == "dependency":
         opens = q["is_special"] and q["position"] == 0 and q["utterance"] == k["utterance"]
         return opens or q["order"] == k["order"] or k["head"] == q["order"]
@@ -51,6 +53,30 @@ def recent_visible(q: dict, k: dict, k_rows: list[dict], n: int | None) -> bool:
         return False
     newer = sum(memory_before_q(x) and x["order"] > k["order"] for x in k_rows)
     return n is None or newer < n
+
+
+def spoken_by_visible(q: dict, k: dict, speaker: int) -> bool:
+    return not q["is_padding"] and not k["is_padding"] and k["speaker"] == speaker
+
+
+def reply_to_visible(q: dict, k: dict, k_rows: list[dict]) -> bool:
+    """k is in the latest utterance before q's whose speaker is not q's."""
+    def earlier_other(x: dict) -> bool:
+        return not x["is_padding"] and x["speaker"] != q["speaker"] and x["utterance"] < q["utterance"]
+
+    if q["is_padding"] or not earlier_other(k):
+        return False
+    return not any(earlier_other(x) and x["utterance"] > k["utterance"] for x in k_rows)
+
+
+def own_turns_visible(q: dict, k: dict, k_rows: list[dict], n: int) -> bool:
+    """k is in an utterance of q's speaker before q's, and fewer than n utterances of q's speaker lie between."""
+    def earlier_own(x: dict) -> bool:
+        return not x["is_padding"] and x["speaker"] == q["speaker"] and x["utterance"] < q["utterance"]
+
+    if q["is_padding"] or not earlier_own(k):
+        return False
+    return len({x["utterance"] for x in k_rows if earlier_own(x) and x["utterance"] > k["utterance"]}) < n
 
 
 def reference_mask(kind: str, q: TokenMeta, k: TokenMeta, window: int = 0) -> list:
