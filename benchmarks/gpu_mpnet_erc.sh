@@ -4,32 +4,43 @@
 # at DEADLINE seconds from the start (checkpointed, resumable: run the script again and cut runs continue, finished
 # ones are kept). After every run the run records (run.json, result.json, the log; no checkpoints) are archived into
 # ARCHIVE, so a call cut short still leaves what finished.
-#   lr-sweep   DialogXL with the memory bias on MELD and EmoryNLP at learning rates 1e-5, 2e-5, 4e-5 (seed 1; the
-#              classifier keeps the recipe's head_lr), and the concatenated-context baseline at 2e-5 on both.
+# Plans (several may be named; their runs share the card, WORKERS at a time, in the order named):
+#   lr-sweep         DialogXL with the memory bias on MELD and EmoryNLP at learning rates 1e-5, 2e-5, 4e-5 (seed 1; the
+#                    classifier keeps the recipe's head_lr), and the concatenated-context baseline at 2e-5 on both.
+#   seeds            the rate the sweep chose (LR, default 2e-5) with SEEDS (default 2 3): DialogXL with the memory bias
+#                    and the concatenated context on MELD and EmoryNLP.
+#   paper-attention  DialogXL as in the paper (no memory bias) on MELD and EmoryNLP, LR, seeds 1-3.
+#   memory-grad      DialogXL with the memory bias and gradients into earlier utterances of a chunk, LR, seeds 1-3.
+#   baselines        the concatenated context on MELD, seeds 2 and 3; segment recurrence on MELD and EmoryNLP, seed 1.
 # EXTRA: more `turnformer train` options for every run (a quick check: EXTRA="--limit-dialogues 2 --set train.epochs=1").
-#   seeds      the rate the sweep chose (2e-5) with SEEDS (default 2 3): DialogXL with the memory bias and the
-#              concatenated context on MELD and EmoryNLP.
-# On an 80 GB H100, 8 runs at a time take about 5 minutes for a plan (4 epochs each); the concatenated context on MELD
-# (up to 512 tokens of history an utterance) needs the most memory: two of them beside six other runs ran out of it.
-# Usage: benchmarks/gpu_mpnet_erc.sh [lr-sweep|seeds]    then: python benchmarks/collect_erc.py ... on the run folders.
+# On an 80 GB H100, 8 runs at a time take about 5 minutes (4 epochs each, MELD or EmoryNLP); the concatenated context on
+# MELD (up to 512 tokens of history an utterance) needs the most memory: two of them beside six other runs ran out of it.
+# Usage: benchmarks/gpu_mpnet_erc.sh PLAN [PLAN...]    then: python benchmarks/collect_erc.py ... on the run folders.
 set -u
-plan=${1:-lr-sweep}
+plans=("${@:-lr-sweep}")
+lr=${LR:-2e-5}
 export RUNS=${RUNS:-runs/mpnet} ARCHIVE=${ARCHIVE:-runs/mpnet.tar.gz}
 export DEADLINE_AT=$(( $(date +%s) + ${DEADLINE:-480} ))
 export ACCELERATE_MIXED_PRECISION=${ACCELERATE_MIXED_PRECISION:-bf16} TURNFORMER_THREADS=${TURNFORMER_THREADS:-2}
 
 runs() {  # one line a run: experiment model dataset lr seed
-    case $plan in
+    for plan in "${plans[@]}"; do case $plan in
     lr-sweep)
         for dataset in meld emorynlp; do
-            for lr in 1e-5 2e-5 4e-5; do echo "erc-$dataset-dialogxl-memory-bias-mpnet-lr$lr dialogxl-memory-bias $dataset $lr 1"; done
+            for rate in 1e-5 2e-5 4e-5; do echo "erc-$dataset-dialogxl-memory-bias-mpnet-lr$rate dialogxl-memory-bias $dataset $rate 1"; done
             echo "erc-$dataset-concat-context-mpnet-lr2e-5 concat-context $dataset 2e-5 1"
         done ;;
-    seeds)  # the rate the sweep chose (LR, default 2e-5), SEEDS (default 2 3) beside the sweep's seed 1
+    seeds)
         for dataset in meld emorynlp; do for seed in ${SEEDS:-2 3}; do for model in dialogxl-memory-bias concat-context; do
-            echo "erc-$dataset-$model-mpnet-lr${LR:-2e-5} $model $dataset ${LR:-2e-5} $seed"; done; done; done ;;
+            echo "erc-$dataset-$model-mpnet-lr$lr $model $dataset $lr $seed"; done; done; done ;;
+    paper-attention|memory-grad)
+        model=dialogxl; [[ $plan == memory-grad ]] && model=dialogxl-memory-grad
+        for seed in 1 2 3; do for dataset in meld emorynlp; do echo "erc-$dataset-$model-mpnet-lr$lr $model $dataset $lr $seed"; done; done ;;
+    baselines)
+        for seed in 2 3; do echo "erc-meld-concat-context-mpnet-lr$lr concat-context meld $lr $seed"; done
+        for dataset in meld emorynlp; do echo "erc-$dataset-segment-recurrence-mpnet-lr$lr segment-recurrence $dataset $lr 1"; done ;;
     *) echo "unknown plan $plan" >&2; exit 2 ;;
-    esac
+    esac; done
 }
 
 one() {
@@ -45,7 +56,7 @@ one() {
         >> "$RUNS/$experiment/seed$seed.log" 2>&1
     echo "$experiment seed $seed: exit $? at $(date +%T)"
     # runs still training change their files while they are read: the archive still holds what each had then
-    flock "$RUNS/.archive.lock" sh -c 'tar -czf "$1.part" --warning=no-file-changed --exclude=last --exclude=best --exclude="*.tmp" -C "$2" .;
+    flock "$RUNS/.archive.lock" sh -c 'tar -czf "$1.part" --warning=no-file-changed --exclude=last --exclude=best --exclude="*.tmp" --exclude="*.old" -C "$2" .;
         mv "$1.part" "$1"' _ "$ARCHIVE" "$RUNS"
 }
 export -f one
