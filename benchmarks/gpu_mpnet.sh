@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Emotion recognition on all-mpnet-base-v2, on one GPU, in one call: one process a run, WORKERS runs at a time sharing
+# Emotion recognition and response selection on all-mpnet-base-v2, on one GPU, in one call: one process a run, WORKERS runs at a time sharing
 # the card (a run trains batches of 4 conversations, far from filling it alone), bf16 mixed precision, every run cut
 # at DEADLINE seconds from the start (checkpointed, resumable: run the script again and cut runs continue, finished
 # ones are kept). After every run the run records (run.json, result.json, the log; no checkpoints) are archived into
@@ -12,46 +12,56 @@
 #   paper-attention  DialogXL as in the paper (no memory bias) on MELD and EmoryNLP, LR, seeds 1-3.
 #   memory-grad      DialogXL with the memory bias and gradients into earlier utterances of a chunk, LR, seeds 1-3.
 #   baselines        the concatenated context on MELD, seeds 2 and 3; segment recurrence on MELD and EmoryNLP, seed 1.
+#   selection        the plain encoder and MDFN on MuTual, SELECTION_LR (default 2e-5), seeds 1-3.
+#   selection-plus   the same on MuTual-plus.
+#   selection-ablations  MDFN's five ablations (Tables 7-9) on MuTual, seed 1.
 # EXTRA: more `turnformer train` options for every run (a quick check: EXTRA="--limit-dialogues 2 --set train.epochs=1").
 # On an 80 GB H100, 8 runs at a time take about 5 minutes (4 epochs each, MELD or EmoryNLP); the concatenated context on
 # MELD (up to 512 tokens of history an utterance) needs the most memory: two of them beside six other runs ran out of it.
-# Usage: benchmarks/gpu_mpnet_erc.sh PLAN [PLAN...]    then: python benchmarks/collect_erc.py ... on the run folders.
+# Usage: benchmarks/gpu_mpnet.sh PLAN [PLAN...]    then: python benchmarks/collect_erc.py ... on the run folders.
 set -u
 plans=("${@:-lr-sweep}")
-lr=${LR:-2e-5}
+lr=${LR:-2e-5} slr=${SELECTION_LR:-2e-5}
 export RUNS=${RUNS:-runs/mpnet} ARCHIVE=${ARCHIVE:-runs/mpnet.tar.gz}
 export DEADLINE_AT=$(( $(date +%s) + ${DEADLINE:-480} ))
 export ACCELERATE_MIXED_PRECISION=${ACCELERATE_MIXED_PRECISION:-bf16} TURNFORMER_THREADS=${TURNFORMER_THREADS:-2}
 
-runs() {  # one line a run: experiment model dataset lr seed
+runs() {  # one line a run: experiment task model dataset lr seed
     for plan in "${plans[@]}"; do case $plan in
     lr-sweep)
         for dataset in meld emorynlp; do
-            for rate in 1e-5 2e-5 4e-5; do echo "erc-$dataset-dialogxl-memory-bias-mpnet-lr$rate dialogxl-memory-bias $dataset $rate 1"; done
-            echo "erc-$dataset-concat-context-mpnet-lr2e-5 concat-context $dataset 2e-5 1"
+            for rate in 1e-5 2e-5 4e-5; do echo "erc-$dataset-dialogxl-memory-bias-mpnet-lr$rate erc dialogxl-memory-bias $dataset $rate 1"; done
+            echo "erc-$dataset-concat-context-mpnet-lr2e-5 erc concat-context $dataset 2e-5 1"
         done ;;
     seeds)
         for dataset in meld emorynlp; do for seed in ${SEEDS:-2 3}; do for model in dialogxl-memory-bias concat-context; do
-            echo "erc-$dataset-$model-mpnet-lr$lr $model $dataset $lr $seed"; done; done; done ;;
+            echo "erc-$dataset-$model-mpnet-lr$lr erc $model $dataset $lr $seed"; done; done; done ;;
     paper-attention|memory-grad)
         model=dialogxl; [[ $plan == memory-grad ]] && model=dialogxl-memory-grad
-        for seed in 1 2 3; do for dataset in meld emorynlp; do echo "erc-$dataset-$model-mpnet-lr$lr $model $dataset $lr $seed"; done; done ;;
+        for seed in 1 2 3; do for dataset in meld emorynlp; do echo "erc-$dataset-$model-mpnet-lr$lr erc $model $dataset $lr $seed"; done; done ;;
     baselines)
-        for seed in 2 3; do echo "erc-meld-concat-context-mpnet-lr$lr concat-context meld $lr $seed"; done
-        for dataset in meld emorynlp; do echo "erc-$dataset-segment-recurrence-mpnet-lr$lr segment-recurrence $dataset $lr 1"; done ;;
+        for seed in 2 3; do echo "erc-meld-concat-context-mpnet-lr$lr erc concat-context meld $lr $seed"; done
+        for dataset in meld emorynlp; do echo "erc-$dataset-segment-recurrence-mpnet-lr$lr erc segment-recurrence $dataset $lr 1"; done ;;
+    selection|selection-plus)
+        dataset=mutual; [[ $plan == selection-plus ]] && dataset=mutual-plus
+        for seed in 1 2 3; do for model in plain-encoder mdfn; do
+            echo "response-selection-$dataset-$model-mpnet-lr$slr response-selection $model $dataset $slr $seed"; done; done ;;
+    selection-ablations)
+        for model in mdfn-ua-only mdfn-sa-only mdfn-maxpool mdfn-meanpool mdfn-linear-fusion; do
+            echo "response-selection-mutual-$model-mpnet-lr$slr response-selection $model mutual $slr 1"; done ;;
     *) echo "unknown plan $plan" >&2; exit 2 ;;
     esac; done
 }
 
 one() {
-    local experiment=$1 model=$2 dataset=$3 lr=$4 seed=$5
+    local experiment=$1 task=$2 model=$3 dataset=$4 lr=$5 seed=$6
     local out=$RUNS/$experiment/seed$seed resume=()
     if [[ -f $out/result.json ]] && grep -q '"stopped_early": false' "$out/result.json"; then return; fi
     local left=$(( DEADLINE_AT - $(date +%s) ))
     if (( left < 60 )); then echo "$experiment seed $seed: not started, ${left}s left"; return; fi
     [[ -d $out/last ]] && resume=(--resume)
     mkdir -p "$out"
-    python3 -m turnformer.cli train --task erc --model "$model" --dataset "$dataset" --seed "$seed" --out "$out" "${resume[@]}" \
+    python3 -m turnformer.cli train --task "$task" --model "$model" --dataset "$dataset" --seed "$seed" --out "$out" "${resume[@]}" \
         --set backbone=all-mpnet-base-v2 --set train.lr="$lr" --time-budget "$left" ${EXTRA:-} \
         >> "$RUNS/$experiment/seed$seed.log" 2>&1
     echo "$experiment seed $seed: exit $? at $(date +%T)"
