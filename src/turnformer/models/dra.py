@@ -24,7 +24,7 @@ from turnformer.models.transformer_generator import TransformerGenerator
 from turnformer.structure.attention import masked_attention
 from turnformer.structure.masks import DEPENDENCY, GLOBAL
 from turnformer.structure.packing import TokenMeta, memory_counts
-from turnformer.tasks.generation import SPECIALS, UNK
+from turnformer.data.generation_vocab import SPECIALS, UNK
 
 _UNK_ID = SPECIALS.index(UNK)  # a word, although its id is among the special ones
 
