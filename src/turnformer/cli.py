@@ -410,9 +410,9 @@ def task_trainer(task: str, model: str):
 
 def load_any_trained(checkpoint: Path):
     """(task, model, tokenizer, run) of a run folder or checkpoint of any task."""
-    from turnformer.tasks.erc import checkpoint_paths
+    from turnformer.tasks.common import checkpoint_paths
 
-    _, run = checkpoint_paths(checkpoint)
+    _, run = checkpoint_paths(checkpoint, ("erc", "dialogue-act"))
     task = run["recipe"].get("task", "erc")
     if task == "dialogue-act":
         from turnformer.tasks.dialogue_act import load_trained as load_dialogue_act
@@ -568,8 +568,8 @@ def evaluate(
 ) -> None:
     """Score a trained model on a split of its recipe's dataset, or on a labelled file of your own (--input)."""
     from turnformer.plots import figure_path
-    from turnformer.tasks.erc import (apply_limits, check_split, encode_conversations, evaluate as evaluate_erc, load_erc_data,
-                                      make_batches, utterance_counts)
+    from turnformer.tasks.common import apply_limits, check_split, utterance_counts
+    from turnformer.tasks.erc import encode_conversations, evaluate as evaluate_erc, load_erc_data, make_batches
     from turnformer.tasks.metrics import confusion_matrix_plot
     from turnformer.training import predict_all
 
@@ -730,14 +730,14 @@ def generate(
     from rich.table import Table
 
     from turnformer.dialogue import next_speaker
-    from turnformer.tasks.erc import checkpoint_paths
+    from turnformer.tasks.common import checkpoint_paths
     from turnformer.tasks.generation import ResponseGenerator
 
     try:
         check_output_file(out)
         if speaker is not None and not speaker.strip():
             raise DialogueError(f"--speaker {speaker!r}: empty; give a name, or leave it out for the speaker before the last one")
-        task = checkpoint_paths(checkpoint)[1]["recipe"].get("task", "erc")
+        task = checkpoint_paths(checkpoint, ("erc", "dialogue-act"))[1]["recipe"].get("task", "erc")
         if task != "generation":
             raise DialogueError(f"{checkpoint} is a model for {task}, not a generation model")
         bot = ResponseGenerator.from_checkpoint(checkpoint, beam)

@@ -22,7 +22,7 @@ import torch
 
 from turnformer.dialogue import Dialogue, DialogueError, is_blank
 from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, LocalContextAttention, WindowBatch, build_lc_model
-from turnformer.tasks.erc import SPLITS, apply_limits, check_split, checkpoint_paths, load_erc_data, utterance_counts
+from turnformer.tasks.common import SPLITS, apply_limits, check_split, checkpoint_paths, load_labelled_data, utterance_counts
 from turnformer.tasks.metrics import accuracy
 
 DIALOGUE_ACT_MODELS = MODEL_IDS
@@ -119,7 +119,7 @@ def prepare_dialogue_act(recipe: dict, data_dir=None, limits: dict[str, int] | N
     """Model, tokenizer, labels, and per split its batches by setting: ``batches[split] = {"offline": [...],
     "online": [...]}`` (for "train", only the recipe's setting)."""
     recipe = {**recipe, "label_kind": recipe.get("label_kind", "act")}
-    splits, labels = load_erc_data(recipe, data_dir)
+    splits, labels = load_labelled_data(recipe, recipe["label_kind"], data_dir)
     apply_limits(splits, limits, recipe["label_kind"])
     window, padding, online = _windows(recipe)
     model, tokenizer = build_lc_model(recipe["model"], recipe.get("model_config", {}), labels,
@@ -167,7 +167,7 @@ def load_trained(checkpoint):
     (model in eval mode, tokenizer, run description with the recipe and labels)."""
     from turnformer.training import load_checkpoint
 
-    weights, run = checkpoint_paths(Path(checkpoint))
+    weights, run = checkpoint_paths(Path(checkpoint), ("dialogue-act",))
     recipe = run["recipe"]
     model, tokenizer = build_lc_model(recipe["model"], recipe.get("model_config", {}), run["labels"],
                                       recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained=False)
@@ -180,7 +180,7 @@ def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, da
     (P > 0) online."""
     recipe = {**run["recipe"], "label_kind": run["recipe"].get("label_kind", "act")}
     check_split(split)
-    splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=run["labels"])
+    splits, _ = load_labelled_data(recipe, recipe["label_kind"], data_dir, only=[split], labels=run["labels"])
     window, padding, _ = _windows(recipe)
     apply_limits(splits, {split: limit} if limit else None, recipe["label_kind"], "--limit-dialogues")
     scored = splits[split]

@@ -28,7 +28,7 @@ import torch
 from turnformer.data.generation_vocab import (EOU, PAD, SOU, SPEAKER_Q, SPEAKER_R, SPECIALS, UNK, GenerationInstance,
                                               Utterance, Vocabulary, words)
 from turnformer.dialogue import Dialogue, DialogueError, Turn, as_dialogue, next_speaker
-from turnformer.tasks.erc import SPLITS, check_split, read_split_files
+from turnformer.tasks.common import SPLITS, check_split, checkpoint_paths, read_split_files
 
 
 @dataclass
@@ -263,7 +263,6 @@ def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bo
 def load_trained(checkpoint):
     """(model in eval mode, vocabulary, run description) of a trained generator: a run folder (its
     best/) or a checkpoint folder."""
-    from turnformer.tasks.erc import checkpoint_paths
     from turnformer.training import load_checkpoint
 
     weights, run = checkpoint_paths(Path(checkpoint))

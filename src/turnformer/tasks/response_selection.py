@@ -33,7 +33,7 @@ from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem,
                                  is_blank, next_speaker, output_names)
 from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, SelectionBatch, build_mdfn
 from turnformer.structure import SpecialTokens, pack_token_ids
-from turnformer.tasks.erc import SPLITS, checkpoint_paths, split_file
+from turnformer.tasks.common import SPLITS, check_split, checkpoint_paths, split_file
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics
 
 RESPONSE_SELECTION_MODELS = tuple(MDFN_VARIANTS)
@@ -280,8 +280,7 @@ def load_trained(checkpoint):
 def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None, limit: int | None = None) -> dict:
     """Ranking metrics of a trained model on a split of its recipe's data (its first `limit` items; for MuTual:
     ``test`` and ``validation`` as in training, i.e. the dev set and the held-out training items)."""
-    if split not in SPLITS:
-        raise DialogueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    check_split(split)
     splits = load_selection_data(run["recipe"], data_dir, only=[split])
     items = splits[split][:limit]
     if not any(any(item.gold() or ()) for item in items):  # no answer, or none right: nothing to score
