@@ -1,6 +1,6 @@
 """What every task shares: the splits of a recipe's data, a user's split files, limits on how much is read,
-labelled conversations with their label set, and a trained run's files. Every task module imports this one, and
-none imports another task module.
+labelled conversations with their label set, a trained run's files and description, the input of a trained model
+and what it predicted. Every task module imports this one, and none imports another task module.
 """
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ import json
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Collection, Sequence
+from typing import Collection, Mapping, Sequence
 
-from turnformer.data import load_split, read_jsonl
+from turnformer.data import DATASETS, load_split, parse_split_spec, read_jsonl
 from turnformer.data.jsonl import refuse_selection_items
-from turnformer.dialogue import Dialogue, DialogueError
+from turnformer.dialogue import Dialogue, DialogueError, output_names
+from turnformer.tasks.base import ModelBuilder, Predictions
 from turnformer.training import MODEL_FILE
 
 logger = logging.getLogger(__name__)
@@ -171,3 +172,133 @@ def _run_description_problem(run, labelled_tasks: Collection[str]) -> str | None
             not isinstance(labels, list) or not labels or not all(isinstance(label, str) for label in labels)):
         return f"labels: expected the model's list of label names, got {labels!r:.60}"
     return None
+
+
+def model_builder(models: Mapping[str, ModelBuilder], model_id: str, title: str) -> ModelBuilder:
+    """The builder of `model_id` among a task's `models` (the task's `title` names it in the error)."""
+    if model_id not in models:
+        raise DialogueError(f"unknown {title} model {model_id!r}; known: {', '.join(models)}")
+    return models[model_id]
+
+
+# --------------------------------------------------------------------------- run descriptions (run.json)
+
+# "run_format" 2: the recipe's model_config holds every setting of the model. Runs written before (no "run_format")
+# let some model ids imply settings; `upgrade_run` supplies them.
+RUN_FORMAT = 2
+
+# The settings model ids implied before recipes wrote them out, over the recipe's own values (the rules as they were;
+# read only to load runs written then). Emotion recognition's ids implied none: its recipes always named the heads.
+SETTINGS_IMPLIED_BY_ID: dict[str, dict[str, dict]] = {
+    "dialogue-act": {
+        **{context: {"context": context} for context in ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")},
+        "minilm-utterance": {"context": "lstm", "utterance_encoder": "pretrained"},
+    },
+    "response-selection": {
+        "plain-encoder": {"channels": "none"}, "mdfn-ua-only": {"channels": "utterance"},
+        "mdfn-sa-only": {"channels": "speaker"}, "mdfn-maxpool": {"aggregation": "max"},
+        "mdfn-meanpool": {"aggregation": "mean"}, "mdfn-linear-fusion": {"fusion": "linear"},
+    },
+    "generation": {
+        "dialogbert": {"dra": False}, "dialogbert-dra": {"dra": True},
+        "phaed-no-speaker-tokens": {"speaker_tokens": False}, "phaed-no-turn-emb": {"turn_embeddings": False},
+        "phaed-no-turn-attn": {"turn_attention": False}, "phaed-no-recurrence": {"c_max": 0},
+    },
+}
+
+
+def run_task(run: dict) -> str:
+    """The task of a run description: its recipe's (runs from before recipes named one are emotion recognition)."""
+    return run["recipe"].get("task", "erc")
+
+
+def run_description(recipe: dict, seed: int, limits: dict[str, int] | None, labels: list[str], encode_reports: dict,
+                    **more) -> dict:
+    """What run.json says about a training run: how to rebuild its model and read its data (``limits`` is recorded so
+    that no result of a cut run is mistaken for a full one)."""
+    return {"run_format": RUN_FORMAT, "recipe": recipe, "seed": seed, "limits": limits, "labels": labels,
+            "encode_reports": encode_reports, **more}
+
+
+def upgrade_run(run: dict, known_models: Collection[str]) -> dict:
+    """A run description as this version reads it; used only when loading a trained run.
+
+    A run written before recipes named every model setting (no "run_format") gets the settings its model id implied
+    then (`SETTINGS_IMPLIED_BY_ID`), over its recipe's, as its model was built then. An emotion-recognition id of
+    DialogXL's form (``dialogxl-NAME``) that is not among `known_models` was DialogXL under its recipe's settings."""
+    if run.get("run_format", 1) >= RUN_FORMAT:
+        return run
+    recipe, task = run["recipe"], run_task(run)
+    model = recipe["model"]
+    if task == "erc" and model not in known_models and model.startswith("dialogxl-"):
+        model = "dialogxl"
+    implied = SETTINGS_IMPLIED_BY_ID.get(task, {}).get(model, {})
+    return {**run, "recipe": {**recipe, "model": model, "model_config": {**recipe.get("model_config", {}), **implied}}}
+
+
+def scored_run(run: dict, input_file: Path | None) -> dict:
+    """A trained run's description as it is scored: its own, or with its recipe's test split replaced by a user's
+    labelled file (read with the run's label set, so that an unknown label names the file and line)."""
+    if input_file is None:
+        return run
+    if not input_file.is_file():
+        raise DialogueError(f"--input {input_file}: no such file (a split of the run's own dataset is --split)")
+    return {**run, "recipe": {**run["recipe"], "dataset": "file", "test_file": str(input_file.resolve())}}
+
+
+# --------------------------------------------------------------------------- input and output of a trained model
+
+def load_conversations(spec: str, data_dir=None, reader: str | None = None) -> list[Dialogue]:
+    """A conversation file (generic JSONL) or a benchmark split written ``NAME:SPLIT`` (of response-selection items:
+    their contexts). With `reader`, the model that will read them ("an emotion-recognition (erc) model, which labels
+    every utterance of conversations"), response-selection items, whose candidates it would ignore, are refused up
+    front."""
+    path = Path(spec)
+    if path.exists():
+        dialogues = read_jsonl(path)
+        if not dialogues:
+            raise DialogueError(f"{spec}: no conversations in the file")
+        if reader is not None:
+            refuse_selection_items(dialogues, spec, reader)
+        return dialogues
+    if benchmark := parse_split_spec(spec):
+        items = load_split(*benchmark, data_dir).items
+        if reader is not None and items and not isinstance(items[0], Dialogue):
+            raise DialogueError(f"{spec}: response-selection items (a context and candidate replies); the checkpoint is "
+                                f"{reader}: give it a conversation file or a split of a conversation benchmark")
+        return [getattr(item, "context", item) for item in items]  # response selection: the context
+    raise DialogueError(f"{spec}: no such file, and not a dataset split (NAME:SPLIT with NAME in {', '.join(DATASETS)})")
+
+
+def shorten(text: str, width: int = 100) -> str:
+    """A long utterance on one terminal line or two: its start, then an ellipsis (the JSONL output keeps it whole)."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def long_utterances_note(dialogues: Sequence[Dialogue], tokenizer, max_tokens: int, with_specials: bool) -> str | None:
+    """Which utterances were longer than the model reads (it sees their first `max_tokens` word pieces); None: none."""
+    texts = [t.text for d in dialogues for t in d.turns]
+    lengths = iter(len(ids) for ids in tokenizer(texts, add_special_tokens=with_specials, verbose=False)["input_ids"])
+    cut = [f"{d.id if d.id is not None else f'#{n}'} turn {i}" for n, d in enumerate(dialogues) for i, _ in enumerate(d.turns)
+           if next(lengths) > max_tokens]
+    if not cut:
+        return None
+    shown = ", ".join(cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
+    return f"note: {len(cut)} utterance(s) longer than the model's {max_tokens} word pieces were cut to their start: {shown}"
+
+
+def label_predictions(dialogues: Sequence[Dialogue], per_turn: Sequence[Sequence[dict]], label_column: str,
+                      note: str | None) -> Predictions:
+    """One row per utterance: its label and the probabilities of every label (``per_turn``: per dialogue, per turn
+    {"label", "probabilities"}). A conversation without id is named by its place in the input."""
+    rows = [
+        {"dialogue": name, "turn": i, "speaker": turn.speaker,
+         "text": turn.text, "label": p["label"], "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()}}
+        for name, dialogue, predictions in zip(output_names([d.id for d in dialogues]), dialogues, per_turn)
+        for i, (turn, p) in enumerate(zip(dialogue.turns, predictions))
+    ]
+    cells = [(str(r["dialogue"]), str(r["turn"]), r["speaker"], shorten(r["text"]), r["label"],
+              f"{r['probabilities'][r['label']]:.2f}") for r in rows]
+    return Predictions(rows, "predictions", ("dialogue", "turn", "speaker", "text", label_column, "p"), cells,
+                       notes=[note] if note else [])

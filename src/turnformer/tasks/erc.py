@@ -1,4 +1,5 @@
-"""Emotion recognition in conversation: labels, tokenised conversations, batches, evaluation.
+"""Emotion recognition in conversation: labels, tokenised conversations, batches, evaluation, prediction, and the
+task as the command line and a server reach it (`TASK`).
 
 Batching: conversations are grouped by number of turns before being cut into batches (the
 training loop then shuffles the batch order each epoch). The paper batches conversations as they
@@ -10,17 +11,24 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
+from turnformer.backbones import load_backbone
 from turnformer.dialogue import Dialogue, DialogueError
-from turnformer.models.dialogxl import ConversationBatch
+from turnformer.models.baselines import build_baseline
+from turnformer.models.dialogxl import ConversationBatch, DialogXL, DialogXLConfig, DialogXLSession
 from turnformer.plots import HEAD_TYPES, AttentionView
 from turnformer.structure.packing import truncate_keeping_end_specials
-from turnformer.tasks.common import SPLITS, apply_limits, checkpoint_paths, load_labelled_data
-from turnformer.tasks.metrics import PRIMARY_METRIC, erc_metrics
+from turnformer.tasks.base import ModelBuilder, Predictions
+from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, label_predictions, load_conversations,
+                                     load_labelled_data, long_utterances_note, model_builder, run_description, scored_run,
+                                     upgrade_run, utterance_counts)
+from turnformer.tasks.metrics import PRIMARY_METRIC, confusion_matrix_plot, erc_metrics
+from turnformer.training import load_checkpoint, predict_all, progress, recipe_train_config, set_seed, train
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +114,6 @@ def make_batches(conversations: Sequence[EncodedConversation], batch_size: int, 
 
 def evaluate(model, batches: Sequence[ConversationBatch], labels: Sequence[str], dataset: str) -> dict:
     """The dataset's metrics (weighted F1, or micro F1 without neutral for DailyDialog) on batches."""
-    from turnformer.training import predict_all
-
     gold, pred = predict_all(model, batches)
     names = list(labels)
     neutral = NEUTRAL.get(dataset)
@@ -123,28 +129,9 @@ def load_erc_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS,
     return load_labelled_data(recipe, recipe.get("label_kind", "emotion"), data_dir, only, labels)
 
 
-ERC_MODELS = ("dialogxl", "concat-context", "segment-recurrence")
-
-
-def model_family(model_id: str) -> str:
-    """The class behind a model id: DialogXL's variants (``dialogxl-no-speaker``, ``dialogxl-speaker-emb``,
-    ...) are DialogXL with other head counts or settings in their recipe."""
-    if model_id == "dialogxl" or model_id.startswith("dialogxl-"):
-        return "dialogxl"
-    if model_id in ERC_MODELS:
-        return model_id
-    raise DialogueError(f"unknown emotion-recognition model {model_id!r}; known: {', '.join(ERC_MODELS)} (and dialogxl-* variants)")
-
-
-def build_erc_model(model_id: str, model_config: dict, labels: list[str], backbone: str):
-    """An ERC model (DialogXL, one of its variants, or a baseline) on a pretrained backbone (weights
-    from its package or folder), and its tokenizer."""
-    from turnformer.backbones import load_backbone
-    from turnformer.models.baselines import build_baseline
-    from turnformer.models.dialogxl import DialogXL, DialogXLConfig
-
-    if model_family(model_id) != "dialogxl":
-        return build_baseline(model_id, model_config, labels, backbone)
+def build_dialogxl(model_config: dict, labels: list[str], backbone: str):
+    """DialogXL on a pretrained backbone (weights from its package or folder), and its tokenizer. Its variants
+    (``dialogxl-no-speaker``, ``dialogxl-memory-bias``, ...) are the settings of their recipes' model config."""
     encoder, tokenizer = load_backbone(backbone)
     config = DialogXLConfig.from_dict({**model_config, "num_labels": len(labels), "backbone": backbone})
     positions = getattr(encoder.config, "max_position_embeddings", None)  # None: relative positions (XLNet)
@@ -152,6 +139,23 @@ def build_erc_model(model_id: str, model_config: dict, labels: list[str], backbo
         raise DialogueError(f"model_config.max_utterance_tokens = {config.max_utterance_tokens} is over the backbone's {positions} positions")
     model = DialogXL(config, encoder, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
     return model, tokenizer
+
+
+# model id -> builder: (model config, labels, backbone name) -> (model, tokenizer).
+MODELS: dict[str, ModelBuilder] = {
+    **dict.fromkeys(("dialogxl", "dialogxl-memory-bias", "dialogxl-memory-grad", "dialogxl-no-global", "dialogxl-no-listener",
+                     "dialogxl-no-local", "dialogxl-no-speaker", "dialogxl-no-speaker-listener", "dialogxl-speaker-emb"),
+                    build_dialogxl),
+    "concat-context": partial(build_baseline, "concat-context"),
+    "segment-recurrence": partial(build_baseline, "segment-recurrence"),
+}
+ERC_MODELS = ("dialogxl", "concat-context", "segment-recurrence")  # the three models; the other ids are DialogXL's variants
+TITLE = "emotion-recognition (erc)"
+
+
+def build_erc_model(model_id: str, model_config: dict, labels: list[str], backbone: str):
+    """The model `model_id` names (DialogXL, one of its variants, or a baseline) and its tokenizer."""
+    return model_builder(MODELS, model_id, TITLE)(model_config, labels, backbone)
 
 
 def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = None):
@@ -181,16 +185,13 @@ def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = Non
 def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = False,
               time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Fine-tune an ERC recipe; returns the `TrainResult` (test score at the best validation epoch)."""
-    from turnformer.training import recipe_train_config, set_seed, train
-
     set_seed(seed)  # before the classifier is initialised
     model, _, labels, batches, reports = prepare_erc(recipe, data_dir, limits)
     check_training_memory(model, batches["train"])
     settings = recipe["train"]
     config = recipe_train_config(settings, {"epochs": 4, "lr": 2e-5, "save_every_steps": 50}, seed=seed,
                                  out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
-    run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": labels,
-                "encode_reports": {s: vars(r) for s, r in reports.items()}}
+    run_info = run_description(recipe, seed, limits, labels, {s: vars(r) for s, r in reports.items()})
     dataset = recipe["dataset"]
     return train(
         model, batches["train"], lambda m, split: evaluate(m, batches[split], labels, dataset), config,
@@ -232,13 +233,46 @@ def check_training_memory(model, batches: Sequence[ConversationBatch]) -> None:
 def load_trained(checkpoint):
     """A trained ERC model from a run folder (its best/ checkpoint) or a checkpoint folder:
     (model in eval mode, tokenizer, run description with the recipe and labels)."""
-    from turnformer.training import load_checkpoint
-
-    weights, run = checkpoint_paths(Path(checkpoint), ("erc",))
+    weights, run = checkpoint_paths(Path(checkpoint), (TASK.name,))
+    run = upgrade_run(run, MODELS)
     recipe = run["recipe"]
     model, tokenizer = build_erc_model(recipe["model"], recipe["model_config"], run["labels"], recipe["backbone"])
     load_checkpoint(weights, model)
     return model.eval(), tokenizer, run
+
+
+def evaluate_split(model, tokenizer, run: dict, split: str, data_dir=None, limit: int | None = None,
+                   input_file: Path | None = None, confusion: Path | None = None) -> dict:
+    """The metrics of a trained model on a split of its recipe's data (its first `limit` conversations) or on a user's
+    labelled `input_file`, and with `confusion` its confusion matrix drawn there. The primary metric stays the one of
+    the dataset it was trained on (DailyDialog's micro F1 without neutral, on a file too)."""
+    trained_on = run["recipe"]["dataset"]
+    run = scored_run(run, input_file)
+    recipe, labels = run["recipe"], run["labels"]
+    check_split(split)
+    kind = recipe.get("label_kind", "emotion")
+    splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=labels)
+    apply_limits(splits, {split: limit} if limit else None, kind, "--limit-dialogues")
+    scored = splits[split]
+    encoded, _ = encode_conversations(scored, tokenizer, kind, labels, model.config.max_utterance_tokens)
+    batches = make_batches(encoded, 8, tokenizer.pad_token_id)
+    metrics = evaluate(model, batches, labels, trained_on)
+    if confusion is not None:
+        gold, pred = predict_all(model, batches)
+        confusion_matrix_plot([labels[i] for i in gold], [labels[i] for i in pred], labels, confusion)
+    return {"conversations": len(scored), **utterance_counts(scored, kind),
+            **{k: v for k, v in metrics.items() if k != "per_class"}}
+
+
+def predict_dialogues(model, tokenizer, dialogues: Sequence[Dialogue], labels: Sequence[str]) -> list[list[dict]]:
+    """Per dialogue, per turn: {"label", "probabilities"}; each utterance is read with the ones before it only (as
+    `DialogXLSession` reads a conversation as it comes). Gold labels are not needed."""
+    per_turn = []
+    for dialogue in progress(dialogues, "predict", unit="utterance", sizes=[len(d) for d in dialogues]):
+        (encoded,), _ = encode_conversations([dialogue], tokenizer, "", labels, model.config.max_utterance_tokens)
+        probs = model.probabilities(make_batch([encoded], tokenizer.pad_token_id))[0]
+        per_turn.append([{"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))} for p in probs])
+    return per_turn
 
 
 @torch.no_grad()
@@ -276,3 +310,40 @@ def attention_view(model, tokenizer, dialogue: Dialogue, utterance: int) -> Atte
         dialogue=dialogue.id, query_utterance=utterance, tokens=tokens, utterance=[u for u, _ in pairs],
         speaker=[dialogue.turns[u].speaker for u, _ in pairs], weights=weights, head_counts=counts,
     )
+
+
+class EmotionRecognition:
+    """Emotion recognition as a `turnformer.tasks.base.Task`: every utterance of a conversation gets an emotion.
+    Beside the interface, `attention_view`: what DialogXL's head types attend to (the ``plot attention`` figure)."""
+
+    name = "erc"
+    title = TITLE
+    labelled = True
+    models = MODELS
+    options = frozenset({"confusion"})
+    command = "predict"
+    session_class = DialogXLSession
+    reader = "an emotion-recognition (erc) model, which labels every utterance of conversations"
+
+    train = staticmethod(train_erc)
+    load_trained = staticmethod(load_trained)
+    evaluate = staticmethod(evaluate_split)
+    attention_view = staticmethod(attention_view)
+
+    def load_data(self, recipe: dict, data_dir=None, only: Sequence[str] = SPLITS) -> dict[str, list[Dialogue]]:
+        return load_erc_data(recipe, data_dir, only)[0]
+
+    def predict(self, model, tokenizer, run: dict, source: str, data_dir=None) -> Predictions:
+        dialogues = load_conversations(source, data_dir, self.reader)
+        per_turn = predict_dialogues(model, tokenizer, dialogues, run["labels"])
+        note = long_utterances_note(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=True)
+        return label_predictions(dialogues, per_turn, run["recipe"].get("label_kind", "label"), note)
+
+    def session(self, model, tokenizer, run: dict) -> DialogXLSession:
+        """Streaming: one utterance at a time, each read with the memory of the ones before (DialogXL models only)."""
+        if not isinstance(model, DialogXL):
+            raise DialogueError(f"a {type(model).__name__} model reads whole conversations; streaming needs a DialogXL model")
+        return DialogXLSession(model, tokenizer, run["labels"])
+
+
+TASK = EmotionRecognition()
