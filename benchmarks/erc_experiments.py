@@ -4,7 +4,7 @@ collected into a results file (benchmarks/results/EXPERIMENT.json) by `collect_e
     python benchmarks/erc_experiments.py --plan table2 [--plan table3 ...] [--workers 8] [--runs-dir runs/erc]
                                          [--seeds 1,2,3] [--deadline SECONDS] [--prune]
 
-Plans (recipes in recipes/TASK-DATASET-MODEL.toml, named by their model ids):
+Plans (recipes TASK-DATASET-MODEL in src/turnformer/recipe_files/, named by their model ids):
 
 - ``lr-sweep``: DialogXL and the concatenated-context baseline on MELD and EmoryNLP, one seed, at
   learning rates 2e-5, 5e-5 and 1e-4; writes ``erc-lr-sweep-MODEL.json`` with every validation score and the
@@ -28,7 +28,7 @@ Plans (recipes in recipes/TASK-DATASET-MODEL.toml, named by their model ids):
 - ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
   backbone's alternative to numbering tokens through the conversation).
 - ``acts``: the dialogue-act models (LC Attention, its three LSTM baselines, the fine-tuned MiniLM) on SwDA and DailyDialog
-  acts (the LC Attention paper's Tables 4 and 6; recipes/dialogue-act-DATASET-MODEL.toml).
+  acts (the LC Attention paper's Tables 4 and 6; recipes dialogue-act-DATASET-MODEL).
 - ``act-grid``: the W x P grid of the dialogue-act context models (W in 1, 5, 10 and P in 0..3 on DailyDialog;
   W in 1, 5, 10, 20 and P in 0..5 on SwDA), over ``--grid-seeds`` (default: seed 1), 3 epochs. A cell at a model's
   own recipe cell reads that recipe's ``acts`` runs where they have finished 3 epochs (scored on those epochs); where
@@ -39,7 +39,7 @@ Plans (recipes in recipes/TASK-DATASET-MODEL.toml, named by their model ids):
 - ``act-setup``: LC Attention and LSTM+BLSTM at their recipe's W and P with one of the settings the paper leaves open
   changed (``ACT_SETUP``: learning rate, dropout, width, heads), 3 epochs, ``--grid-seeds``: does LC Attention's place
   against the BLSTM depend on our choices? Beside them, the recipe's settings unchanged (``-recipe``).
-- ``selection``: response selection (recipes/response-selection-DATASET-MODEL.toml): the plain encoder and MDFN
+- ``selection``: response selection (recipes response-selection-DATASET-MODEL): the plain encoder and MDFN
   on MuTual and MuTual-plus over ``--seeds``, and MDFN's five ablations on MuTual with the first seed.
 - ``selection-head-lr``: the plain encoder and MDFN on MuTual over ``--seeds``, the layers above the encoder
   (MDFN's channels, gates, BiGRUs and scorer; the plain encoder's scorer) at ``train.head_lr`` 5e-4, the encoder at
@@ -48,7 +48,7 @@ Plans (recipes in recipes/TASK-DATASET-MODEL.toml, named by their model ids):
   MiniLM's 6 layers frozen, max length 128, the first 1,500 training items, 2 epochs), over ``--seeds``.
 - ``selection-cpu-head-lr``: the same, the layers above the encoder at ``train.head_lr`` 5e-4; ``selection-cpu-lr``:
   the same with everything at ``train.lr`` 1e-4.
-- ``generation``: the response generators on DailyDialog (recipes/generation-dailydialog-MODEL.toml): Transformer,
+- ``generation``: the response generators on DailyDialog (recipes generation-dailydialog-MODEL): Transformer,
   Transformer+DRA, DialogBERT-style with and without DRA, PHAED and the GPT-2-style decoder over ``--seeds``; PHAED's
   four ablations and its c_max sweep (1..5, 10 context turns) with the first seed. Test perplexity at the best
   validation perplexity, with BLEU and Distinct of greedy responses. A GPU job at these sizes.
@@ -59,7 +59,7 @@ Plans (recipes in recipes/TASK-DATASET-MODEL.toml, named by their model ids):
   training conversations (``--swda-train``, whole validation and test sets), one seed.
 - ``figure4-cpu``: the same sweep at what the 2-core CPU trains (``FIGURE4_CPU``: memory 100, 300, 500, 700 and 1000, and 0, each
   utterance alone; the first 30 training conversations and the first 8 of validation and test, 2 epochs, one
-  conversation a batch), with the memory-bias variant (recipes/erc-swda-dialogxl-memory-bias.toml), one seed.
+  conversation a batch), with the memory-bias variant (recipe erc-swda-dialogxl-memory-bias), one seed.
 
 A run whose folder already holds result.json is not run again, and an interrupted one continues
 (``--resume``), so the command can be repeated until everything is done. A seed whose run folder is gone but which

@@ -26,7 +26,7 @@ from turnformer.data.cli import data_app
 from turnformer.data.stats import dataset_stats, print_stats
 from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.errors import CheckpointError
-from turnformer.recipes import DEFAULT_FILE_MODEL, find_recipe, load_recipe, recipe_for_dataset
+from turnformer.recipes import DEFAULT_FILE_MODEL, find_recipe, load_recipe, recipe_for_dataset, recipe_path
 
 # Commands import torch, transformers, the tasks and the models inside their bodies, only when they run (each such
 # import says "torch: loaded only when the command runs"): `turnformer --help` and argument errors answer at once.
@@ -389,7 +389,8 @@ def train(
     dataset: Optional[str] = typer.Option(None, help="Benchmark name (default meld), or 'file' with --train-file/--validation-file/"
                                           "--test-file (which imply it). Generation on a benchmark without a recipe of its own "
                                           "uses the model's DailyDialog recipe."),
-    recipe: Optional[Path] = typer.Option(None, help="Recipe TOML (default: recipes/TASK-DATASET-MODEL.toml)."),
+    recipe: Optional[str] = typer.Option(None, help="Recipe: a TOML file, or the name of one of turnformer's own (e.g. "
+                                         "erc-meld-dialogxl; default: TASK-DATASET-MODEL)."),
     out: Path = typer.Option(..., help="Run folder: checkpoints (last/, best/), run.json, result.json."),
     seed: int = typer.Option(1),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out from its last checkpoint."),
@@ -422,7 +423,7 @@ def train(
     try:
         trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
         # retarget: a generation benchmark without a recipe of its own runs the model's DailyDialog recipe on itself
-        path, retarget = (recipe, None) if recipe is not None else recipe_for_dataset(task, model, dataset)
+        path, retarget = (recipe_path(recipe), None) if recipe is not None else recipe_for_dataset(task, model, dataset)
         if dataset == "file" and recipe is None and not path.name.startswith(f"{task}-file-"):
             err.print(f"no recipe {task}-file-{model}.toml: training on your files with the settings of {path.name}",
                       highlight=False, soft_wrap=True)
