@@ -422,28 +422,8 @@ def train(
     model = model or (DEFAULT_FILE_MODEL.get(task) if dataset == "file" else None) or "dialogxl"
     try:
         trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
-        # retarget: a generation benchmark without a recipe of its own runs the model's DailyDialog recipe on itself
-        path, retarget = (recipe_path(recipe), None) if recipe is not None else recipe_for_dataset(task, model, dataset)
-        if dataset == "file" and recipe is None and not path.name.startswith(f"{task}-file-"):
-            err.print(f"no recipe {task}-file-{model}.toml: training on your files with the settings of {path.name}",
-                      highlight=False, soft_wrap=True)
-        # absolute, so that `evaluate` finds the files from any folder (a JSON string is a TOML basic string)
-        overrides = list(set_) + [f"{k}={json.dumps(str(v.resolve()))}" for k, v in files.items() if v is not None]
-        if dataset == "file":
-            overrides.insert(0, 'dataset="file"')
-        elif retarget is not None:
-            overrides.insert(0, f'dataset="{retarget}"')
-            err.print(f"no recipe {task}-{retarget}-{model}.toml: using {path.name} with dataset = {retarget!r} "
-                      "(its settings, without its published scores)", highlight=False, soft_wrap=True)
-        check_counts({"--limit-dialogues": limit_dialogues, "--limit-train": limit_train, "--limit-eval": limit_eval})
-        limits = {split: limit_dialogues for split in ("train", "validation", "test")} if limit_dialogues else {}
-        if limit_train:
-            limits["train"] = min(limit_train, limits.get("train", limit_train))
-        for split in ("validation", "test") if limit_eval else ():
-            limits[split] = min(limit_eval, limits.get(split, limit_eval))
-        loaded = load_recipe(path, overrides)
-        if retarget is not None or dataset == "file":  # a benchmark recipe's published scores are not this data's
-            loaded = {k: v for k, v in loaded.items() if not k.startswith("paper")}
+        limits = training_limits(limit_dialogues, limit_train, limit_eval)
+        loaded = training_recipe(task, model, dataset, recipe, files, set_)
         if resume and not (out / "last").is_dir():
             err.print(f"note: --resume: {out} holds no checkpoint yet; starting from the beginning", highlight=False, soft_wrap=True)
         elif resume and (changed := changed_since_checkpoint(out, loaded, limits or None)):
@@ -461,6 +441,41 @@ def train(
     }
     (out / "result.json").write_text(json.dumps({**summary, "history": result.history}, indent=2, default=str) + "\n")
     console.print_json(data=summary)
+
+
+def training_limits(limit_dialogues: Optional[int], limit_train: Optional[int], limit_eval: Optional[int]) -> dict[str, int]:
+    """How many dialogues each split keeps: --limit-dialogues for all three, --limit-train and --limit-eval for theirs
+    (the smaller where two apply)."""
+    check_counts({"--limit-dialogues": limit_dialogues, "--limit-train": limit_train, "--limit-eval": limit_eval})
+    limits = {split: limit_dialogues for split in ("train", "validation", "test")} if limit_dialogues else {}
+    if limit_train:
+        limits["train"] = min(limit_train, limits.get("train", limit_train))
+    for split in ("validation", "test") if limit_eval else ():
+        limits[split] = min(limit_eval, limits.get(split, limit_eval))
+    return limits
+
+
+def training_recipe(task: str, model: str, dataset: str, recipe: Optional[str], files: dict[str, Optional[Path]],
+                    overrides: list[str]) -> dict:
+    """The recipe a training reads: --recipe, else the task's recipe for the model and dataset (retargeted: a generation
+    benchmark without a recipe of its own runs the model's DailyDialog recipe on itself), with the user's files and
+    the --set overrides. A benchmark recipe's published scores are left out where it runs on other data."""
+    path, retarget = (recipe_path(recipe), None) if recipe is not None else recipe_for_dataset(task, model, dataset)
+    if dataset == "file" and recipe is None and not path.name.startswith(f"{task}-file-"):
+        err.print(f"no recipe {task}-file-{model}.toml: training on your files with the settings of {path.name}",
+                  highlight=False, soft_wrap=True)
+    # absolute, so that `evaluate` finds the files from any folder (a JSON string is a TOML basic string)
+    overrides = list(overrides) + [f"{k}={json.dumps(str(v.resolve()))}" for k, v in files.items() if v is not None]
+    if dataset == "file":
+        overrides.insert(0, 'dataset="file"')
+    elif retarget is not None:
+        overrides.insert(0, f'dataset="{retarget}"')
+        err.print(f"no recipe {task}-{retarget}-{model}.toml: using {path.name} with dataset = {retarget!r} "
+                  "(its settings, without its published scores)", highlight=False, soft_wrap=True)
+    loaded = load_recipe(path, overrides)
+    if retarget is not None or dataset == "file":
+        loaded = {k: v for k, v in loaded.items() if not k.startswith("paper")}
+    return loaded
 
 
 def interrupted(out: Path, interruption: KeyboardInterrupt) -> None:

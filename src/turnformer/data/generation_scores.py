@@ -30,7 +30,7 @@ WordVectors = Callable[[str], "np.ndarray | None"]
 
 def bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]], max_order: int) -> float:
     """Corpus BLEU-``max_order`` (percent) of word-token lists, one reference each."""
-    from sacrebleu.metrics import BLEU
+    from sacrebleu.metrics import BLEU  # sacrebleu: loaded only when BLEU is computed
 
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
