@@ -168,7 +168,7 @@ def _run_description_problem(run, labelled_tasks: Collection[str]) -> str | None
     if not isinstance(run["recipe"].get("model"), str):
         return "recipe.model: missing, or not a model id"
     labels = run.get("labels")
-    if run["recipe"].get("task", "erc") in labelled_tasks and (
+    if run_task(run) in labelled_tasks and (
             not isinstance(labels, list) or not labels or not all(isinstance(label, str) for label in labels)):
         return f"labels: expected the model's list of label names, got {labels!r:.60}"
     return None

@@ -326,6 +326,6 @@ class DialogueActs:
 
 TASK = DialogueActs()
 
-__all__ = ["DIALOGUE_ACT_MODELS", "MODELS", "SPLITS", "TASK", "DialogueActSession", "build_act_model", "encode_dialogues", "evaluate",
-           "evaluate_split", "load_trained", "make_batches", "make_windows", "predict_dialogues", "prepare_dialogue_act",
+__all__ = ["DIALOGUE_ACT_MODELS", "MODELS", "SPLITS", "TASK", "DialogueActSession", "build_act_model", "encode_dialogues",
+           "evaluate", "evaluate_split", "load_trained", "make_batches", "make_windows", "predict_dialogues", "prepare_dialogue_act",
            "train_dialogue_act", "utterance_attention"]

@@ -265,8 +265,7 @@ def evaluate_split(model, tokenizer, run: dict, split: str, data_dir=None, limit
 
 
 def predict_dialogues(model, tokenizer, dialogues: Sequence[Dialogue], labels: Sequence[str]) -> list[list[dict]]:
-    """Per dialogue, per turn: {"label", "probabilities"}; each utterance is read with the ones before it only (as
-    `DialogXLSession` reads a conversation as it comes). Gold labels are not needed."""
+    """Per dialogue, per turn: {"label", "probabilities"}, one conversation at a time. Gold labels are not needed."""
     per_turn = []
     for dialogue in progress(dialogues, "predict", unit="utterance", sizes=[len(d) for d in dialogues]):
         (encoded,), _ = encode_conversations([dialogue], tokenizer, "", labels, model.config.max_utterance_tokens)
