@@ -576,7 +576,8 @@ def predict(
             raise DialogueError(f"--task {task_}: {checkpoint} is a model for {task.name}")
         if task.command != "predict":
             raise DialogueError(f"{checkpoint} is a {task.name} model: use `turnformer {task.command}`")
-        options = task_options(task, checkpoint, {"submission": (submission, submission is not None), "online": (online, online)})
+        given = {"submission": (submission, submission is not None), "online": (online, online)}
+        options = task_options(task, checkpoint, given)
         predictions = task.predict(model, tokenizer, run, input, data_dir, **options)
     except USER_ERRORS as e:
         fail(describe(e))
