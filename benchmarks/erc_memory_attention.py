@@ -2,7 +2,7 @@
 over heads) and of every current token's that falls on memory keys, over the validation conversations of a trained
 run, or of the pretrained backbone before any fine-tuning (``pretrained:RECIPE``).
 
-    python benchmarks/erc_memory_attention.py --dataset meld pretrained:recipes/erc-meld-dialogxl.toml \
+    python benchmarks/erc_memory_attention.py --dataset meld pretrained:erc-meld-dialogxl \
         runs/erc/erc-meld-dialogxl-memory-bias/seed1
 
 Utterances 0-2 are left out (their memory is short or empty). Writes ``erc-memory-attention-DATASET-MODEL.json`` per

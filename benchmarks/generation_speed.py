@@ -31,6 +31,7 @@ from turnformer.tasks.generation import (build_generator, encode_instances, make
                                          Vocabulary)
 
 MODELS = ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")
+SETTINGS = {"dialogbert-dra": {"dra": True}}  # what makes the model its id names (its recipe's setting)
 
 
 def main() -> None:
@@ -57,7 +58,8 @@ def main() -> None:
     for model_id in MODELS:
         torch.manual_seed(0)
         settings = {"d_model": args.d_model, "heads": 4, "ff": 4 * args.d_model,
-                    "layers": args.layers * (2 if model_id == "gpt2-scratch" else 1), "max_response_words": args.words}
+                    "layers": args.layers * (2 if model_id == "gpt2-scratch" else 1), "max_response_words": args.words,
+                    **SETTINGS.get(model_id, {})}
         model = build_generator(model_id, settings, vocab)
         models[model_id] = (model, torch.optim.AdamW(model.parameters(), lr=1e-4))
         encoded = encode_instances(instances, vocab, model, spacy_parser)

@@ -9,9 +9,16 @@ import torch
 from typer.testing import CliRunner
 
 from turnformer.cli import app
+from turnformer.tasks.common import SETTINGS_IMPLIED_BY_ID
 
 TINY_SETTINGS = ("model_config.d_model=16", "model_config.heads=2", "model_config.ff=32", "model_config.layers=1",
                  "train.epochs=1", "train.warmup_steps=1", "data.min_count=1")
+
+
+def id_settings(model_id: str) -> dict:
+    """The settings that make a generation model id the model it names (an ablation's switch), as its recipe writes
+    them out: built by id alone, ``phaed-no-turn-attn`` would be PHAED whole."""
+    return SETTINGS_IMPLIED_BY_ID["generation"].get(model_id, {})
 
 
 def fit(model, batch, steps: int, lr: float = 1e-2) -> float:

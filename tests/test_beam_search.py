@@ -14,7 +14,7 @@ from turnformer.models.generator_base import repeat_state
 from turnformer.tasks.generation import (GENERATION_MODELS, SPECIALS, ResponseGenerator, Vocabulary, build_generator,
                                          encode_instances, make_generation_batches, make_instances)
 
-from _generation_checks import fit, train_on_files_from_the_command_line
+from _generation_checks import fit, id_settings, train_on_files_from_the_command_line
 from test_phaed import DIALOGUES, SMALL  # contexts with and without queries and earlier responses
 
 MAX_WORDS = 5
@@ -36,7 +36,7 @@ def encoded_instances(model, vocab):
 
 def tiny(model_id, vocab):
     torch.manual_seed(0)
-    return build_generator(model_id, SMALL, vocab).eval()
+    return build_generator(model_id, {**SMALL, **id_settings(model_id)}, vocab).eval()
 
 
 def trained(model_id, vocab):

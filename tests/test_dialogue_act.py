@@ -266,7 +266,8 @@ def test_minilm_utterance_baseline_trains_and_loads_back(tmp_path, data_dir, tin
     assert torch.allclose(chunked, one_by_one, atol=1e-5)
 
     recipe = {"task": "dialogue-act", "model": "minilm-utterance", "dataset": "dailydialog", "backbone": str(tiny_backbone_dir),
-              "model_config": {"classifier_hidden": 16}, "train": {"epochs": 1, "lr": 1e-3, "batch_size": 16}}
+              "model_config": {"classifier_hidden": 16, "utterance_encoder": "pretrained"},  # the model the id names
+              "train": {"epochs": 1, "lr": 1e-3, "batch_size": 16}}
     result = train_dialogue_act(recipe, tmp_path / "run", seed=1, data_dir=data_dir, limits={"train": 6, "validation": 3, "test": 3})
     assert 0 <= result.test_at_best["accuracy"] <= 100
     loaded, _, run = load_trained(tmp_path / "run")

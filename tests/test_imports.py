@@ -1,5 +1,7 @@
 """The package's imports form no circle (module-level or inside functions): figures only draw, the registry is the
-only place that knows the datasets, and the command line starts without torch."""
+only place that knows the datasets, and the command line starts without torch. Imports go down the layers: no task
+module imports another (they share tasks.common and tasks.base), the models import no task, and the command line
+reaches the tasks through their registry."""
 
 from __future__ import annotations
 
@@ -73,3 +75,29 @@ def test_the_training_loop_knows_nothing_of_recipes_tasks_or_the_command_line():
             todo.append(target)
     above = ("turnformer.recipes", "turnformer.tasks", "turnformer.cli")
     assert not [m for m in reached if any(m == name or m.startswith(name + ".") for name in above)]
+
+
+def task_modules() -> set[str]:
+    """The modules that define a task: those of the registry's task objects."""
+    from turnformer.tasks.registry import TASKS
+
+    return {type(task).__module__ for task in TASKS.values()}
+
+
+def test_no_task_module_imports_another_task_module():
+    """Tasks share plumbing through tasks.common and tasks.base; only the registry gathers them."""
+    graph, tasks = import_graph(), task_modules()
+    assert len(tasks) == 4
+    for module in (m for m in graph if m.startswith("turnformer.tasks.") and m != "turnformer.tasks.registry"):
+        assert not (graph[module] & tasks) - {module}, f"{module} imports {sorted((graph[module] & tasks) - {module})}"
+
+
+def test_models_import_no_task():
+    graph = import_graph()
+    for module in (m for m in graph if m.startswith("turnformer.models")):
+        assert not {t for t in graph[module] if t.startswith("turnformer.tasks")}, f"{module} imports {sorted(graph[module])}"
+
+
+def test_the_command_line_reaches_tasks_through_the_registry():
+    tasks = {t for t in import_graph()["turnformer.cli"] if t.startswith("turnformer.tasks")}
+    assert tasks <= {"turnformer.tasks.registry", "turnformer.tasks.common", "turnformer.tasks"}, sorted(tasks)

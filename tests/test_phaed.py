@@ -12,7 +12,7 @@ from turnformer.models.phaed import PHAED, Attention, PHAEDConfig
 from turnformer.tasks.generation import (EOU, GENERATION_MODELS, Vocabulary, build_generator, encode_instances,
                                          make_generation_batches, make_instances)
 
-from _generation_checks import fit
+from _generation_checks import fit, id_settings
 
 DIALOGUES = [
     Dialogue.from_turns([("A", "hi , how are you ?"), ("B", "fine , thanks . and you ?"), ("A", "fine too , thanks .")], id="d1"),
@@ -165,9 +165,9 @@ def test_c_max_limits_the_earlier_responses_in_memory(vocab):
 @pytest.mark.parametrize("model_id", [m for m in GENERATION_MODELS if m.startswith("phaed")])
 def test_every_phaed_variant_builds_trains_and_generates(vocab, model_id):
     torch.manual_seed(0)
-    model = build_generator(model_id, {**SMALL, "layers": 1, "max_response_words": 4}, vocab)
+    fixed = id_settings(model_id)
+    model = build_generator(model_id, {**SMALL, "layers": 1, "max_response_words": 4, **fixed}, vocab)
     (batch,) = batches(model, vocab, make_instances(DIALOGUES))
-    fixed = GENERATION_MODELS[model_id][2]
     assert all(getattr(model.config, key) == value for key, value in fixed.items())
     assert batch.response_out[:, 0].eq(IGNORE).all() == model.config.speaker_tokens
     loss = model.loss(batch)

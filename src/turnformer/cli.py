@@ -1,5 +1,5 @@
-"""The `turnformer` command: data, plots, backbones, the demo, and train / evaluate / predict for
-emotion recognition (erc) and dialogue acts (dialogue-act).
+"""The `turnformer` command: data, plots, backbones, the demo, and train / evaluate / predict / generate for every
+task of `turnformer.tasks.registry` (emotion recognition, dialogue acts, response selection, generation).
 
 Errors in the user's input end the command with a one-line message naming the file, line or field,
 and exit code 2; no traceback.
@@ -17,15 +17,19 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from turnformer.backbones.cli import backbone_app
+from turnformer.data._io import check_output_file as check_file, write_file
 from turnformer.data.cli import data_app
-from turnformer.dialogue import Dialogue, DialogueError, output_names
+from turnformer.data.stats import dataset_stats, print_stats
+from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.errors import CheckpointError
+from turnformer.recipes import DEFAULT_FILE_MODEL, find_recipe, load_recipe, recipe_for_dataset, recipe_path
 
-# Commands import torch, transformers and the models inside their bodies, only when they run: `turnformer --help` and
-# argument errors answer at once.
+# Commands import torch, transformers, the tasks and the models inside their bodies, only when they run (each such
+# import says "torch: loaded only when the command runs"): `turnformer --help` and argument errors answer at once.
 
 app = typer.Typer(help="Multi-turn, multi-party dialogue modelling with structure-aware Transformers.", no_args_is_help=True)
 plot_app = typer.Typer(help="Figures: the attention masks of a conversation, and what a trained model attends to (DialogXL, dialogue acts).", no_args_is_help=True)
@@ -47,7 +51,7 @@ class LogLines(logging.Handler):
     bar rather than through it; stderr is looked up at each line, so that a captured stderr gets them too."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from tqdm import tqdm
+        from tqdm import tqdm  # tens of milliseconds: loaded at the first log line, not at start-up
 
         try:
             tqdm.write(self.format(record), file=sys.stderr)
@@ -101,7 +105,7 @@ def default_threads() -> int:
 
 def set_threads(threads: Optional[int]) -> None:
     """``--threads`` (or TURNFORMER_THREADS), else OMP_NUM_THREADS when set, else `default_threads`."""
-    import torch
+    import torch  # loaded only when a command runs: the callback runs before each command, never for --help
 
     if threads is None and os.environ.get("OMP_NUM_THREADS"):
         return
@@ -121,39 +125,15 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-TASK_INPUT = {"erc": "an emotion-recognition (erc) model, which labels every utterance of conversations",
-              "dialogue-act": "a dialogue-act model, which labels every utterance of conversations"}
+def load_input(spec: str, data_dir: Optional[Path]) -> list[Dialogue]:
+    """A conversation file (generic JSONL) or a benchmark split written ``NAME:SPLIT``."""
+    from turnformer.tasks.common import load_conversations  # torch: loaded only when the command runs
 
-
-def load_input(spec: str, data_dir: Optional[Path], task: Optional[str] = None) -> list[Dialogue]:
-    """A conversation file (generic JSONL) or a benchmark split written ``NAME:SPLIT``. With the `task` of the model
-    that will read them, response-selection items (a context and its candidate replies, which a labelling model would
-    ignore) are refused up front."""
-    from turnformer.data import DATASETS, load_split, parse_split_spec, read_jsonl
-    from turnformer.data.jsonl import refuse_selection_items
-
-    path = Path(spec)
-    if path.exists():
-        dialogues = read_jsonl(path)
-        if not dialogues:
-            raise DialogueError(f"{spec}: no conversations in the file")
-        if task in TASK_INPUT:
-            refuse_selection_items(dialogues, spec, TASK_INPUT[task])
-        return dialogues
-    if benchmark := parse_split_spec(spec):
-        items = load_split(*benchmark, data_dir).items
-        if task in TASK_INPUT and items and not isinstance(items[0], Dialogue):
-            raise DialogueError(f"{spec}: response-selection items (a context and candidate replies); the checkpoint is "
-                                f"{TASK_INPUT[task]}: give it a conversation file or a split of a conversation benchmark")
-        dialogues = [getattr(item, "context", item) for item in items]  # response selection: the context
-        return dialogues
-    raise DialogueError(f"{spec}: no such file, and not a dataset split (NAME:SPLIT with NAME in {', '.join(DATASETS)})")
+    return load_conversations(spec, data_dir)
 
 
 def check_output_file(path: Optional[Path], option: str = "--out") -> None:
     """Fail before any work when an output file cannot be written; create its folder."""
-    from turnformer.data._io import check_output_file as check_file
-
     if path is not None:
         check_file(path, option)
 
@@ -167,8 +147,6 @@ def check_counts(options: dict[str, Optional[int]]) -> None:
 
 def write_jsonl(rows: list[dict], out: Path) -> None:
     """One JSON object per line, written whole (`turnformer.data._io.write_file`: ``-`` is standard output)."""
-    from turnformer.data._io import write_file
-
     write_file(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
 
 
@@ -204,7 +182,7 @@ def plot_masks_command(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Draw (or print) the attention masks of one conversation."""
-    from turnformer.plots import figure_path, mask_view, plot_masks
+    from turnformer.plots import figure_path, mask_view, plot_masks  # torch: loaded only when the command runs
 
     if out is None and not as_json:
         fail("give --out FILE.png, --json, or both")
@@ -213,7 +191,7 @@ def plot_masks_command(
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
         tok = None
         if tokenizer != "words" and level == "tokens":
-            from turnformer.backbones import load_tokenizer
+            from turnformer.backbones import load_tokenizer  # transformers: loaded only when asked for
 
             tok = load_tokenizer(tokenizer)
         view = mask_view(chosen, [k for k in kinds.split(",") if k.strip()], window=window, level=level, tokenizer=tok, query_utterance=query_utterance,
@@ -241,10 +219,9 @@ def plot_attention_command(
 ) -> None:
     """Which earlier tokens each DialogXL head type attends to from one utterance's [CLS] (last
     layer, mean over the heads of each type): the DialogXL paper's Figure 5."""
-    from turnformer.models.dialogxl import DialogXL
+    from turnformer.models.dialogxl import DialogXL  # torch: loaded only when the command runs
     from turnformer.plots import figure_path, plot_attention
-    from turnformer.tasks.erc import attention_view
-    from turnformer.tasks.erc import build_erc_model
+    from turnformer.tasks.registry import get_model_builder, get_task
 
     if out is None and not as_json:
         fail("give --out FILE.png, --json, or both")
@@ -256,7 +233,7 @@ def plot_attention_command(
         if utterance is not None and not 0 <= utterance < len(chosen):
             raise DialogueError(f"--utterance {utterance} out of range: dialogue {chosen.id!r} has {len(chosen)} utterances (0..{len(chosen) - 1})")
         if checkpoint is not None:
-            _, model, tokenizer, _ = load_any_trained(checkpoint)
+            _, model, tokenizer, _ = load_trained(checkpoint)
             if not isinstance(model, DialogXL):
                 raise DialogueError(f"--checkpoint {checkpoint}: a {type(model).__name__} run; attention plots need a DialogXL run")
         else:
@@ -264,8 +241,8 @@ def plot_attention_command(
             if len(counts) != 4 or not all(c.strip().isdigit() for c in counts):
                 raise DialogueError(f"--heads {heads!r}: give four counts, local,global,speaker,listener")
             config = {"heads": [int(c) for c in counts], "window": window}
-            model, tokenizer = build_erc_model("dialogxl", config, ["untrained"], backbone)
-        view = attention_view(model, tokenizer, chosen, len(chosen) - 1 if utterance is None else utterance)
+            model, tokenizer = get_model_builder("erc", "dialogxl")(config, ["untrained"], backbone)
+        view = get_task("erc").attention_view(model, tokenizer, chosen, len(chosen) - 1 if utterance is None else utterance)
     except USER_ERRORS as e:
         fail(describe(e))
     if out is not None:
@@ -285,18 +262,19 @@ def plot_act_attention_command(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Attention between the utterances of one sub-dialogue, per model (the LC Attention paper's Figure 2)."""
-    from turnformer.plots import figure_path, plot_utterance_attention
-    from turnformer.tasks.dialogue_act import utterance_attention
+    from turnformer.plots import figure_path, plot_utterance_attention  # torch: loaded only when the command runs
+    from turnformer.tasks.registry import get_task
 
+    acts = get_task("dialogue-act")
     try:
         out = figure_path(out)
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
         panels = []
         for path in checkpoint:
-            task, model, tokenizer, run = load_any_trained(path)
-            if task != "dialogue-act":
-                raise DialogueError(f"--checkpoint {path}: a run for {task}; this plot needs a dialogue-act attention model")
-            panels.append((run["recipe"]["model"], utterance_attention(model, tokenizer, chosen, start, length)))
+            task, model, tokenizer, run = load_trained(path)
+            if task is not acts:
+                raise DialogueError(f"--checkpoint {path}: a run for {task.name}; this plot needs a dialogue-act attention model")
+            panels.append((run["recipe"]["model"], acts.utterance_attention(model, tokenizer, chosen, start, length)))
     except USER_ERRORS as e:
         fail(describe(e))
     shown = chosen.turns[start : start + panels[0][1].shape[0]]
@@ -318,29 +296,17 @@ def demo(
 ) -> None:
     """Emotion recognition end to end: dataset statistics, DialogXL's masks on one conversation,
     a fine-tune bounded to a few minutes, its test score, and a conversation annotated."""
-    from turnformer.data.stats import dataset_stats, print_stats
-    from turnformer.plots import mask_view, plot_masks
-    from turnformer.recipes import find_recipe, load_recipe
-    from turnformer.tasks.erc import load_erc_data, train_erc
+    from turnformer.tasks.registry import get_task  # torch: loaded only when the command runs
 
+    erc = get_task("erc")
     try:
         print_stats(dataset_stats(dataset, data_dir), console)
-        recipe = load_recipe(find_recipe("erc", model, dataset), [f"train.epochs={epochs}"])
-        splits, labels = load_erc_data(recipe, data_dir)
+        recipe = load_recipe(find_recipe(erc.name, model, dataset), [f"train.epochs={epochs}"])
+        splits = erc.load_data(recipe, data_dir)
     except USER_ERRORS as e:
         fail(describe(e))
     sample = next((d for d in splits["test"] if 5 <= len(d) <= 8 and len(set(d.speakers)) >= 2), splits["test"][0])
-
-    # DialogXL's four head types, structure on memory keys only (the current utterance always visible).
-    window = recipe["model_config"]["window"]
-    kinds = [f"local({window})|same_utterance", "global", "speaker|same_utterance", "listener|same_utterance"]
-    views = {
-        "masks-utterances.png": mask_view(sample, kinds, level="utterances"),
-        "masks-last-utterance.png": mask_view(sample, kinds, level="tokens", query_utterance=len(sample) - 1),
-    }
-    for name, view in views.items():
-        path = plot_masks(view, out / name, title=f"{dataset} {sample.id}: DialogXL head masks")
-        console.print(f"wrote {path}")
+    draw_head_masks(sample, recipe["model_config"], dataset, out)
 
     limits = {"train": train_dialogues} if train_dialogues is not None else {}
     if eval_dialogues is not None:
@@ -353,82 +319,59 @@ def demo(
         f"training dialogues, {epochs} epoch(s), batches of {recipe['train'].get('batch_size')} conversations, each encoded "
         f"in one pass...")
     started = time.monotonic()
-    result = train_erc(recipe, out / "run", seed, data_dir, resume=False, limits=limits or None)
+    result = erc.train(recipe, out / "run", seed, data_dir, resume=False, limits=limits or None)
     test = result.test_at_best or {}
     scope = "the full test set" if eval_dialogues is None else f"the first {eval_dialogues} test dialogues"
     console.print(
         f"test {test.get('primary', float('nan')):.2f} ({'weighted F1' if dataset != 'dailydialog' else 'micro F1 without neutral'}) "
         f"on {scope}, at best validation epoch {result.best_epoch}; accuracy {test.get('accuracy', float('nan')):.2f}; "
         f"{time.monotonic() - started:.0f} s for training, validation and test. "
-        f"The paper's DialogXL (XLNet-base, full training): {recipe.get('paper') or load_recipe(find_recipe('erc', 'dialogxl', dataset)).get('paper')}; "
+        f"The paper's DialogXL (XLNet-base, full training): {recipe.get('paper') or load_recipe(find_recipe(erc.name, 'dialogxl', dataset)).get('paper')}; "
         f"this recipe's full runs: docs/results.md."
     )
+    annotate(erc.session(*erc.load_trained(out / "run")), sample, recipe.get("label_kind", "emotion"))
 
-    from turnformer.models.dialogxl import DialogXLSession
-    from turnformer.tasks.erc import load_trained
 
-    model, tokenizer, run = load_trained(out / "run")
-    session = DialogXLSession(model, tokenizer, run["labels"])
+def draw_head_masks(sample: Dialogue, model_config: dict, dataset: str, out: Path) -> None:
+    """DialogXL's four head types on one conversation, as the structure layer lays them out: each type's structure on
+    the memory keys, the current utterance visible to every head."""
+    from turnformer.plots import mask_view, plot_masks  # torch: loaded only when the command runs
+    from turnformer.structure import dialogxl_layout
+
+    layout = dialogxl_layout(*model_config["heads"], window=model_config["window"])
+    kinds = [f"{mask.name}|{layout.always_visible.name}" for mask, _ in layout.groups]
+    views = {
+        "masks-utterances.png": mask_view(sample, kinds, level="utterances"),
+        "masks-last-utterance.png": mask_view(sample, kinds, level="tokens", query_utterance=len(sample) - 1),
+    }
+    for name, view in views.items():
+        path = plot_masks(view, out / name, title=f"{dataset} {sample.id}: DialogXL head masks")
+        console.print(f"wrote {path}")
+
+
+def annotate(session, sample: Dialogue, label_kind: str) -> None:
+    """Label a conversation one utterance at a time with a streaming `session`; print each label beside the gold one."""
     console.print(f"\nConversation {sample.id}, annotated one utterance at a time (predicted / gold):")
     for turn in sample.turns:
         p = session.add(turn.speaker, turn.text)
         console.print(Text.assemble("  ", (turn.speaker, "bold"), f": {turn.text}  -> ", (p["label"], "cyan"),
-                                    f" ({p['probabilities'][p['label']]:.2f}) / {turn.labels.get(recipe.get('label_kind', 'emotion'))}"),
+                                    f" ({p['probabilities'][p['label']]:.2f}) / {turn.labels.get(label_kind)}"),
                       highlight=False)
-
-
-TASKS = ("erc", "dialogue-act", "response-selection", "generation")
 
 
 def task_trainer(task: str, model: str):
     """The training function of a task, after checking that it knows the model."""
-    if task == "erc":
-        from turnformer.tasks.erc import model_family, train_erc
+    from turnformer.tasks.registry import get_model_builder, get_task  # torch: loaded only when the command runs
 
-        model_family(model)
-        return train_erc
-    if task == "dialogue-act":
-        from turnformer.tasks.dialogue_act import DIALOGUE_ACT_MODELS, train_dialogue_act
-
-        if model not in DIALOGUE_ACT_MODELS:
-            raise DialogueError(f"unknown dialogue-act model {model!r}; known: {', '.join(DIALOGUE_ACT_MODELS)}")
-        return train_dialogue_act
-    if task == "response-selection":
-        from turnformer.tasks.response_selection import RESPONSE_SELECTION_MODELS, train_response_selection
-
-        if model not in RESPONSE_SELECTION_MODELS:
-            raise DialogueError(f"unknown response-selection model {model!r}; known: {', '.join(RESPONSE_SELECTION_MODELS)}")
-        return train_response_selection
-    if task == "generation":
-        from turnformer.tasks.generation import GENERATION_MODELS, train_generation
-
-        if model not in GENERATION_MODELS:
-            raise DialogueError(f"unknown generation model {model!r}; known: {', '.join(GENERATION_MODELS)}")
-        return train_generation
-    raise DialogueError(f"task {task!r} is not available yet; available: {', '.join(TASKS)}")
+    get_model_builder(task, model)
+    return get_task(task).train
 
 
-def load_any_trained(checkpoint: Path):
+def load_trained(checkpoint: Path):
     """(task, model, tokenizer, run) of a run folder or checkpoint of any task."""
-    from turnformer.tasks.erc import checkpoint_paths
+    from turnformer.tasks import registry  # torch: loaded only when the command runs
 
-    _, run = checkpoint_paths(checkpoint)
-    task = run["recipe"].get("task", "erc")
-    if task == "dialogue-act":
-        from turnformer.tasks.dialogue_act import load_trained as load_dialogue_act
-
-        return (task, *load_dialogue_act(checkpoint))
-    if task == "response-selection":
-        from turnformer.tasks.response_selection import load_trained as load_response_selection
-
-        return (task, *load_response_selection(checkpoint))
-    if task == "generation":
-        from turnformer.tasks.generation import load_trained as load_generator
-
-        return (task, *load_generator(checkpoint))  # the "tokenizer" is the word vocabulary
-    from turnformer.tasks.erc import load_trained
-
-    return (task, *load_trained(checkpoint))
+    return registry.load_trained(checkpoint)
 
 
 @app.command()
@@ -446,7 +389,8 @@ def train(
     dataset: Optional[str] = typer.Option(None, help="Benchmark name (default meld), or 'file' with --train-file/--validation-file/"
                                           "--test-file (which imply it). Generation on a benchmark without a recipe of its own "
                                           "uses the model's DailyDialog recipe."),
-    recipe: Optional[Path] = typer.Option(None, help="Recipe TOML (default: recipes/TASK-DATASET-MODEL.toml)."),
+    recipe: Optional[str] = typer.Option(None, help="Recipe: a TOML file, or the name of one of turnformer's own (e.g. "
+                                         "erc-meld-dialogxl; default: TASK-DATASET-MODEL)."),
     out: Path = typer.Option(..., help="Run folder: checkpoints (last/, best/), run.json, result.json."),
     seed: int = typer.Option(1),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out from its last checkpoint."),
@@ -462,7 +406,7 @@ def train(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Fine-tune a model; the test score is taken at the best validation epoch."""
-    from turnformer.recipes import DEFAULT_FILE_MODEL, load_recipe, recipe_for_dataset
+    from turnformer.training import RUN_ENTRIES  # torch: loaded only when the command runs
 
     files = {"train_file": train_file, "validation_file": validation_file, "test_file": test_file}
     given_files = [k for k, v in files.items() if v is not None]
@@ -470,8 +414,6 @@ def train(
         fail(f"--{given_files[0].replace('_', '-')} is for your own data: drop --dataset {dataset}, or write --dataset file")
     if resume and overwrite:
         fail("--resume continues the run in --out, --overwrite replaces it: give one of them")
-    from turnformer.training import RUN_ENTRIES
-
     held = [name for name in RUN_ENTRIES if (out / name).exists()]
     if held and not (resume or overwrite):
         fail(f"{out} holds a run ({', '.join(held)}): --resume continues it, --overwrite replaces it (the old run is kept "
@@ -480,28 +422,8 @@ def train(
     model = model or (DEFAULT_FILE_MODEL.get(task) if dataset == "file" else None) or "dialogxl"
     try:
         trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
-        # retarget: a generation benchmark without a recipe of its own runs the model's DailyDialog recipe on itself
-        path, retarget = (recipe, None) if recipe is not None else recipe_for_dataset(task, model, dataset)
-        if dataset == "file" and recipe is None and not path.name.startswith(f"{task}-file-"):
-            err.print(f"no recipe {task}-file-{model}.toml: training on your files with the settings of {path.name}",
-                      highlight=False, soft_wrap=True)
-        # absolute, so that `evaluate` finds the files from any folder (a JSON string is a TOML basic string)
-        overrides = list(set_) + [f"{k}={json.dumps(str(v.resolve()))}" for k, v in files.items() if v is not None]
-        if dataset == "file":
-            overrides.insert(0, 'dataset="file"')
-        elif retarget is not None:
-            overrides.insert(0, f'dataset="{retarget}"')
-            err.print(f"no recipe {task}-{retarget}-{model}.toml: using {path.name} with dataset = {retarget!r} "
-                      "(its settings, without its published scores)", highlight=False, soft_wrap=True)
-        check_counts({"--limit-dialogues": limit_dialogues, "--limit-train": limit_train, "--limit-eval": limit_eval})
-        limits = {split: limit_dialogues for split in ("train", "validation", "test")} if limit_dialogues else {}
-        if limit_train:
-            limits["train"] = min(limit_train, limits.get("train", limit_train))
-        for split in ("validation", "test") if limit_eval else ():
-            limits[split] = min(limit_eval, limits.get(split, limit_eval))
-        loaded = load_recipe(path, overrides)
-        if retarget is not None or dataset == "file":  # a benchmark recipe's published scores are not this data's
-            loaded = {k: v for k, v in loaded.items() if not k.startswith("paper")}
+        limits = training_limits(limit_dialogues, limit_train, limit_eval)
+        loaded = training_recipe(task, model, dataset, recipe, files, set_)
         if resume and not (out / "last").is_dir():
             err.print(f"note: --resume: {out} holds no checkpoint yet; starting from the beginning", highlight=False, soft_wrap=True)
         elif resume and (changed := changed_since_checkpoint(out, loaded, limits or None)):
@@ -521,10 +443,45 @@ def train(
     console.print_json(data=summary)
 
 
+def training_limits(limit_dialogues: Optional[int], limit_train: Optional[int], limit_eval: Optional[int]) -> dict[str, int]:
+    """How many dialogues each split keeps: --limit-dialogues for all three, --limit-train and --limit-eval for theirs
+    (the smaller where two apply)."""
+    check_counts({"--limit-dialogues": limit_dialogues, "--limit-train": limit_train, "--limit-eval": limit_eval})
+    limits = {split: limit_dialogues for split in ("train", "validation", "test")} if limit_dialogues else {}
+    if limit_train:
+        limits["train"] = min(limit_train, limits.get("train", limit_train))
+    for split in ("validation", "test") if limit_eval else ():
+        limits[split] = min(limit_eval, limits.get(split, limit_eval))
+    return limits
+
+
+def training_recipe(task: str, model: str, dataset: str, recipe: Optional[str], files: dict[str, Optional[Path]],
+                    overrides: list[str]) -> dict:
+    """The recipe a training reads: --recipe, else the task's recipe for the model and dataset (retargeted: a generation
+    benchmark without a recipe of its own runs the model's DailyDialog recipe on itself), with the user's files and
+    the --set overrides. A benchmark recipe's published scores are left out where it runs on other data."""
+    path, retarget = (recipe_path(recipe), None) if recipe is not None else recipe_for_dataset(task, model, dataset)
+    if dataset == "file" and recipe is None and not path.name.startswith(f"{task}-file-"):
+        err.print(f"no recipe {task}-file-{model}.toml: training on your files with the settings of {path.name}",
+                  highlight=False, soft_wrap=True)
+    # absolute, so that `evaluate` finds the files from any folder (a JSON string is a TOML basic string)
+    overrides = list(overrides) + [f"{k}={json.dumps(str(v.resolve()))}" for k, v in files.items() if v is not None]
+    if dataset == "file":
+        overrides.insert(0, 'dataset="file"')
+    elif retarget is not None:
+        overrides.insert(0, f'dataset="{retarget}"')
+        err.print(f"no recipe {task}-{retarget}-{model}.toml: using {path.name} with dataset = {retarget!r} "
+                  "(its settings, without its published scores)", highlight=False, soft_wrap=True)
+    loaded = load_recipe(path, overrides)
+    if retarget is not None or dataset == "file":
+        loaded = {k: v for k, v in loaded.items() if not k.startswith("paper")}
+    return loaded
+
+
 def interrupted(out: Path, interruption: KeyboardInterrupt) -> None:
     """Say what an interrupted training saved and how to continue it; exit 130 (Ctrl-C) or 143 (SIGTERM), the
     shells' codes for those signals."""
-    from turnformer.training import Terminated
+    from turnformer.training import Terminated  # torch: loaded only when the command runs
 
     terminated = isinstance(interruption, Terminated)
     state = out / "last" / "trainer_state.json"
@@ -567,67 +524,32 @@ def evaluate(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Score a trained model on a split of its recipe's dataset, or on a labelled file of your own (--input)."""
-    from turnformer.plots import figure_path
-    from turnformer.tasks.erc import (apply_limits, check_split, encode_conversations, evaluate as evaluate_erc, load_erc_data,
-                                      make_batches, utterance_counts)
-    from turnformer.tasks.metrics import confusion_matrix_plot
-    from turnformer.training import predict_all
+    from turnformer.plots import figure_path  # torch: loaded only when the command runs
 
     try:
         check_counts({"--limit-dialogues": limit_dialogues})
         confusion = figure_path(confusion) if confusion is not None else None
         if input_file is not None and split is not None:
             raise DialogueError("--input and --split: give one or the other (--input is scored as a whole)")
-        task, model, tokenizer, run = load_any_trained(checkpoint)
-        trained_on = run["recipe"]["dataset"]  # its primary metric (DailyDialog: micro F1 without neutral) stays on a file
-        if input_file is not None:
-            run, split = scoring_file(run, input_file), "test"
-        split = split or "test"
-        if beam > 1 and task != "generation":
-            raise DialogueError(f"--beam is for generation models; {checkpoint} is a model for {task}")
-        if confusion is not None and task != "erc":
-            raise DialogueError(f"--confusion is for emotion-recognition (erc) models; {checkpoint} is a model for {task}")
-        if task == "dialogue-act":
-            from turnformer.tasks.dialogue_act import evaluate_split
-
-            console.print_json(data=evaluate_split(model, tokenizer, run, split, data_dir, limit_dialogues))
-            return
-        if task == "response-selection":
-            from turnformer.tasks.response_selection import evaluate_split as evaluate_selection
-
-            console.print_json(data=evaluate_selection(model, tokenizer, run, split, data_dir, limit_dialogues))
-            return
-        if task == "generation":
-            from turnformer.tasks.generation import evaluate_split as evaluate_generation
-            from turnformer.tasks.generation_metrics import available_word_vectors
-
-            console.print_json(data=evaluate_generation(model, tokenizer, run, split, data_dir, limit_dialogues,
-                                                        available_word_vectors(), beam))
-            return
-        recipe, labels = run["recipe"], run["labels"]
-        check_split(split)
-        kind = recipe.get("label_kind", "emotion")
-        splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=labels)
-        apply_limits(splits, {split: limit_dialogues} if limit_dialogues else None, kind, "--limit-dialogues")
-        scored = splits[split]
-        encoded, _ = encode_conversations(scored, tokenizer, kind, labels, model.config.max_utterance_tokens)
-        batches = make_batches(encoded, 8, tokenizer.pad_token_id)
+        task, model, tokenizer, run = load_trained(checkpoint)
+        options = task_options(task, checkpoint, {"beam": (beam, beam > 1), "confusion": (confusion, confusion is not None)})
+        metrics = task.evaluate(model, tokenizer, run, split or "test", data_dir, limit_dialogues, input_file, **options)
     except USER_ERRORS as e:
         fail(describe(e))
-    metrics = evaluate_erc(model, batches, labels, trained_on)
-    if confusion is not None:
-        gold, pred = predict_all(model, batches)
-        confusion_matrix_plot([labels[i] for i in gold], [labels[i] for i in pred], labels, confusion)
-    console.print_json(data={"conversations": len(scored), **utterance_counts(scored, kind),
-                             **{k: v for k, v in metrics.items() if k != "per_class"}})
+    console.print_json(data=metrics)
 
 
-def scoring_file(run: dict, path: Path) -> dict:
-    """A trained run's description with its recipe's test split replaced by a user's labelled file (read with
-    the run's label set, so an unknown label names the file and line)."""
-    if not path.is_file():
-        raise DialogueError(f"--input {path}: no such file (a split of the run's own dataset is --split)")
-    return {**run, "recipe": {**run["recipe"], "dataset": "file", "test_file": str(path.resolve())}}
+def task_options(task, checkpoint: Path, given: dict[str, tuple]) -> dict:
+    """The task-specific options of a command, ``{name: (value, whether the user gave it)}``, that `task` takes; one
+    given for a task that does not take it is refused, naming the tasks that do."""
+    from turnformer.tasks.registry import tasks_taking  # torch: loaded only when the command runs
+
+    for option, (_, used) in given.items():
+        if used and option not in task.options:
+            takers = " or ".join(t.title for t in tasks_taking(option))
+            streaming = f" (streaming: {task.session_class.__name__})" if option == "online" and task.labelled else ""
+            raise DialogueError(f"--{option} is for {takers} models; {checkpoint} is a model for {task.name}{streaming}")
+    return {option: value for option, (value, _) in given.items() if option in task.options}
 
 
 @app.command()
@@ -642,77 +564,40 @@ def predict(
 ) -> None:
     """Label every utterance of every conversation in a file, with probabilities; for a response-selection
     model, score and rank the candidates of every item (a TSV file, a JSONL file with meta.candidates, or NAME:SPLIT)."""
-    from rich.table import Table
-
-    from turnformer.tasks.erc import encode_conversations, make_batch
-    from turnformer.training import progress
+    from turnformer.tasks.registry import TASKS  # torch: loaded only when the command runs
 
     try:
         check_output_file(out)
         check_output_file(submission, "--submission")
-        task, model, tokenizer, run = load_any_trained(checkpoint)
+        task, model, tokenizer, run = load_trained(checkpoint)
         if task_ is not None and task_ not in TASKS:
             raise DialogueError(f"--task {task_}: unknown task; known: {', '.join(TASKS)}")
-        if task_ is not None and task_ != task:
-            raise DialogueError(f"--task {task_}: {checkpoint} is a model for {task}")
-        if task == "generation":
-            raise DialogueError(f"{checkpoint} is a generation model: use `turnformer generate`")
-        if submission is not None and task != "response-selection":
-            raise DialogueError(f"--submission is for response-selection models; {checkpoint} is a model for {task}")
-        if online and task != "dialogue-act":
-            streaming = " (streaming: DialogXLSession)" if task == "erc" else ""
-            raise DialogueError(f"--online is for dialogue-act models; {checkpoint} is a model for {task}{streaming}")
-        if task == "response-selection":
-            return predict_selection(model, tokenizer, input, out, submission, data_dir)
-        dialogues = load_input(input, data_dir, task)
+        if task_ is not None and task_ != task.name:
+            raise DialogueError(f"--task {task_}: {checkpoint} is a model for {task.name}")
+        if task.command != "predict":
+            raise DialogueError(f"{checkpoint} is a {task.name} model: use `turnformer {task.command}`")
+        given = {"submission": (submission, submission is not None), "online": (online, online)}
+        options = task_options(task, checkpoint, given)
+        predictions = task.predict(model, tokenizer, run, input, data_dir, **options)
     except USER_ERRORS as e:
         fail(describe(e))
-    labels = run["labels"]
-    if task == "dialogue-act":
-        from turnformer.tasks.dialogue_act import predict_dialogues
+    show(predictions, out)
 
-        recipe = run["recipe"]
-        per_turn = predict_dialogues(model, tokenizer, dialogues, labels, int(recipe.get("window", 1)),
-                                     int(recipe.get("context_padding", 0)), online=online)
-    else:
-        per_turn = []
-        for dialogue in progress(dialogues, "predict", unit="utterance", sizes=[len(d) for d in dialogues]):
-            (encoded,), _ = encode_conversations([dialogue], tokenizer, "", labels, model.config.max_utterance_tokens)
-            probs = model.probabilities(make_batch([encoded], tokenizer.pad_token_id))[0]
-            per_turn.append([{"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))} for p in probs])
-    rows = [  # a conversation without id is named by its place in the input, as `generate` does
-        {"dialogue": name, "turn": i, "speaker": turn.speaker,
-         "text": turn.text, "label": p["label"], "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()}}
-        for name, dialogue, predictions in zip(output_names([d.id for d in dialogues]), dialogues, per_turn)
-        for i, (turn, p) in enumerate(zip(dialogue.turns, predictions))
-    ]
-    report_truncated(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=task == "erc")
+
+def show(predictions, out: Optional[Path]) -> None:
+    """A model's `Predictions`: notes on stderr, then JSONL rows written to `out`, or a table."""
+    for note in predictions.notes:
+        err.print(note)
+    for line in predictions.written:
+        said(line)
     if out is not None:
-        write_jsonl(rows, out)
-        said(f"wrote {len(rows)} predictions to {out}")
-        return
-    table = Table("dialogue", "turn", "speaker", "text", run["recipe"].get("label_kind", "label"), "p")
-    for r in rows:
-        table.add_row(str(r["dialogue"]), str(r["turn"]), r["speaker"], shorten(r["text"]),
-                      r["label"], f"{r['probabilities'][r['label']]:.2f}")
-    console.print(table)
-
-
-def shorten(text: str, width: int = 100) -> str:
-    """A long utterance on one terminal line or two: its start, then an ellipsis (the JSONL output keeps it whole)."""
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def report_truncated(dialogues, tokenizer, max_tokens: int, with_specials: bool) -> None:
-    """Say on stderr which utterances were longer than the model reads (it sees their first `max_tokens` word pieces)."""
-    texts = [t.text for d in dialogues for t in d.turns]
-    lengths = iter(len(ids) for ids in tokenizer(texts, add_special_tokens=with_specials, verbose=False)["input_ids"])
-    cut = [f"{d.id if d.id is not None else f'#{n}'} turn {i}" for n, d in enumerate(dialogues) for i, _ in enumerate(d.turns)
-           if next(lengths) > max_tokens]
-    if cut:
-        shown = ", ".join(cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
-        err.print(f"note: {len(cut)} utterance(s) longer than the model's {max_tokens} word pieces were cut to their start: {shown}")
+        write_jsonl(predictions.rows, out)
+        said(f"wrote {len(predictions.rows)} {predictions.noun} to {out}")
+    elif predictions.cells is not None:
+        table = Table(*predictions.columns)
+        for cells in predictions.cells:
+            table.add_row(*cells)
+        console.print(table)
 
 
 @app.command()
@@ -727,36 +612,22 @@ def generate(
 ) -> None:
     """Continue every conversation of a file with one generated reply (greedy decoding, or beam search
     with --beam N), or chat."""
-    from rich.table import Table
-
-    from turnformer.dialogue import next_speaker
-    from turnformer.tasks.erc import checkpoint_paths
-    from turnformer.tasks.generation import ResponseGenerator
+    from turnformer.tasks.registry import read_run  # torch: loaded only when the command runs
 
     try:
         check_output_file(out)
         if speaker is not None and not speaker.strip():
             raise DialogueError(f"--speaker {speaker!r}: empty; give a name, or leave it out for the speaker before the last one")
-        task = checkpoint_paths(checkpoint)[1]["recipe"].get("task", "erc")
-        if task != "generation":
-            raise DialogueError(f"{checkpoint} is a model for {task}, not a generation model")
-        bot = ResponseGenerator.from_checkpoint(checkpoint, beam)
-        dialogues = load_input(input, data_dir) if input is not None else None
+        task, _ = read_run(checkpoint)
+        if task.command != "generate":
+            raise DialogueError(f"{checkpoint} is a model for {task.name}, not a generation model")
+        model, vocab, run = task.load_trained(checkpoint)
+        replies = task.predict(model, vocab, run, input, data_dir, speaker=speaker, beam=beam) if input is not None else None
     except USER_ERRORS as e:
         fail(describe(e))
-    if dialogues is None:
-        return chat(bot)
-    replies = bot.respond_all(dialogues, [speaker] * len(dialogues))
-    rows = [{"id": name, "speaker": speaker or next_speaker(d), "response": r}
-            for name, d, r in zip(output_names([d.id for d in dialogues]), dialogues, replies)]
-    if out is not None:
-        write_jsonl(rows, out)
-        said(f"wrote {len(rows)} replies to {out}")
-        return
-    table = Table("conversation", "last turn", "reply")
-    for d, r in zip(dialogues, rows):
-        table.add_row(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")
-    console.print(table)
+    if replies is None:
+        return chat(task.session(model, vocab, run, beam=beam))
+    show(replies, out)
 
 
 def chat(bot) -> None:
@@ -774,32 +645,6 @@ def chat(bot) -> None:
         reply = bot.respond(turns, speaker="bot")
         turns.append(("bot", reply or "..."))
         console.print(f"bot> {reply}" if reply else "bot> (nothing: the model ended its reply at once)", highlight=False)
-
-
-def predict_selection(model, tokenizer, spec: str, out: Optional[Path], submission: Optional[Path], data_dir) -> None:
-    """Rank the candidates of every item of ``spec``: JSONL rows (id, scores, ranking, best), or a table."""
-    from rich.table import Table
-
-    from turnformer.tasks.response_selection import (load_items, prediction_rows, score_items, truncation_note,
-                                                      write_submission)
-
-    items = load_items(spec, data_dir)
-    truncation: dict = {}
-    rows = prediction_rows(items, score_items(model, tokenizer, items, truncation=truncation))
-    if note := truncation_note(truncation, model.config):
-        err.print(note)
-    if submission is not None:
-        write_submission(rows, submission)
-        said(f"wrote the rankings of {len(rows)} items to {submission}")
-    if out is not None:
-        write_jsonl(rows, out)
-        said(f"wrote {len(rows)} rankings to {out}")
-        return
-    if submission is None:
-        table = Table("item", "best", "reply", "scores")
-        for r in rows:
-            table.add_row(str(r["id"]), str(r["best"]), shorten(r["best_text"]), " ".join(f"{x:.2f}" for x in r["scores"]))
-        console.print(table)
 
 
 def main() -> None:

@@ -1,4 +1,6 @@
-"""Recipes: one TOML file per experiment (dataset x model), with the paper's number beside it.
+"""Recipes: one TOML file per experiment (dataset x model), with the paper's number beside it. They ship with the
+package (``turnformer/recipe_files/TASK-DATASET-MODEL.toml``) and are named by their file's stem, e.g.
+``erc-meld-dialogxl``.
 
 A recipe names the task, model, dataset (a benchmark name, or ``file`` with ``train_file``,
 ``validation_file`` and ``test_file`` in the generic JSONL format), the backbone, the model's
@@ -18,7 +20,7 @@ from turnformer.dialogue import DialogueError
 if TYPE_CHECKING:
     from turnformer.training import TrainConfig
 
-RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+RECIPES_DIR = Path(__file__).resolve().parent / "recipe_files"  # package data, installed beside this module
 REQUIRED = ("task", "model", "dataset")
 FILE_FALLBACK = {"erc": "meld"}  # whose recipe a model without a file recipe takes on the user's files
 # the model trained on the user's files when none is named: the setting that measured best on the benchmarks
@@ -26,7 +28,7 @@ DEFAULT_FILE_MODEL = {"erc": "dialogxl-memory-bias"}
 
 
 def find_recipe(task: str, model: str, dataset: str) -> Path:
-    """recipes/TASK-DATASET-MODEL.toml. For ``dataset = "file"`` (the user's own conversation files), a model
+    """The recipe TASK-DATASET-MODEL. For ``dataset = "file"`` (the user's own conversation files), a model
     without a file recipe of its own gets a benchmark recipe (for emotion recognition MELD's: the multi-party
     benchmark, batches of 4 conversations); the caller then sets ``dataset = "file"`` and says so."""
     path = RECIPES_DIR / f"{task}-{dataset}-{model}.toml"
@@ -39,6 +41,16 @@ def find_recipe(task: str, model: str, dataset: str) -> Path:
     return path
 
 
+def recipe_path(recipe: str | Path) -> Path:
+    """A recipe file given by its path, or by the name of a recipe that ships with the package (``erc-meld-dialogxl``,
+    with or without ``.toml``); a file that exists wins over a name."""
+    path = Path(recipe)
+    shipped = RECIPES_DIR / f"{path.name.removesuffix('.toml')}.toml"
+    if path.exists() or path.name != str(recipe) or not shipped.is_file():
+        return path
+    return shipped
+
+
 FALLBACK_DATASET = "dailydialog"
 
 
@@ -46,7 +58,7 @@ def recipe_for_dataset(task: str, model: str, dataset: str) -> tuple[Path, str |
     """The recipe for training `model` on benchmark `dataset`, and the dataset name the caller must set in it
     (None: the recipe's own ``dataset`` stands).
 
-    recipes/TASK-DATASET-MODEL.toml, found under the benchmark's registry name too (``daily_dialog``). A
+    The recipe TASK-DATASET-MODEL, found under the benchmark's registry name too (``daily_dialog``). A
     generation benchmark without a recipe of its own (EmpatheticDialogues, PERSONA-CHAT...) gets the model's
     DailyDialog recipe, to be run with ``dataset`` set to the benchmark: generation reads speakers and texts
     alone, so its settings carry over, while a classification recipe names its own corpus's labels. Anything
@@ -69,11 +81,12 @@ def recipe_for_dataset(task: str, model: str, dataset: str) -> tuple[Path, str |
 
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    path = Path(path)
+    """The recipe in the file `path` (or of that name, see `recipe_path`), checked, with ``--set`` `overrides`."""
+    path = recipe_path(path)
     try:
         recipe = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise DialogueError(f"{path}: no such recipe file") from None
+        raise DialogueError(f"{path}: no such recipe file, nor a recipe's name (they read like erc-meld-dialogxl)") from None
     except tomllib.TOMLDecodeError as e:
         raise DialogueError(f"{path}: malformed recipe: {e}") from None
     for key in REQUIRED:

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from turnformer.data.generation_vocab import SPECIALS, UNK
 from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorConfig
 from turnformer.models.transformer_generator import TransformerGenerator
 from turnformer.structure.attention import MultiHeadAttention, inlined_names, keep_checkpoint_names
 from turnformer.structure.masks import DEPENDENCY, GLOBAL
 from turnformer.structure.packing import TokenMeta, token_meta
-from turnformer.tasks.generation import SPECIALS, UNK
 
 _UNK_ID = SPECIALS.index(UNK)  # a word, although its id is among the special ones
 

@@ -30,7 +30,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from turnformer.tasks.generation import UNK, GenerationInstance, Vocabulary, words
+from turnformer.data.generation_vocab import UNK, GenerationInstance, Vocabulary, words
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 END_OF_TURN = "<|im_end|>"
@@ -130,7 +130,7 @@ def evaluate_pretrained_lm(instances: Sequence[GenerationInstance], model, token
     sample responses of the first `limit` instances: the keys of `evaluate_generation`."""
     from tqdm.auto import tqdm
 
-    from turnformer.tasks.generation_metrics import generation_metrics, perplexity
+    from turnformer.data.generation_scores import generation_metrics, perplexity
 
     instances = list(instances)[:limit]
     lm = PretrainedLMGenerator(model, tokenizer, system_prompt, max_new_tokens)

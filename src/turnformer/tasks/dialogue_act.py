@@ -1,4 +1,5 @@
-"""Dialogue act recognition: sub-dialogues, batches, offline and online prediction, training, streaming.
+"""Dialogue act recognition: sub-dialogues, batches, offline and online prediction, training, streaming, and the
+task as the command line and a server reach it (`TASK`).
 
 Sub-dialogues (the paper's section 3.3): a conversation of n utterances is cut into ceil(n / W)
 windows of W utterances; each window gets up to P utterances of context padding on each side (fewer
@@ -21,11 +22,41 @@ from typing import Sequence
 import torch
 
 from turnformer.dialogue import Dialogue, DialogueError, is_blank
-from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, LocalContextAttention, WindowBatch, build_lc_model
-from turnformer.tasks.erc import SPLITS, apply_limits, check_split, checkpoint_paths, load_erc_data, utterance_counts
+from turnformer.models.lc_attention import LCAttentionModel, LCConfig, LocalContextAttention, WindowBatch, build_lc_model
+from turnformer.recipes import recipe_train_config
+from turnformer.tasks.base import ModelBuilder, Predictions
+from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, label_predictions, load_conversations,
+                                     load_labelled_data, long_utterances_note, model_builder, run_description, scored_run,
+                                     upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import accuracy
+from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
-DIALOGUE_ACT_MODELS = MODEL_IDS
+TITLE = "dialogue-act"
+DEFAULT_BACKBONE = "all-MiniLM-L6-v2"
+
+
+def build_act_model(model_config: dict, labels: list[str], backbone: str = DEFAULT_BACKBONE, pretrained: bool = True):
+    """A dialogue-act model as its model config describes it, and its tokenizer: utterances encoded by the backbone
+    itself, fine-tuned (``utterance_encoder = "pretrained"``, under the ``lstm`` context layer), or by an LSTM over the
+    backbone's word embeddings (copied where ``pretrained``) under the ``context`` layer."""
+    if model_config.get("utterance_encoder") == "pretrained":
+        if model_config.get("context", "lstm") != "lstm":
+            raise DialogueError(f"model_config.context = {model_config['context']!r}: a pretrained utterance encoder is "
+                                "followed by the lstm context layer")
+        return build_lc_model("minilm-utterance", model_config, labels, backbone, pretrained)
+    return build_lc_model(model_config.get("context", LCConfig.context), model_config, labels, backbone, pretrained)
+
+
+# model id -> builder: (model config, labels, backbone name, pretrained) -> (model, tokenizer).
+MODELS: dict[str, ModelBuilder] = dict.fromkeys(("lc-attention", "lstm", "lstm-blstm", "lstm-attention", "minilm-utterance"),
+                                                build_act_model)
+DIALOGUE_ACT_MODELS = tuple(MODELS)
+
+
+def build_dialogue_act_model(recipe: dict, labels: list[str], pretrained: bool = True):
+    """The model a dialogue-act recipe names, and its tokenizer."""
+    build = model_builder(MODELS, recipe["model"], TITLE)
+    return build(recipe.get("model_config", {}), labels, recipe.get("backbone", DEFAULT_BACKBONE), pretrained)
 
 
 def make_windows(n: int, window: int, padding: int, online: bool = False) -> list[tuple[int, int, int, int]]:
@@ -102,8 +133,6 @@ def _batch(spans, token_ids, label_ids, pad_id) -> WindowBatch:
 
 def evaluate(model: LCAttentionModel, batches: Sequence[WindowBatch]) -> float:
     """Accuracy (percent) over the labelled target utterances of the batches."""
-    from turnformer.training import predict_all
-
     gold, pred = predict_all(model, batches)
     return accuracy(gold, pred) if gold else float("nan")
 
@@ -119,11 +148,10 @@ def prepare_dialogue_act(recipe: dict, data_dir=None, limits: dict[str, int] | N
     """Model, tokenizer, labels, and per split its batches by setting: ``batches[split] = {"offline": [...],
     "online": [...]}`` (for "train", only the recipe's setting)."""
     recipe = {**recipe, "label_kind": recipe.get("label_kind", "act")}
-    splits, labels = load_erc_data(recipe, data_dir)
+    splits, labels = load_labelled_data(recipe, recipe["label_kind"], data_dir)
     apply_limits(splits, limits, recipe["label_kind"])
     window, padding, online = _windows(recipe)
-    model, tokenizer = build_lc_model(recipe["model"], recipe.get("model_config", {}), labels,
-                                      recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained)
+    model, tokenizer = build_dialogue_act_model(recipe, labels, pretrained)
     if window + 2 * padding > model.config.max_positions:
         raise DialogueError(f"W + 2P = {window + 2 * padding} is over model_config.max_positions = {model.config.max_positions}")
     batch_size = int(recipe.get("train", {}).get("batch_size", 32))
@@ -139,10 +167,7 @@ def prepare_dialogue_act(recipe: dict, data_dir=None, limits: dict[str, int] | N
 def train_dialogue_act(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = False,
                        time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Train a dialogue-act recipe; returns the `TrainResult` (test accuracy at the best validation epoch).
-    Checkpoints, run.json and resume work as for `train_erc`."""
-    from turnformer.recipes import recipe_train_config
-    from turnformer.training import set_seed, train
-
+    Checkpoints, run.json and resume work as for every other task."""
     set_seed(seed)
     model, _, labels, batches, reports = prepare_dialogue_act(recipe, data_dir, limits)
     _, padding, online = _windows(recipe)
@@ -150,7 +175,7 @@ def train_dialogue_act(recipe: dict, out_dir, seed: int, data_dir=None, resume: 
     settings = recipe.get("train", {})
     config = recipe_train_config(settings, {"epochs": 5, "lr": 1e-3, "save_every_steps": 200}, seed=seed,
                                  out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
-    run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": labels, "encode_reports": reports}
+    run_info = run_description(recipe, seed, limits, labels, reports)
     eval_online = bool(recipe.get("eval_online", True))
 
     def eval_fn(m, split):
@@ -166,22 +191,21 @@ def train_dialogue_act(recipe: dict, out_dir, seed: int, data_dir=None, resume: 
 def load_trained(checkpoint):
     """A trained dialogue-act model from a run folder (its best/ checkpoint) or a checkpoint folder:
     (model in eval mode, tokenizer, run description with the recipe and labels)."""
-    from turnformer.training import load_checkpoint
-
-    weights, run = checkpoint_paths(Path(checkpoint))
-    recipe = run["recipe"]
-    model, tokenizer = build_lc_model(recipe["model"], recipe.get("model_config", {}), run["labels"],
-                                      recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained=False)
+    weights, run = checkpoint_paths(Path(checkpoint), (TASK.name,))
+    run = upgrade_run(run, MODELS)
+    model, tokenizer = build_dialogue_act_model(run["recipe"], run["labels"], pretrained=False)
     load_checkpoint(weights, model)
     return model.eval(), tokenizer, run
 
 
-def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, data_dir=None, limit: int | None = None) -> dict:
-    """Accuracy of a trained model on a split of its recipe's dataset (its first `limit` conversations), offline and
-    (P > 0) online."""
+def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, data_dir=None, limit: int | None = None,
+                   input_file: Path | None = None) -> dict:
+    """Accuracy of a trained model on a split of its recipe's dataset (its first `limit` conversations) or on a user's
+    labelled `input_file`, offline and (P > 0) online."""
+    run = scored_run(run, input_file)
     recipe = {**run["recipe"], "label_kind": run["recipe"].get("label_kind", "act")}
     check_split(split)
-    splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=run["labels"])
+    splits, _ = load_labelled_data(recipe, recipe["label_kind"], data_dir, only=[split], labels=run["labels"])
     window, padding, _ = _windows(recipe)
     apply_limits(splits, {split: limit} if limit else None, recipe["label_kind"], "--limit-dialogues")
     scored = splits[split]
@@ -197,8 +221,6 @@ def predict_dialogues(model: LCAttentionModel, tokenizer, dialogues: Sequence[Di
                       window: int, padding: int, online: bool = False, batch_size: int = 32) -> list[list[dict]]:
     """Per dialogue, per turn: {"label", "probabilities"} (offline: whole sub-dialogues; online: the
     P preceding utterances only). Gold labels are not needed."""
-    from turnformer.training import progress
-
     model.eval()
     ids, ys, _ = encode_dialogues(dialogues, tokenizer, labels, model.config.max_utterance_tokens, label_kind="\0none")
     out: list[list[dict | None]] = [[None] * len(turns) for turns in ids]
@@ -249,10 +271,6 @@ class DialogueActSession:
                 "truncated": truncated}
 
 
-__all__ = ["DIALOGUE_ACT_MODELS", "utterance_attention", "SPLITS", "DialogueActSession", "encode_dialogues", "evaluate", "load_trained",
-           "make_batches", "make_windows", "predict_dialogues", "prepare_dialogue_act", "train_dialogue_act"]
-
-
 @torch.no_grad()
 def utterance_attention(model, tokenizer, dialogue: Dialogue, start: int, length: int) -> torch.Tensor:
     """[length, length] attention between utterances start..start+length-1 of a dialogue-act model's
@@ -271,3 +289,44 @@ def utterance_attention(model, tokenizer, dialogue: Dialogue, start: int, length
     vectors = model.encode_utterances(tokens).unsqueeze(0)
     _, probs = model.contextualise(vectors, torch.ones(1, length, dtype=torch.bool), return_probs=True)
     return probs[0].mean(0)
+
+
+class DialogueActs:
+    """Dialogue act recognition as a `turnformer.tasks.base.Task`: every utterance of a conversation gets an act, from
+    its sub-dialogue (offline) or from the utterances before it only (online). Beside the interface,
+    `utterance_attention`: the attention between the utterances of a sub-dialogue (the ``plot act-attention`` figure)."""
+
+    name = "dialogue-act"
+    title = TITLE
+    labelled = True
+    models = MODELS
+    options = frozenset({"online"})
+    command = "predict"
+    session_class = DialogueActSession
+    reader = "a dialogue-act model, which labels every utterance of conversations"
+
+    train = staticmethod(train_dialogue_act)
+    load_trained = staticmethod(load_trained)
+    evaluate = staticmethod(evaluate_split)
+    utterance_attention = staticmethod(utterance_attention)
+
+    def load_data(self, recipe: dict, data_dir=None, only: Sequence[str] = SPLITS) -> dict[str, list[Dialogue]]:
+        return load_labelled_data(recipe, recipe.get("label_kind", "act"), data_dir, only)[0]
+
+    def predict(self, model, tokenizer, run: dict, source: str, data_dir=None, online: bool = False) -> Predictions:
+        dialogues = load_conversations(source, data_dir, self.reader)
+        recipe = run["recipe"]
+        per_turn = predict_dialogues(model, tokenizer, dialogues, run["labels"], int(recipe.get("window", 1)),
+                                     int(recipe.get("context_padding", 0)), online=online)
+        note = long_utterances_note(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=False)
+        return label_predictions(dialogues, per_turn, recipe.get("label_kind", "label"), note)
+
+    def session(self, model, tokenizer, run: dict) -> DialogueActSession:
+        return DialogueActSession(model, tokenizer, run["labels"], int(run["recipe"].get("context_padding", 0)))
+
+
+TASK = DialogueActs()
+
+__all__ = ["DIALOGUE_ACT_MODELS", "MODELS", "SPLITS", "TASK", "DialogueActSession", "build_act_model", "encode_dialogues",
+           "evaluate", "evaluate_split", "load_trained", "make_batches", "make_windows", "predict_dialogues", "prepare_dialogue_act",
+           "train_dialogue_act", "utterance_attention"]

@@ -1,4 +1,5 @@
-"""Emotion recognition in conversation: labels, tokenised conversations, batches, evaluation.
+"""Emotion recognition in conversation: labels, tokenised conversations, batches, evaluation, prediction, and the
+task as the command line and a server reach it (`TASK`).
 
 Batching: conversations are grouped by number of turns before being cut into batches (the
 training loop then shuffles the batch order each epoch). The paper batches conversations as they
@@ -8,21 +9,27 @@ steps are spent on rows that have already ended, at no cost to what the model se
 
 from __future__ import annotations
 
-import json
 import logging
-from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from turnformer.data.jsonl import refuse_selection_items
+from turnformer.backbones import load_backbone
 from turnformer.dialogue import Dialogue, DialogueError
-from turnformer.models.dialogxl import ConversationBatch
+from turnformer.models.baselines import build_baseline
+from turnformer.models.dialogxl import ConversationBatch, DialogXL, DialogXLConfig, DialogXLSession
 from turnformer.plots import HEAD_TYPES, AttentionView
+from turnformer.recipes import recipe_train_config
 from turnformer.structure.packing import truncate_keeping_end_specials
-from turnformer.tasks.metrics import PRIMARY_METRIC, erc_metrics
+from turnformer.tasks.base import ModelBuilder, Predictions
+from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, label_predictions, load_conversations,
+                                     load_labelled_data, long_utterances_note, model_builder, run_description, scored_run,
+                                     upgrade_run, utterance_counts)
+from turnformer.tasks.metrics import PRIMARY_METRIC, confusion_matrix_plot, erc_metrics
+from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
 logger = logging.getLogger(__name__)
 
@@ -41,19 +48,6 @@ class EncodedConversation:
 class EncodeReport:
     truncated_utterances: int = 0
     unlabelled_utterances: int = 0
-
-
-def kind_label(kind: str) -> str:
-    """'an 'emotion' label', 'an 'act' label', 'a 'sentiment' label': the article of the kind's name."""
-    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind!r} label"
-
-
-def label_set_from_data(dialogues: Sequence[Dialogue], kind: str) -> list[str]:
-    """The labels of a user's file, most frequent first (ties by name), for files with no fixed set."""
-    counts = Counter(label for d in dialogues for label in d.labels(kind) if label is not None)
-    if not counts:
-        raise DialogueError(f"no turn carries {kind_label(kind)}: nothing to learn")
-    return [label for label, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def encode_conversations(
@@ -121,8 +115,6 @@ def make_batches(conversations: Sequence[EncodedConversation], batch_size: int, 
 
 def evaluate(model, batches: Sequence[ConversationBatch], labels: Sequence[str], dataset: str) -> dict:
     """The dataset's metrics (weighted F1, or micro F1 without neutral for DailyDialog) on batches."""
-    from turnformer.training import predict_all
-
     gold, pred = predict_all(model, batches)
     names = list(labels)
     neutral = NEUTRAL.get(dataset)
@@ -132,137 +124,15 @@ def evaluate(model, batches: Sequence[ConversationBatch], labels: Sequence[str],
     )
 
 
-SPLITS = ("train", "validation", "test")
-
-
-def check_split(split: str) -> None:
-    if split not in SPLITS:
-        raise DialogueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-
-
-def split_file(recipe: dict, split: str) -> str:
-    """The path of a ``dataset = "file"`` recipe's `split`; its absence is an error naming the option that gives it."""
-    path = recipe.get(f"{split}_file")
-    if not path:
-        why = "the best epoch is chosen on it" if split == "validation" else f"the {split} split is read from it"
-        raise DialogueError(f"training on your own files needs a {split} file ({why}): --{split}-file PATH "
-                            f"(or {split}_file in a recipe)")
-    return path
-
-
-def read_split_files(recipe: dict, only: Sequence[str] = SPLITS,
-                     label_sets: dict[str, list[str]] | None = None) -> dict[str, list[Dialogue]]:
-    """The conversations of a ``dataset = "file"`` recipe: its ``train_file``, ``validation_file`` and
-    ``test_file`` (generic JSONL), or those of the splits in ``only``. With ``label_sets``, a label
-    outside them is an error that names the file and line."""
-    from turnformer.data import read_jsonl
-
-    splits = {}
-    for split in only:
-        path = split_file(recipe, split)
-        splits[split] = read_jsonl(path, label_sets)  # a list, with the load report kept for error hints
-        if not splits[split]:
-            raise DialogueError(f"{path}: no conversations in the {split} file")
-    return splits
-
-
-def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -> None:
-    """Fail, naming the file, where no turn of a split carries a label of `kind`: nothing to learn or to score."""
-    if not any(kind in turn.labels for d in dialogues for turn in d.turns):
-        why = "nothing to learn" if split == "train" else f"the {split} split cannot be scored"
-        present = sorted({other for d in dialogues for turn in d.turns for other in turn.labels})
-        report = getattr(dialogues, "report", None)  # a file's conversations as read carry their load report
-        ignored = list(report.ignored_fields)[:5] if report else []
-        if present:
-            hint = (f" (its turns carry {', '.join(map(repr, present))} labels; the kind read is the recipe's label_kind: "
-                    f"train with --set label_kind=\"{present[0]}\" for those)")
-        elif ignored:  # e.g. {"label": "question"}: a field the reader does not know, not a label
-            hint = (f" (fields ignored as unknown: {', '.join(map(repr, ignored))}; a turn's label is read from "
-                    f"\"labels\": {{\"{kind}\": ...}} or a top-level \"{kind}\" field)")
-        else:
-            hint = ""
-        raise DialogueError(f"{path}: no turn carries {kind_label(kind)}: {why}{hint}")
-
-
-def warn_unlabelled(dialogues: Sequence[Dialogue], kind: str, source) -> None:
-    """Say so where turns of a file carry no `kind` label while the file has fields the reader does not know (a
-    misspelt ``"label"`` for ``"labels"``, say): they would be read as context only, silently."""
-    report = getattr(dialogues, "report", None)
-    missing = sum(kind not in t.labels for d in dialogues for t in d.turns)
-    if not missing or report is None or not report.ignored_fields:
-        return
-    whole = sum(not any(kind in t.labels for t in d.turns) for d in dialogues)
-    logger.warning("%s: %d turns (%d of %d conversations wholly) carry no %r label, and the file has fields the reader does "
-                   "not know: %s. A misspelling of \"labels\" or \"%s\"? Such turns are context only, never learnt or scored",
-                   source, missing, whole, len(dialogues), kind, report.unknown_fields(), kind)
-
-
-def utterance_counts(dialogues: list[Dialogue], kind: str) -> dict[str, int]:
-    """How many utterances a scored split holds, and how many of them carry a `kind` label and so are scored
-    (an unlabelled turn is context only)."""
-    return {"utterances": sum(len(d) for d in dialogues),
-            "scored_utterances": sum(kind in t.labels for d in dialogues for t in d.turns)}
-
-
-def apply_limits(splits: dict[str, list[Dialogue]], limits: dict[str, int] | None, kind: str, option: str | None = None) -> None:
-    """Keep the first N dialogues of the splits named in ``limits``; refuse a cut that leaves a split without labels
-    before any work (a whole split with labels can still start with unlabelled conversations). The error names
-    ``option`` (e.g. ``--limit-dialogues``) where one option set the limit."""
-    for split, n in (limits or {}).items():
-        splits[split] = splits[split][:n]
-        require_labels(splits[split], kind, f"{option} {n}" if option else f"the first {n} {split} dialogues", split)
-
-
 def load_erc_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS,
                   labels: Sequence[str] | None = None) -> tuple[dict[str, list[Dialogue]], list[str] | None]:
-    """The splits of a recipe's dataset (all three, or those in ``only``), and its label set: fixed by the
-    benchmark, or, for a user's file, ``labels`` (a trained model's), the recipe's, or those seen in its
-    training split (None when that split is not read)."""
-    from turnformer.data import load_split
-
-    kind = recipe.get("label_kind", "emotion")
-    if recipe["dataset"] == "file":
-        labels = list(labels or recipe.get("labels") or [])
-        splits = {}
-        if not labels and "train" in only:
-            splits = read_split_files(recipe, ["train"])
-            require_labels(splits["train"], kind, recipe["train_file"], "train")
-            labels = label_set_from_data(splits["train"], kind)
-        # every other split is checked against the training labels as it is read: an error names its file and line
-        rest = [split for split in only if split not in splits]
-        splits.update(read_split_files(recipe, rest, {kind: labels} if labels else None))
-        for split in rest:  # a split without a label would be read, encoded and trained on before failing to score
-            require_labels(splits[split], kind, recipe[f"{split}_file"], split)
-        for split in only:
-            warn_unlabelled(splits[split], kind, recipe[f"{split}_file"])
-            refuse_selection_items(splits[split], recipe[f"{split}_file"], f"a model that labels every utterance with {kind_label(kind)}")
-        return {split: splits[split] for split in only}, labels or None
-    loaded = {split: load_split(recipe["dataset"], split, data_dir) for split in only}
-    return {s: list(ds.dialogues) for s, ds in loaded.items()}, next(iter(loaded.values())).label_set(kind)
+    """`load_labelled_data` of the recipe's ``label_kind``, emotions unless it names another."""
+    return load_labelled_data(recipe, recipe.get("label_kind", "emotion"), data_dir, only, labels)
 
 
-ERC_MODELS = ("dialogxl", "concat-context", "segment-recurrence")
-
-
-def model_family(model_id: str) -> str:
-    """The class behind a model id: DialogXL's variants (``dialogxl-no-speaker``, ``dialogxl-speaker-emb``,
-    ...) are DialogXL with other head counts or settings in their recipe."""
-    if model_id == "dialogxl" or model_id.startswith("dialogxl-"):
-        return "dialogxl"
-    if model_id in ERC_MODELS:
-        return model_id
-    raise DialogueError(f"unknown emotion-recognition model {model_id!r}; known: {', '.join(ERC_MODELS)} (and dialogxl-* variants)")
-
-
-def build_erc_model(model_id: str, model_config: dict, labels: list[str], backbone: str):
-    """An ERC model (DialogXL, one of its variants, or a baseline) on a pretrained backbone (weights
-    from its package or folder), and its tokenizer."""
-    from turnformer.backbones import load_backbone
-    from turnformer.models.baselines import build_baseline
-    from turnformer.models.dialogxl import DialogXL, DialogXLConfig
-
-    if model_family(model_id) != "dialogxl":
-        return build_baseline(model_id, model_config, labels, backbone)
+def build_dialogxl(model_config: dict, labels: list[str], backbone: str):
+    """DialogXL on a pretrained backbone (weights from its package or folder), and its tokenizer. Its variants
+    (``dialogxl-no-speaker``, ``dialogxl-memory-bias``, ...) are the settings of their recipes' model config."""
     encoder, tokenizer = load_backbone(backbone)
     config = DialogXLConfig.from_dict({**model_config, "num_labels": len(labels), "backbone": backbone})
     positions = getattr(encoder.config, "max_position_embeddings", None)  # None: relative positions (XLNet)
@@ -270,6 +140,23 @@ def build_erc_model(model_id: str, model_config: dict, labels: list[str], backbo
         raise DialogueError(f"model_config.max_utterance_tokens = {config.max_utterance_tokens} is over the backbone's {positions} positions")
     model = DialogXL(config, encoder, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
     return model, tokenizer
+
+
+# model id -> builder: (model config, labels, backbone name) -> (model, tokenizer).
+MODELS: dict[str, ModelBuilder] = {
+    **dict.fromkeys(("dialogxl", "dialogxl-memory-bias", "dialogxl-memory-grad", "dialogxl-no-global", "dialogxl-no-listener",
+                     "dialogxl-no-local", "dialogxl-no-speaker", "dialogxl-no-speaker-listener", "dialogxl-speaker-emb"),
+                    build_dialogxl),
+    "concat-context": partial(build_baseline, "concat-context"),
+    "segment-recurrence": partial(build_baseline, "segment-recurrence"),
+}
+ERC_MODELS = ("dialogxl", "concat-context", "segment-recurrence")  # the three models; the other ids are DialogXL's variants
+TITLE = "emotion-recognition (erc)"
+
+
+def build_erc_model(model_id: str, model_config: dict, labels: list[str], backbone: str):
+    """The model `model_id` names (DialogXL, one of its variants, or a baseline) and its tokenizer."""
+    return model_builder(MODELS, model_id, TITLE)(model_config, labels, backbone)
 
 
 def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = None):
@@ -299,17 +186,13 @@ def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = Non
 def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = False,
               time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Fine-tune an ERC recipe; returns the `TrainResult` (test score at the best validation epoch)."""
-    from turnformer.recipes import recipe_train_config
-    from turnformer.training import set_seed, train
-
     set_seed(seed)  # before the classifier is initialised
     model, _, labels, batches, reports = prepare_erc(recipe, data_dir, limits)
     check_training_memory(model, batches["train"])
     settings = recipe["train"]
     config = recipe_train_config(settings, {"epochs": 4, "lr": 2e-5, "save_every_steps": 50}, seed=seed,
                                  out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
-    run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": labels,
-                "encode_reports": {s: vars(r) for s, r in reports.items()}}
+    run_info = run_description(recipe, seed, limits, labels, {s: vars(r) for s, r in reports.items()})
     dataset = recipe["dataset"]
     return train(
         model, batches["train"], lambda m, split: evaluate(m, batches[split], labels, dataset), config,
@@ -348,55 +231,48 @@ def check_training_memory(model, batches: Sequence[ConversationBatch]) -> None:
             f"(e.g. --set model_config.chunk_tokens=128), which changes no number")
 
 
-def checkpoint_paths(checkpoint) -> tuple[Path, dict]:
-    """A run folder or one of its checkpoints (best/, last/) -> (weights folder, run.json)."""
-    from turnformer.training import MODEL_FILE
-
-    checkpoint = Path(checkpoint)
-    if not checkpoint.exists():
-        raise DialogueError(f"{checkpoint}: no such run or checkpoint folder")
-    if not checkpoint.is_dir():
-        raise DialogueError(f"{checkpoint}: a file; give the run folder (or its best/ or last/ checkpoint)")
-    weights = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
-    if (checkpoint / "run.json").exists() and not (weights / MODEL_FILE).exists():
-        latest = " (its latest is in last/: pass that folder to use it)" if (checkpoint / "last").is_dir() else ""
-        raise DialogueError(f"{checkpoint}: a run without a best checkpoint yet: training has not finished an epoch{latest}")
-    for folder in (checkpoint, checkpoint.parent):
-        if (folder / "run.json").exists():
-            try:
-                run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {e}") from None
-            if problem := _run_description_problem(run):
-                raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {problem}")
-            return weights, run
-    raise DialogueError(f"{checkpoint}: not a turnformer run (no run.json here or one level up)")
-
-
-def _run_description_problem(run) -> str | None:
-    """What a run.json lacks that loading its model needs (None when nothing): its recipe (with the model id) and,
-    for a classifier, its labels."""
-    if not isinstance(run, dict) or not isinstance(run.get("recipe"), dict):
-        return "expected a JSON object with a 'recipe' object"
-    if not isinstance(run["recipe"].get("model"), str):
-        return "recipe.model: missing, or not a model id"
-    labels = run.get("labels")
-    if run["recipe"].get("task", "erc") in ("erc", "dialogue-act") and (
-            not isinstance(labels, list) or not labels or not all(isinstance(label, str) for label in labels)):
-        return f"labels: expected the model's list of label names, got {labels!r:.60}"
-    return None
-
-
 def load_trained(checkpoint):
     """A trained ERC model from a run folder (its best/ checkpoint) or a checkpoint folder:
     (model in eval mode, tokenizer, run description with the recipe and labels)."""
-    from turnformer.training import load_checkpoint
-
-    weights, run = checkpoint_paths(Path(checkpoint))
+    weights, run = checkpoint_paths(Path(checkpoint), (TASK.name,))
+    run = upgrade_run(run, MODELS)
     recipe = run["recipe"]
     model, tokenizer = build_erc_model(recipe["model"], recipe["model_config"], run["labels"], recipe["backbone"])
     load_checkpoint(weights, model)
     return model.eval(), tokenizer, run
+
+
+def evaluate_split(model, tokenizer, run: dict, split: str, data_dir=None, limit: int | None = None,
+                   input_file: Path | None = None, confusion: Path | None = None) -> dict:
+    """The metrics of a trained model on a split of its recipe's data (its first `limit` conversations) or on a user's
+    labelled `input_file`, and with `confusion` its confusion matrix drawn there. The primary metric stays the one of
+    the dataset it was trained on (DailyDialog's micro F1 without neutral, on a file too)."""
+    trained_on = run["recipe"]["dataset"]
+    run = scored_run(run, input_file)
+    recipe, labels = run["recipe"], run["labels"]
+    check_split(split)
+    kind = recipe.get("label_kind", "emotion")
+    splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=labels)
+    apply_limits(splits, {split: limit} if limit else None, kind, "--limit-dialogues")
+    scored = splits[split]
+    encoded, _ = encode_conversations(scored, tokenizer, kind, labels, model.config.max_utterance_tokens)
+    batches = make_batches(encoded, 8, tokenizer.pad_token_id)
+    metrics = evaluate(model, batches, labels, trained_on)
+    if confusion is not None:
+        gold, pred = predict_all(model, batches)
+        confusion_matrix_plot([labels[i] for i in gold], [labels[i] for i in pred], labels, confusion)
+    return {"conversations": len(scored), **utterance_counts(scored, kind),
+            **{k: v for k, v in metrics.items() if k != "per_class"}}
+
+
+def predict_dialogues(model, tokenizer, dialogues: Sequence[Dialogue], labels: Sequence[str]) -> list[list[dict]]:
+    """Per dialogue, per turn: {"label", "probabilities"}, one conversation at a time. Gold labels are not needed."""
+    per_turn = []
+    for dialogue in progress(dialogues, "predict", unit="utterance", sizes=[len(d) for d in dialogues]):
+        (encoded,), _ = encode_conversations([dialogue], tokenizer, "", labels, model.config.max_utterance_tokens)
+        probs = model.probabilities(make_batch([encoded], tokenizer.pad_token_id))[0]
+        per_turn.append([{"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))} for p in probs])
+    return per_turn
 
 
 @torch.no_grad()
@@ -434,3 +310,40 @@ def attention_view(model, tokenizer, dialogue: Dialogue, utterance: int) -> Atte
         dialogue=dialogue.id, query_utterance=utterance, tokens=tokens, utterance=[u for u, _ in pairs],
         speaker=[dialogue.turns[u].speaker for u, _ in pairs], weights=weights, head_counts=counts,
     )
+
+
+class EmotionRecognition:
+    """Emotion recognition as a `turnformer.tasks.base.Task`: every utterance of a conversation gets an emotion.
+    Beside the interface, `attention_view`: what DialogXL's head types attend to (the ``plot attention`` figure)."""
+
+    name = "erc"
+    title = TITLE
+    labelled = True
+    models = MODELS
+    options = frozenset({"confusion"})
+    command = "predict"
+    session_class = DialogXLSession
+    reader = "an emotion-recognition (erc) model, which labels every utterance of conversations"
+
+    train = staticmethod(train_erc)
+    load_trained = staticmethod(load_trained)
+    evaluate = staticmethod(evaluate_split)
+    attention_view = staticmethod(attention_view)
+
+    def load_data(self, recipe: dict, data_dir=None, only: Sequence[str] = SPLITS) -> dict[str, list[Dialogue]]:
+        return load_erc_data(recipe, data_dir, only)[0]
+
+    def predict(self, model, tokenizer, run: dict, source: str, data_dir=None) -> Predictions:
+        dialogues = load_conversations(source, data_dir, self.reader)
+        per_turn = predict_dialogues(model, tokenizer, dialogues, run["labels"])
+        note = long_utterances_note(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=True)
+        return label_predictions(dialogues, per_turn, run["recipe"].get("label_kind", "label"), note)
+
+    def session(self, model, tokenizer, run: dict) -> DialogXLSession:
+        """Streaming: one utterance at a time, each read with the memory of the ones before (DialogXL models only)."""
+        if not isinstance(model, DialogXL):
+            raise DialogueError(f"a {type(model).__name__} model reads whole conversations; streaming needs a DialogXL model")
+        return DialogXLSession(model, tokenizer, run["labels"])
+
+
+TASK = EmotionRecognition()

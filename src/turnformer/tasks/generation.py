@@ -1,4 +1,5 @@
-"""Response generation data, shared by every generator (DRA, PHAED and their baselines).
+"""Response generation: data shared by every generator (DRA, PHAED and their baselines), training, evaluation,
+replies for users, and the task as the command line and a server reach it (`TASK`).
 
 Instances (DRA's setup): in each conversation every turn after the first is a target response; its
 context is the turns before it, at most ``max_context_turns`` (4), newest kept. Text becomes words by
@@ -13,46 +14,38 @@ last token and predicts it shifted by one; the speaker token's prediction is lef
 (PHAED does so: it is almost certain and would flatter the score).
 
 The vocabulary (DRA): the words of the training conversations seen at least ``min_count`` (3) times;
-the rest become ``[UNK]``. It is saved with every checkpoint (`Vocabulary.to_dict`).
+the rest become ``[UNK]``. It is saved with every checkpoint (`Vocabulary.to_dict`). Words, special tokens,
+instances and the vocabulary are `turnformer.data.generation_vocab`'s, which the generators read too.
 """
 
 from __future__ import annotations
 
-import re
-from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
 
-from turnformer.dialogue import Dialogue, DialogueError, Turn, as_dialogue, next_speaker
-from turnformer.tasks.erc import SPLITS, check_split, read_split_files
+from turnformer.data import load_split
+from turnformer.data.generation_vocab import (EOU, PAD, SOU, SPEAKER_Q, SPEAKER_R, SPECIALS, UNK, GenerationInstance,
+                                              Utterance, Vocabulary, words)
+from turnformer.dialogue import Dialogue, DialogueError, Turn, as_dialogue, next_speaker, output_names
+from turnformer.models.dialogbert import DialogBERTGenerator
+from turnformer.models.dra import TransformerDRA
+from turnformer.models.generator_base import IGNORE, GenerationBatch
+from turnformer.models.gpt2_generator import GPT2Generator
+from turnformer.models.phaed import PHAED
+from turnformer.models.transformer_generator import TransformerGenerator
+from turnformer.parsing import DependencyParser
+from turnformer.recipes import recipe_train_config
+from turnformer.tasks.base import ModelBuilder, Predictions
+from turnformer.tasks.common import (SPLITS, check_split, checkpoint_paths, load_conversations, model_builder, read_split_files,
+                                     run_description, scored_run, shorten, upgrade_run)
+from turnformer.tasks.generation_metrics import available_word_vectors, generation_metrics, perplexity
+from turnformer.training import load_checkpoint, progress, set_seed, train
 
-PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R = "[PAD]", "[UNK]", "[SOU]", "[EOU]", "[SPEAKER-Q]", "[SPEAKER-R]"
-SPECIALS = (PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R)
-_WORDS = re.compile(r"[\w']+|[^\w\s]")
-
-
-def words(text: str) -> list[str]:
-    """Lower-cased words and punctuation marks: ``"Don't go, Jim!"`` -> ``["don't", "go", ",", "jim", "!"]``."""
-    return _WORDS.findall(text.lower())
-
-
-@dataclass(frozen=True)
-class Utterance:
-    words: tuple[str, ...]
-    role: str  # "Q" or "R"
-
-
-@dataclass(frozen=True)
-class GenerationInstance:
-    """One target response with its context (oldest first), and where it comes from."""
-
-    context: tuple[Utterance, ...]
-    response: Utterance
-    dialogue_id: str
-    turn: int  # the response's index in its conversation
+TITLE = "generation"
 
 
 @dataclass
@@ -92,80 +85,30 @@ def make_instances(dialogues: Iterable[Dialogue], max_context_turns: int = 4, ma
     return out
 
 
-class Vocabulary:
-    """Words <-> ids; the special tokens first (``[PAD]`` = 0)."""
-
-    def __init__(self, tokens: Sequence[str]):
-        if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
-            raise ValueError(f"a vocabulary starts with the special tokens {SPECIALS}")
-        if len(set(tokens)) != len(tokens):
-            raise ValueError("a vocabulary lists each token once")
-        self.tokens = list(tokens)
-        self.index = {t: i for i, t in enumerate(self.tokens)}
-
-    @classmethod
-    def build(cls, dialogues: Iterable[Dialogue], min_count: int = 3) -> "Vocabulary":
-        """From the words of the (training) conversations, each utterance counted once; ties in frequency
-        are broken alphabetically so the ids do not depend on the data's order."""
-        counts = Counter(w for d in dialogues for turn in d.turns for w in words(turn.text))
-        kept = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS), key=lambda w: (-counts[w], w))
-        return cls([*SPECIALS, *kept])
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def id(self, token: str) -> int:
-        return self.index.get(token, self.index[UNK])
-
-    def encode(self, tokens: Sequence[str]) -> list[int]:
-        return [self.id(t) for t in tokens]
-
-    def decode(self, ids: Iterable[int], skip_special: bool = True) -> list[str]:
-        out = []
-        for i in ids:
-            token = self.tokens[int(i)]
-            if skip_special and token in SPECIALS and token != UNK:
-                continue
-            out.append(token)
-        return out
-
-    def utterance_ids(self, utterance: Utterance, speaker_tokens: bool = True) -> list[int]:
-        """``[SOU] [SPEAKER-X]? words [EOU]`` as ids."""
-        speaker = [self.index[SPEAKER_R if utterance.role == "R" else SPEAKER_Q]] if speaker_tokens else []
-        return [self.index[SOU], *speaker, *self.encode(utterance.words), self.index[EOU]]
-
-    def unknown_rate(self, instances: Sequence[GenerationInstance]) -> float:
-        """Share of response words that are [UNK] (a quick check of ``min_count`` on another split)."""
-        total = sum(len(x.response.words) for x in instances)
-        unknown = sum(1 for x in instances for w in x.response.words if w not in self.index)
-        return unknown / total if total else 0.0
-
-    def to_dict(self) -> dict:
-        return {"tokens": self.tokens}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "Vocabulary":
-        if not isinstance(data, dict) or not isinstance(data.get("tokens"), list):
-            raise DialogueError("vocabulary: expected {\"tokens\": [...]}")
-        return cls(data["tokens"])
-
-
 # --------------------------------------------------------------------------- batches, training, evaluation
 
-# model id -> (module under turnformer.models, class, settings the id fixes). Each class names its settings
-# dataclass as ``config_class``; an ablation id is its model with one setting fixed.
-GENERATION_MODELS: dict[str, tuple[str, str, dict]] = {
-    "transformer": ("transformer_generator", "TransformerGenerator", {}),
-    "transformer-dra": ("dra", "TransformerDRA", {}),
-    "dialogbert": ("dialogbert", "DialogBERTGenerator", {"dra": False}),
-    "dialogbert-dra": ("dialogbert", "DialogBERTGenerator", {"dra": True}),
-    "phaed": ("phaed", "PHAED", {}),
-    "phaed-no-speaker-tokens": ("phaed", "PHAED", {"speaker_tokens": False}),
-    "phaed-no-turn-emb": ("phaed", "PHAED", {"turn_embeddings": False}),
-    "phaed-no-turn-attn": ("phaed", "PHAED", {"turn_attention": False}),
-    "phaed-no-recurrence": ("phaed", "PHAED", {"c_max": 0}),
-    "gpt2-scratch": ("gpt2_generator", "GPT2Generator", {}),
+def build_word_generator(cls, model_config: dict, vocab: Vocabulary):
+    """A generator of class `cls` as its model config describes it (each class names its settings dataclass as
+    ``config_class``; an ablation is a setting, e.g. ``turn_attention = false``) over the word vocabulary."""
+    config = cls.config_class.from_dict({**model_config, "vocab_size": len(vocab)})
+    return cls(config, pad_id=vocab.index[PAD], eou_id=vocab.index[EOU])
+
+
+# model id -> builder: (model config, vocabulary) -> model.
+MODELS: dict[str, ModelBuilder] = {
+    "transformer": partial(build_word_generator, TransformerGenerator),
+    "transformer-dra": partial(build_word_generator, TransformerDRA),
+    **dict.fromkeys(("dialogbert", "dialogbert-dra"), partial(build_word_generator, DialogBERTGenerator)),
+    **dict.fromkeys(("phaed", "phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence"),
+                    partial(build_word_generator, PHAED)),
+    "gpt2-scratch": partial(build_word_generator, GPT2Generator),
 }
+GENERATION_MODELS = MODELS
+
+
+def build_generator(model_id: str, model_config: dict, vocab: Vocabulary):
+    """The generator `model_id` names, built from `model_config` over `vocab`."""
+    return model_builder(MODELS, model_id, TITLE)(model_config, vocab)
 
 
 def encode_instance(instance: GenerationInstance, vocab: Vocabulary, speaker_tokens: bool = True, parse=None):
@@ -174,8 +117,6 @@ def encode_instance(instance: GenerationInstance, vocab: Vocabulary, speaker_tok
     see `GenerationBatch`. The heads are None without `parse` (words -> each word's governor index in the
     utterance, -1 for the root); with it, each context token's governor column in the flat context, -1
     for roots and special tokens."""
-    from turnformer.models.generator_base import IGNORE
-
     context, turns, roles, heads = [], [], [], []
     for back, utterance in zip(range(len(instance.context), 0, -1), instance.context):
         ids = vocab.utterance_ids(utterance, speaker_tokens)
@@ -199,8 +140,6 @@ def encode_instances(instances: Sequence[GenerationInstance], vocab: Vocabulary,
     dependency heads when the model needs parses (spaCy, cached on disk by `turnformer.parsing`)."""
     parse = None
     if getattr(model, "needs_parses", False):
-        from turnformer.parsing import DependencyParser
-
         parse = parser or DependencyParser()
         parse.parse_many(sorted({u.words for x in instances for u in x.context}))  # batched, once per text
     return [encode_instance(x, vocab, model.config.speaker_tokens, parse) for x in instances]
@@ -208,8 +147,6 @@ def encode_instances(instances: Sequence[GenerationInstance], vocab: Vocabulary,
 
 def make_generation_batches(encoded: Sequence[tuple], batch_size: int, sort_by_length: bool = True):
     """`GenerationBatch`es of `encoded` instances; sorted by context length (less padding) unless told not to."""
-    from turnformer.models.generator_base import IGNORE, GenerationBatch
-
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0])) if sort_by_length else list(range(len(encoded)))
 
     def pad(rows, value):
@@ -230,9 +167,6 @@ def make_generation_batches(encoded: Sequence[tuple], batch_size: int, sort_by_l
 def evaluate_perplexity(model, batches) -> dict:
     """Perplexity of the reference responses (speaker tokens left out); ``primary`` is its negative,
     so that the epoch with the lowest validation perplexity is the best one."""
-    from turnformer.tasks.generation_metrics import perplexity
-    from turnformer.training import progress
-
     device = next(model.parameters()).device
     total, tokens = 0.0, 0
     with torch.no_grad():
@@ -246,8 +180,6 @@ def evaluate_perplexity(model, batches) -> dict:
 def evaluate_generation(model, batches, vocab: Vocabulary, decode: bool = True, word_vectors=None, beam_size: int = 1) -> dict:
     """Perplexity, and with `decode` the BLEU-1..4 and Distinct-1/2 of the responses (greedy, or beam search
     with ``beam_size > 1``; and the embedding metrics with `word_vectors`); ``primary`` is minus the perplexity."""
-    from turnformer.tasks.generation_metrics import generation_metrics
-
     metrics = evaluate_perplexity(model, batches)
     if decode:
         references, hypotheses = generate_responses(model, batches, vocab, beam_size)
@@ -258,8 +190,6 @@ def evaluate_generation(model, batches, vocab: Vocabulary, decode: bool = True, 
 
 def generate_responses(model, batches, vocab: Vocabulary, beam_size: int = 1) -> tuple[list[list[str]], list[list[str]]]:
     """(references, hypotheses: greedy, or beam search with ``beam_size > 1``) as word lists, in the batches' order."""
-    from turnformer.training import progress
-
     device = next(model.parameters()).device
     references, hypotheses = [], []
     with torch.no_grad():
@@ -274,8 +204,6 @@ def load_generation_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLI
     """The conversations of each split (or of those in ``only``): a benchmark (``dataset = "dailydialog"``, ``"empathetic-dialogues"``,
     ``"personachat"``...; only the turns' speakers and texts are read, no labels) or the user's JSONL
     files (``dataset = "file"`` with ``train_file``, ``validation_file``, ``test_file``)."""
-    from turnformer.data import load_split
-
     if recipe["dataset"] == "file":
         return read_split_files(recipe, only)
     return {split: list(load_split(recipe["dataset"], split, data_dir).dialogues) for split in only}
@@ -284,17 +212,6 @@ def load_generation_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLI
 def require_pairs(instances: Sequence, split: str) -> None:
     if not instances:
         raise DialogueError(f"{split} split: no (context, response) pairs: a conversation needs two turns or more")
-
-
-def build_generator(model_id: str, model_config: dict, vocab: Vocabulary):
-    import importlib
-
-    if model_id not in GENERATION_MODELS:
-        raise DialogueError(f"unknown generation model {model_id!r}; known: {', '.join(GENERATION_MODELS)}")
-    module, name, fixed = GENERATION_MODELS[model_id]
-    cls = getattr(importlib.import_module(f"turnformer.models.{module}"), name)
-    config = cls.config_class.from_dict({**model_config, **fixed, "vocab_size": len(vocab)})
-    return cls(config, pad_id=vocab.index[PAD], eou_id=vocab.index[EOU])
 
 
 def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | None = None):
@@ -323,18 +240,13 @@ def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bo
                      time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Train a generation recipe (teacher forcing); the epoch is chosen by validation perplexity.
     The vocabulary is saved in run.json. Checkpoints and resume work as for every other task."""
-    from turnformer.recipes import recipe_train_config
-    from turnformer.tasks.generation_metrics import available_word_vectors
-    from turnformer.training import set_seed, train
-
     set_seed(seed)
     model, vocab, batches, reports = prepare_generation(recipe, data_dir, limits)
     settings = recipe.get("train", {})
     config = recipe_train_config(settings, {"epochs": 10, "lr": 5e-4, "weight_decay": 0.01, "grad_clip": 1.0,
                                             "save_every_steps": 500, "scheduler": "linear"},
                                  seed=seed, out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
-    run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports,
-                "vocabulary": vocab.to_dict()}
+    run_info = run_description(recipe, seed, limits, [], reports, vocabulary=vocab.to_dict())
     # every epoch: validation perplexity (the epoch choice), test perplexity and greedy-decoding metrics (the
     # embedding ones where MiniLM's word vectors are installed)
     vectors = available_word_vectors()
@@ -346,12 +258,10 @@ def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bo
 def load_trained(checkpoint):
     """(model in eval mode, vocabulary, run description) of a trained generator: a run folder (its
     best/) or a checkpoint folder."""
-    from turnformer.tasks.erc import checkpoint_paths
-    from turnformer.training import load_checkpoint
-
     weights, run = checkpoint_paths(Path(checkpoint))
     if "vocabulary" not in run:
         raise DialogueError(f"{checkpoint}: not a generation run (its run.json has no vocabulary)")
+    run = upgrade_run(run, MODELS)
     vocab = Vocabulary.from_dict(run["vocabulary"])
     model = build_generator(run["recipe"]["model"], run["recipe"].get("model_config", {}), vocab)
     load_checkpoint(weights, model)
@@ -393,7 +303,11 @@ class ResponseGenerator:
 
     @classmethod
     def from_checkpoint(cls, checkpoint, beam_size: int = 1) -> "ResponseGenerator":
-        model, vocab, run = load_trained(checkpoint)
+        return cls.from_run(*load_trained(checkpoint), beam_size)
+
+    @classmethod
+    def from_run(cls, model, vocab: Vocabulary, run: dict, beam_size: int = 1) -> "ResponseGenerator":
+        """A trained model reading contexts as its run's recipe cut them in training."""
         data = run["recipe"].get("data", {})
         return cls(model, vocab, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)), beam_size)
 
@@ -420,7 +334,47 @@ class ResponseGenerator:
         return [" ".join(h) for h in hypotheses]
 
 
-__all__ = ["EOU", "GENERATION_MODELS", "PAD", "SOU", "SPEAKER_Q", "SPEAKER_R", "SPECIALS", "UNK", "GenerationInstance",
-           "GenerationReport", "ResponseGenerator", "Utterance", "Vocabulary", "build_generator", "encode_instance", "encode_instances",
-           "evaluate_generation", "evaluate_perplexity", "evaluate_split", "generate_responses", "load_generation_data", "load_trained",
+def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=None, speaker: str | None = None,
+                     beam: int = 1) -> Predictions:
+    """One reply to every conversation of `source`, spoken by `speaker` (None: the speaker before the last one)."""
+    dialogues = load_conversations(source, data_dir)
+    replies = ResponseGenerator.from_run(model, vocab, run, beam).respond_all(dialogues, [speaker] * len(dialogues))
+    rows = [{"id": name, "speaker": speaker or next_speaker(d), "response": r}
+            for name, d, r in zip(output_names([d.id for d in dialogues]), dialogues, replies)]
+    cells = [(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")
+             for d, r in zip(dialogues, rows)]
+    return Predictions(rows, "replies", ("conversation", "last turn", "reply"), cells)
+
+
+class Generation:
+    """Response generation as a `turnformer.tasks.base.Task`: a conversation continued with one reply."""
+
+    name = "generation"
+    title = TITLE
+    labelled = False
+    models = MODELS
+    options = frozenset({"beam"})
+    command = "generate"
+    session_class = ResponseGenerator
+
+    load_data = staticmethod(load_generation_data)
+    train = staticmethod(train_generation)
+    load_trained = staticmethod(load_trained)
+    predict = staticmethod(generate_replies)
+
+    def evaluate(self, model, vocab: Vocabulary, run: dict, split: str, data_dir=None, limit: int | None = None,
+                 input_file: Path | None = None, beam: int = 1) -> dict:
+        """`evaluate_split`, with the embedding metrics where MiniLM's word vectors are installed."""
+        return evaluate_split(model, vocab, scored_run(run, input_file), split, data_dir, limit, available_word_vectors(), beam)
+
+    def session(self, model, vocab: Vocabulary, run: dict, beam: int = 1) -> ResponseGenerator:
+        return ResponseGenerator.from_run(model, vocab, run, beam)
+
+
+TASK = Generation()
+
+__all__ = ["EOU", "GENERATION_MODELS", "MODELS", "PAD", "SOU", "SPEAKER_Q", "SPEAKER_R", "SPECIALS", "TASK", "UNK",
+           "GenerationInstance", "GenerationReport", "ResponseGenerator", "Utterance", "Vocabulary", "build_generator",
+           "build_word_generator", "encode_instance", "encode_instances", "evaluate_generation", "evaluate_perplexity",
+           "evaluate_split", "generate_replies", "generate_responses", "load_generation_data", "load_trained",
            "make_generation_batches", "make_instances", "prepare_generation", "train_generation", "words"]

@@ -27,7 +27,7 @@ from typing import Any, Hashable, Iterable, Sequence
 
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
 
-from turnformer.plots import literal_text
+from turnformer.plots import literal_text, write_figure
 
 __all__ = [
     "DEFAULT_PRIMARY_METRIC",
@@ -239,10 +239,8 @@ def confusion_matrix_plot(
     a class absent from ``gold`` gets a row of zeros) and writes ratios in the cells; otherwise
     counts. Uses matplotlib's Agg canvas directly: no pyplot state, no display needed.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib: loaded only when a figure is drawn
     from matplotlib.figure import Figure
-
-    from turnformer.plots import write_figure
 
     gold, pred, labels = _check(gold, pred, labels)
     counts = confusion_matrix(gold, pred, labels=labels)

@@ -1,5 +1,5 @@
 """Response selection: items -> packed (context, candidate) sequences, batches, training, evaluation,
-ranking for users, and MuTual's submission format.
+ranking for users, MuTual's submission format, and the task as the command line and a server reach it (`TASK`).
 
 Data (``recipe["dataset"]``):
 
@@ -28,16 +28,45 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from turnformer.data._io import write_file
+from turnformer.backbones.loading import load_auto_encoder
+from turnformer.data import load_split, parse_split_spec, read_jsonl
+from turnformer.data._io import first_line, write_file
+from turnformer.data.selection_tsv import read_selection_tsv
 from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, as_dialogue, as_turn,
                                  is_blank, next_speaker, output_names)
-from turnformer.models.mdfn import MDFN, MDFN_VARIANTS, SelectionBatch, build_mdfn
+from turnformer.models.mdfn import MDFN, MDFNConfig, SelectionBatch
+from turnformer.recipes import recipe_train_config
 from turnformer.structure import SpecialTokens, pack_token_ids
-from turnformer.tasks.erc import SPLITS, checkpoint_paths, split_file
+from turnformer.tasks.base import ModelBuilder, Predictions
+from turnformer.tasks.common import (SPLITS, check_split, checkpoint_paths, model_builder, run_description, scored_run, shorten,
+                                     split_file, upgrade_run)
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics
+from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
-RESPONSE_SELECTION_MODELS = tuple(MDFN_VARIANTS)
+TITLE = "response-selection"
+DEFAULT_BACKBONE = "all-MiniLM-L6-v2"
 LETTERS = "ABCDEFGHIJ"
+
+
+def build_selection_model(model_config: dict, backbone: str = DEFAULT_BACKBONE, pretrained: bool = True):
+    """MDFN as its model config describes it (its ablations and the plain encoder are settings: ``channels``,
+    ``aggregation``, ``fusion``) on a backbone (its weights where ``pretrained``), and the backbone's tokenizer."""
+    config = MDFNConfig.from_dict(model_config)
+    encoder, tokenizer = load_auto_encoder(backbone, pretrained)
+    return MDFN(config, encoder), tokenizer
+
+
+# model id -> builder: (model config, backbone name, pretrained) -> (model, tokenizer).
+MODELS: dict[str, ModelBuilder] = dict.fromkeys(
+    ("mdfn", "plain-encoder", "mdfn-ua-only", "mdfn-sa-only", "mdfn-maxpool", "mdfn-meanpool", "mdfn-linear-fusion"),
+    build_selection_model)
+RESPONSE_SELECTION_MODELS = tuple(MODELS)
+
+
+def build_response_selection_model(recipe: dict, pretrained: bool = True):
+    """The model a response-selection recipe names, and its tokenizer."""
+    build = model_builder(MODELS, recipe["model"], TITLE)
+    return build(recipe.get("model_config", {}), recipe.get("backbone", DEFAULT_BACKBONE), pretrained)
 
 
 @dataclass
@@ -94,8 +123,6 @@ def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionIt
 def load_selection_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLITS) -> dict[str, list[ResponseSelectionItem]]:
     """Train / validation / test items of a recipe's dataset (see the module docstring); of a user's files, only
     those of the splits in ``only``."""
-    from turnformer.data import load_split
-
     dataset = recipe["dataset"]
     if dataset == "file":
         splits = {}
@@ -191,8 +218,6 @@ def make_selection_batches(encoded: Sequence[EncodedItem], batch_size: int, spec
 def evaluate(model: MDFN, batches: Sequence[SelectionBatch]) -> dict:
     """Ranking metrics over the labelled items (``primary`` = R@1); ``{"primary": nan, "labelled": 0}``
     when no item has a known answer (MuTual's test set)."""
-    from turnformer.training import predict_all
-
     gold, scores = predict_all(model, batches)
     labelled = [(g, s) for g, s in zip(gold, scores) if min(g) >= 0]
     if not labelled:
@@ -202,10 +227,6 @@ def evaluate(model: MDFN, batches: Sequence[SelectionBatch]) -> dict:
         return {"primary": float("nan"), **metrics}
     recall_at_1 = next(v for k, v in metrics.items() if k.endswith("@1") and k.startswith("R"))
     return {"primary": recall_at_1, **metrics, "unit": "fraction"}  # rates as fractions, as the paper prints them
-
-
-def _model_settings(recipe: dict) -> dict:
-    return recipe.get("model_config", {})
 
 
 def check_trainable(items: Sequence[ResponseSelectionItem], objective: str, where: str) -> None:
@@ -228,7 +249,7 @@ def prepare_response_selection(recipe: dict, data_dir=None, limits: dict[str, in
     splits = load_selection_data(recipe, data_dir)
     for split, n in (limits or {}).items():
         splits[split] = splits[split][:n]
-    model, tokenizer = build_mdfn(recipe["model"], _model_settings(recipe), recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained)
+    model, tokenizer = build_response_selection_model(recipe, pretrained)
     where = recipe.get("train_file") or f"{recipe['dataset']} train"
     if limits and limits.get("train"):
         where = f"the first {limits['train']} items of {where}"
@@ -252,16 +273,13 @@ def train_response_selection(recipe: dict, out_dir, seed: int, data_dir=None, re
                              time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Train a response-selection recipe; returns the `TrainResult` (R@1 as the primary metric).
     Checkpoints, run.json and resume work as for every other task."""
-    from turnformer.recipes import recipe_train_config
-    from turnformer.training import set_seed, train
-
     set_seed(seed)
     model, _, batches, reports = prepare_response_selection(recipe, data_dir, limits)
     settings = recipe.get("train", {})
     config = recipe_train_config(settings, {"epochs": 3, "lr": 2e-5, "weight_decay": 0.01, "grad_clip": 1.0,
                                             "save_every_steps": 200, "scheduler": "linear"},
                                  seed=seed, out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
-    run_info = {"recipe": recipe, "seed": seed, "limits": limits, "labels": [], "encode_reports": reports}
+    run_info = run_description(recipe, seed, limits, [], reports)
     return train(model, batches["train"], lambda m, split: evaluate(m, batches[split]), config,
                  label_map={"task": "response-selection"}, run_info=run_info)
 
@@ -269,20 +287,20 @@ def train_response_selection(recipe: dict, out_dir, seed: int, data_dir=None, re
 def load_trained(checkpoint):
     """A trained response-selection model from a run folder (its best/) or a checkpoint folder:
     (model in eval mode, tokenizer, run description)."""
-    from turnformer.training import load_checkpoint
-
     weights, run = checkpoint_paths(Path(checkpoint))
-    recipe = run["recipe"]
-    model, tokenizer = build_mdfn(recipe["model"], _model_settings(recipe), recipe.get("backbone", "all-MiniLM-L6-v2"), pretrained=False)
+    run = upgrade_run(run, MODELS)
+    model, tokenizer = build_response_selection_model(run["recipe"], pretrained=False)
     load_checkpoint(weights, model)
     return model.eval(), tokenizer, run
 
 
-def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None, limit: int | None = None) -> dict:
+def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None, limit: int | None = None,
+                   input_file: Path | None = None) -> dict:
     """Ranking metrics of a trained model on a split of its recipe's data (its first `limit` items; for MuTual:
-    ``test`` and ``validation`` as in training, i.e. the dev set and the held-out training items)."""
-    if split not in SPLITS:
-        raise DialogueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    ``test`` and ``validation`` as in training, i.e. the dev set and the held-out training items), or on a user's
+    labelled `input_file`."""
+    run = scored_run(run, input_file)
+    check_split(split)
     splits = load_selection_data(run["recipe"], data_dir, only=[split])
     items = splits[split][:limit]
     if not any(any(item.gold() or ()) for item in items):  # no answer, or none right: nothing to score
@@ -299,8 +317,6 @@ def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], 
                 truncation: dict | None = None) -> list[list[float]]:
     """Scores of every item's candidates (higher = better), in the items' order. ``truncation``, if
     given, is filled with the truncation report (see `make_selection_batches`)."""
-    from turnformer.training import progress
-
     model.eval()
     encoded = encode_items(items, tokenizer, model.config.max_turns)
     batches, report = make_selection_batches(encoded, batch_size, special_tokens(tokenizer), model.config.max_length, sort_by_length=False)
@@ -352,10 +368,6 @@ def rank(dialogue, candidates, checkpoint) -> list[float]:
 def read_selection_file(path: Path) -> list[ResponseSelectionItem]:
     """Items of a file, told by its content (its name may say .csv or nothing): JSON objects, one a line, with
     ``meta.candidates``, or tab-separated ``label \t context ... \t response`` lines."""
-    from turnformer.data import read_jsonl
-    from turnformer.data._io import first_line
-    from turnformer.data.selection_tsv import read_selection_tsv
-
     if first_line(path).lstrip().startswith("{"):
         dialogues = read_jsonl(path)
         return [dialogue_to_item(d, f"{path}:{line}") for d, line in zip(dialogues, dialogues.lines)]
@@ -365,8 +377,6 @@ def read_selection_file(path: Path) -> list[ResponseSelectionItem]:
 def load_items(spec: str, data_dir=None) -> list[ResponseSelectionItem]:
     """Items to rank: a benchmark split ``NAME:SPLIT`` (mutual, mutual-plus), a tab-separated file
     (Ubuntu format), or a JSONL file of conversations with ``meta.candidates``."""
-    from turnformer.data import load_split, parse_split_spec
-
     path = Path(spec)
     if path.exists():
         return read_selection_file(path)
@@ -412,6 +422,48 @@ def write_submission(rows: Sequence[dict], path: Path) -> None:
     write_file(Path(path), "".join(lines).encode("utf-8"))
 
 
-__all__ = ["RESPONSE_SELECTION_MODELS", "ResponseRanker", "dialogue_to_item", "encode_items", "evaluate", "evaluate_split", "load_items",
-           "load_selection_data", "load_trained", "make_selection_batches", "prediction_rows", "rank", "score_items", "truncation_note",
-           "train_response_selection", "write_submission"]
+def predict_items(model: MDFN, tokenizer, source: str, data_dir=None, submission: Path | None = None) -> Predictions:
+    """The candidates of every item of `source` scored and ranked, best first; with `submission`, MuTual's submission
+    file written there too (the rankings then are not shown as a table)."""
+    items = load_items(source, data_dir)
+    truncation: dict = {}
+    rows = prediction_rows(items, score_items(model, tokenizer, items, truncation=truncation))
+    written = []
+    if submission is not None:
+        write_submission(rows, submission)
+        written.append(f"wrote the rankings of {len(rows)} items to {submission}")
+    cells = [(str(r["id"]), str(r["best"]), shorten(r["best_text"]), " ".join(f"{x:.2f}" for x in r["scores"])) for r in rows]
+    note = truncation_note(truncation, model.config)
+    return Predictions(rows, "rankings", ("item", "best", "reply", "scores"), None if submission is not None else cells,
+                       notes=[note] if note else [], written=written)
+
+
+class ResponseSelection:
+    """Response selection as a `turnformer.tasks.base.Task`: the candidate replies of an item, ranked."""
+
+    name = "response-selection"
+    title = TITLE
+    labelled = False
+    models = MODELS
+    options = frozenset({"submission"})
+    command = "predict"
+    session_class = ResponseRanker
+
+    load_data = staticmethod(load_selection_data)
+    train = staticmethod(train_response_selection)
+    load_trained = staticmethod(load_trained)
+    evaluate = staticmethod(evaluate_split)
+
+    def predict(self, model, tokenizer, run: dict, source: str, data_dir=None, submission: Path | None = None) -> Predictions:
+        return predict_items(model, tokenizer, source, data_dir, submission)
+
+    def session(self, model, tokenizer, run: dict) -> ResponseRanker:
+        return ResponseRanker(model, tokenizer)
+
+
+TASK = ResponseSelection()
+
+__all__ = ["MODELS", "RESPONSE_SELECTION_MODELS", "TASK", "ResponseRanker", "build_selection_model", "dialogue_to_item",
+           "encode_items", "evaluate", "evaluate_split", "load_items", "load_selection_data", "load_trained",
+           "make_selection_batches", "predict_items", "prediction_rows", "rank", "score_items", "train_response_selection",
+           "truncation_note", "write_submission"]

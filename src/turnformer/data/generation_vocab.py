@@ -1,0 +1,106 @@
+"""Words and the word vocabulary of response generation: what the generators (`turnformer.models`) and the
+generation task (`turnformer.tasks.generation`) both read, so it sits below them.
+
+Text becomes words by `words` (lower-cased; DailyDialog is already tokenised, so this mostly splits on spaces).
+A speaker-aware utterance is ``[SOU] [SPEAKER-Q|R] w_1 ... w_n [EOU]`` (PHAED section 3.2): the response's
+speaker is ``R``, every other speaker of the context ``Q``; without speaker tokens ``[SOU] w_1 ... w_n [EOU]``.
+
+The vocabulary (DRA): the special tokens first, then the words of the training conversations seen at least
+``min_count`` times; the rest become ``[UNK]``. It is saved with every checkpoint (`Vocabulary.to_dict`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from turnformer.dialogue import Dialogue, DialogueError
+
+PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R = "[PAD]", "[UNK]", "[SOU]", "[EOU]", "[SPEAKER-Q]", "[SPEAKER-R]"
+SPECIALS = (PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R)
+_WORDS = re.compile(r"[\w']+|[^\w\s]")
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased words and punctuation marks: ``"Don't go, Jim!"`` -> ``["don't", "go", ",", "jim", "!"]``."""
+    return _WORDS.findall(text.lower())
+
+
+@dataclass(frozen=True)
+class Utterance:
+    words: tuple[str, ...]
+    role: str  # "Q" or "R"
+
+
+@dataclass(frozen=True)
+class GenerationInstance:
+    """One target response with its context (oldest first), and where it comes from."""
+
+    context: tuple[Utterance, ...]
+    response: Utterance
+    dialogue_id: str
+    turn: int  # the response's index in its conversation
+
+
+class Vocabulary:
+    """Words <-> ids; the special tokens first (``[PAD]`` = 0)."""
+
+    def __init__(self, tokens: Sequence[str]):
+        if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"a vocabulary starts with the special tokens {SPECIALS}")
+        if len(set(tokens)) != len(tokens):
+            raise ValueError("a vocabulary lists each token once")
+        self.tokens = list(tokens)
+        self.index = {t: i for i, t in enumerate(self.tokens)}
+
+    @classmethod
+    def build(cls, dialogues: Iterable[Dialogue], min_count: int = 3) -> "Vocabulary":
+        """From the words of the (training) conversations, each utterance counted once; ties in frequency
+        are broken alphabetically so the ids do not depend on the data's order."""
+        counts = Counter(w for d in dialogues for turn in d.turns for w in words(turn.text))
+        kept = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS), key=lambda w: (-counts[w], w))
+        return cls([*SPECIALS, *kept])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def id(self, token: str) -> int:
+        return self.index.get(token, self.index[UNK])
+
+    def encode(self, tokens: Sequence[str]) -> list[int]:
+        return [self.id(t) for t in tokens]
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> list[str]:
+        out = []
+        for i in ids:
+            token = self.tokens[int(i)]
+            if skip_special and token in SPECIALS and token != UNK:
+                continue
+            out.append(token)
+        return out
+
+    def utterance_ids(self, utterance: Utterance, speaker_tokens: bool = True) -> list[int]:
+        """``[SOU] [SPEAKER-X]? words [EOU]`` as ids."""
+        speaker = [self.index[SPEAKER_R if utterance.role == "R" else SPEAKER_Q]] if speaker_tokens else []
+        return [self.index[SOU], *speaker, *self.encode(utterance.words), self.index[EOU]]
+
+    def unknown_rate(self, instances: Sequence[GenerationInstance]) -> float:
+        """Share of response words that are [UNK] (a quick check of ``min_count`` on another split)."""
+        total = sum(len(x.response.words) for x in instances)
+        unknown = sum(1 for x in instances for w in x.response.words if w not in self.index)
+        return unknown / total if total else 0.0
+
+    def to_dict(self) -> dict:
+        return {"tokens": self.tokens}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Vocabulary":
+        if not isinstance(data, dict) or not isinstance(data.get("tokens"), list):
+            raise DialogueError("vocabulary: expected {\"tokens\": [...]}")
+        return cls(data["tokens"])
+
+
+__all__ = ["EOU", "PAD", "SOU", "SPEAKER_Q", "SPEAKER_R", "SPECIALS", "UNK", "GenerationInstance", "Utterance", "Vocabulary",
+           "words"]

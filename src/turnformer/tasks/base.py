@@ -1,0 +1,66 @@
+"""The one shape every task has. The command line, the demo and a server reach a task through
+`turnformer.tasks.registry` and call it through this interface, so none of them branches on a task's name: what
+differs between tasks (the options they take, whether their models label utterances, the command that runs them
+on new conversations) is written on the task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+# A task's model builder: the model (and what reads its input: a tokenizer, or a word vocabulary) from the recipe's
+# model config and what the task derives from its data (labels, a vocabulary). All builders of one task share one
+# signature, which that task documents.
+ModelBuilder = Callable[..., Any]
+
+
+@dataclass
+class Predictions:
+    """What a model made of new input, ready to show: rows for a JSONL file, a table for the terminal."""
+
+    rows: list[dict]  # one JSON object each: what --out writes
+    noun: str  # what a row is, in "wrote 12 predictions to FILE"
+    columns: tuple[str, ...]  # the table's header
+    cells: list[tuple[str, ...]] | None  # one line per row, long texts shortened; None: no table (a file stands for it)
+    notes: list[str] = field(default_factory=list)  # what the model did not read whole, for stderr
+    written: list[str] = field(default_factory=list)  # other files the task wrote, as "wrote ..." lines
+
+
+class Task(Protocol):
+    """A task: its data, its models, and training, scoring and running them."""
+
+    name: str  # the id recipes and run descriptions use: "erc"
+    title: str  # in messages: "emotion-recognition (erc)"
+    labelled: bool  # its models label utterances, so its run descriptions name the labels
+    models: Mapping[str, ModelBuilder]  # model id -> builder; every recipe of the task names one of these ids
+    options: frozenset[str]  # the task-specific command-line options its evaluate / predict take ("beam", ...)
+    command: str  # the command that runs its models on new conversations: "predict" or "generate"
+    session_class: type  # what `session` returns
+
+    def load_data(self, recipe: dict, data_dir: Path | None = None,
+                  only: Sequence[str] = ("train", "validation", "test")) -> dict[str, list]:
+        """The items of a recipe's splits (all three, or those in ``only``)."""
+
+    def train(self, recipe: dict, out_dir: Path, seed: int, data_dir: Path | None = None, resume: bool = False,
+              time_budget_s: float | None = None, limits: dict[str, int] | None = None) -> Any:
+        """Train a recipe's model into ``out_dir``; the `TrainResult` (test score at the best validation epoch)."""
+
+    def load_trained(self, checkpoint: Path) -> tuple[Any, Any, dict]:
+        """(model in eval mode, its tokenizer or vocabulary, run description) of a run folder or checkpoint."""
+
+    def evaluate(self, model: Any, tokenizer: Any, run: dict, split: str, data_dir: Path | None = None,
+                 limit: int | None = None, input_file: Path | None = None, **options: Any) -> dict:
+        """The metrics of a trained model on a split of its recipe's data (its first `limit` conversations or items),
+        or on a user's labelled `input_file`."""
+
+    def predict(self, model: Any, tokenizer: Any, run: dict, source: str, data_dir: Path | None = None,
+                **options: Any) -> Predictions:
+        """Run a trained model on `source`: a file, or a benchmark split written NAME:SPLIT."""
+
+    def session(self, model: Any, tokenizer: Any, run: dict, **options: Any) -> Any:
+        """An object that answers one conversation (or one utterance of it) at a time, as a chat or a server does."""
+
+
+__all__ = ["ModelBuilder", "Predictions", "Task"]

@@ -1,0 +1,304 @@
+"""What every task shares: the splits of a recipe's data, a user's split files, limits on how much is read,
+labelled conversations with their label set, a trained run's files and description, the input of a trained model
+and what it predicted. Every task module imports this one, and none imports another task module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Collection, Mapping, Sequence
+
+from turnformer.data import DATASETS, load_split, parse_split_spec, read_jsonl
+from turnformer.data.jsonl import refuse_selection_items
+from turnformer.dialogue import Dialogue, DialogueError, output_names
+from turnformer.tasks.base import ModelBuilder, Predictions
+from turnformer.training import MODEL_FILE
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "validation", "test")
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise DialogueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+
+
+def kind_label(kind: str) -> str:
+    """'an 'emotion' label', 'an 'act' label', 'a 'sentiment' label': the article of the kind's name."""
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind!r} label"
+
+
+def label_set_from_data(dialogues: Sequence[Dialogue], kind: str) -> list[str]:
+    """The labels of a user's file, most frequent first (ties by name), for files with no fixed set."""
+    counts = Counter(label for d in dialogues for label in d.labels(kind) if label is not None)
+    if not counts:
+        raise DialogueError(f"no turn carries {kind_label(kind)}: nothing to learn")
+    return [label for label, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def split_file(recipe: dict, split: str) -> str:
+    """The path of a ``dataset = "file"`` recipe's `split`; its absence is an error naming the option that gives it."""
+    path = recipe.get(f"{split}_file")
+    if not path:
+        why = "the best epoch is chosen on it" if split == "validation" else f"the {split} split is read from it"
+        raise DialogueError(f"training on your own files needs a {split} file ({why}): --{split}-file PATH "
+                            f"(or {split}_file in a recipe)")
+    return path
+
+
+def read_split_files(recipe: dict, only: Sequence[str] = SPLITS,
+                     label_sets: dict[str, list[str]] | None = None) -> dict[str, list[Dialogue]]:
+    """The conversations of a ``dataset = "file"`` recipe: its ``train_file``, ``validation_file`` and
+    ``test_file`` (generic JSONL), or those of the splits in ``only``. With ``label_sets``, a label
+    outside them is an error that names the file and line."""
+    splits = {}
+    for split in only:
+        path = split_file(recipe, split)
+        splits[split] = read_jsonl(path, label_sets)  # a list, with the load report kept for error hints
+        if not splits[split]:
+            raise DialogueError(f"{path}: no conversations in the {split} file")
+    return splits
+
+
+def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -> None:
+    """Fail, naming the file, where no turn of a split carries a label of `kind`: nothing to learn or to score."""
+    if not any(kind in turn.labels for d in dialogues for turn in d.turns):
+        why = "nothing to learn" if split == "train" else f"the {split} split cannot be scored"
+        present = sorted({other for d in dialogues for turn in d.turns for other in turn.labels})
+        report = getattr(dialogues, "report", None)  # a file's conversations as read carry their load report
+        ignored = list(report.ignored_fields)[:5] if report else []
+        if present:
+            hint = (f" (its turns carry {', '.join(map(repr, present))} labels; the kind read is the recipe's label_kind: "
+                    f"train with --set label_kind=\"{present[0]}\" for those)")
+        elif ignored:  # e.g. {"label": "question"}: a field the reader does not know, not a label
+            hint = (f" (fields ignored as unknown: {', '.join(map(repr, ignored))}; a turn's label is read from "
+                    f"\"labels\": {{\"{kind}\": ...}} or a top-level \"{kind}\" field)")
+        else:
+            hint = ""
+        raise DialogueError(f"{path}: no turn carries {kind_label(kind)}: {why}{hint}")
+
+
+def warn_unlabelled(dialogues: Sequence[Dialogue], kind: str, source) -> None:
+    """Say so where turns of a file carry no `kind` label while the file has fields the reader does not know (a
+    misspelt ``"label"`` for ``"labels"``, say): they would be read as context only, silently."""
+    report = getattr(dialogues, "report", None)
+    missing = sum(kind not in t.labels for d in dialogues for t in d.turns)
+    if not missing or report is None or not report.ignored_fields:
+        return
+    whole = sum(not any(kind in t.labels for t in d.turns) for d in dialogues)
+    logger.warning("%s: %d turns (%d of %d conversations wholly) carry no %r label, and the file has fields the reader does "
+                   "not know: %s. A misspelling of \"labels\" or \"%s\"? Such turns are context only, never learnt or scored",
+                   source, missing, whole, len(dialogues), kind, report.unknown_fields(), kind)
+
+
+def utterance_counts(dialogues: list[Dialogue], kind: str) -> dict[str, int]:
+    """How many utterances a scored split holds, and how many of them carry a `kind` label and so are scored
+    (an unlabelled turn is context only)."""
+    return {"utterances": sum(len(d) for d in dialogues),
+            "scored_utterances": sum(kind in t.labels for d in dialogues for t in d.turns)}
+
+
+def apply_limits(splits: dict[str, list[Dialogue]], limits: dict[str, int] | None, kind: str, option: str | None = None) -> None:
+    """Keep the first N dialogues of the splits named in ``limits``; refuse a cut that leaves a split without labels
+    before any work (a whole split with labels can still start with unlabelled conversations). The error names
+    ``option`` (e.g. ``--limit-dialogues``) where one option set the limit."""
+    for split, n in (limits or {}).items():
+        splits[split] = splits[split][:n]
+        require_labels(splits[split], kind, f"{option} {n}" if option else f"the first {n} {split} dialogues", split)
+
+
+def load_labelled_data(recipe: dict, kind: str, data_dir=None, only: Sequence[str] = SPLITS,
+                       labels: Sequence[str] | None = None) -> tuple[dict[str, list[Dialogue]], list[str] | None]:
+    """The splits of a recipe's dataset (all three, or those in ``only``), whose turns carry labels of `kind`, and
+    its label set: fixed by the benchmark, or, for a user's file, ``labels`` (a trained model's), the recipe's, or
+    those seen in its training split (None when that split is not read)."""
+    if recipe["dataset"] == "file":
+        labels = list(labels or recipe.get("labels") or [])
+        splits = {}
+        if not labels and "train" in only:
+            splits = read_split_files(recipe, ["train"])
+            require_labels(splits["train"], kind, recipe["train_file"], "train")
+            labels = label_set_from_data(splits["train"], kind)
+        # every other split is checked against the training labels as it is read: an error names its file and line
+        rest = [split for split in only if split not in splits]
+        splits.update(read_split_files(recipe, rest, {kind: labels} if labels else None))
+        for split in rest:  # a split without a label would be read, encoded and trained on before failing to score
+            require_labels(splits[split], kind, recipe[f"{split}_file"], split)
+        for split in only:
+            warn_unlabelled(splits[split], kind, recipe[f"{split}_file"])
+            refuse_selection_items(splits[split], recipe[f"{split}_file"], f"a model that labels every utterance with {kind_label(kind)}")
+        return {split: splits[split] for split in only}, labels or None
+    loaded = {split: load_split(recipe["dataset"], split, data_dir) for split in only}
+    return {s: list(ds.dialogues) for s, ds in loaded.items()}, next(iter(loaded.values())).label_set(kind)
+
+
+def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = ()) -> tuple[Path, dict]:
+    """A run folder or one of its checkpoints (best/, last/) -> (weights folder, run.json). A run of one of
+    `labelled_tasks` (whose models label utterances) must name its labels."""
+    checkpoint = Path(checkpoint)
+    if not checkpoint.exists():
+        raise DialogueError(f"{checkpoint}: no such run or checkpoint folder")
+    if not checkpoint.is_dir():
+        raise DialogueError(f"{checkpoint}: a file; give the run folder (or its best/ or last/ checkpoint)")
+    weights = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
+    if (checkpoint / "run.json").exists() and not (weights / MODEL_FILE).exists():
+        latest = " (its latest is in last/: pass that folder to use it)" if (checkpoint / "last").is_dir() else ""
+        raise DialogueError(f"{checkpoint}: a run without a best checkpoint yet: training has not finished an epoch{latest}")
+    for folder in (checkpoint, checkpoint.parent):
+        if (folder / "run.json").exists():
+            try:
+                run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {e}") from None
+            if problem := _run_description_problem(run, labelled_tasks):
+                raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {problem}")
+            return weights, run
+    raise DialogueError(f"{checkpoint}: not a turnformer run (no run.json here or one level up)")
+
+
+def _run_description_problem(run, labelled_tasks: Collection[str]) -> str | None:
+    """What a run.json lacks that loading its model needs (None when nothing): its recipe (with the model id) and,
+    for a run of one of `labelled_tasks`, its labels."""
+    if not isinstance(run, dict) or not isinstance(run.get("recipe"), dict):
+        return "expected a JSON object with a 'recipe' object"
+    if not isinstance(run["recipe"].get("model"), str):
+        return "recipe.model: missing, or not a model id"
+    labels = run.get("labels")
+    if run_task(run) in labelled_tasks and (
+            not isinstance(labels, list) or not labels or not all(isinstance(label, str) for label in labels)):
+        return f"labels: expected the model's list of label names, got {labels!r:.60}"
+    return None
+
+
+def model_builder(models: Mapping[str, ModelBuilder], model_id: str, title: str) -> ModelBuilder:
+    """The builder of `model_id` among a task's `models` (the task's `title` names it in the error)."""
+    if model_id not in models:
+        raise DialogueError(f"unknown {title} model {model_id!r}; known: {', '.join(models)}")
+    return models[model_id]
+
+
+# --------------------------------------------------------------------------- run descriptions (run.json)
+
+# "run_format" 2: the recipe's model_config holds every setting of the model. Runs written before (no "run_format")
+# let some model ids imply settings; `upgrade_run` supplies them.
+RUN_FORMAT = 2
+
+# The settings model ids implied before recipes wrote them out, over the recipe's own values (the rules as they were;
+# read only to load runs written then). Emotion recognition's ids implied none: its recipes always named the heads.
+SETTINGS_IMPLIED_BY_ID: dict[str, dict[str, dict]] = {
+    "dialogue-act": {
+        **{context: {"context": context} for context in ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")},
+        "minilm-utterance": {"context": "lstm", "utterance_encoder": "pretrained"},
+    },
+    "response-selection": {
+        "plain-encoder": {"channels": "none"}, "mdfn-ua-only": {"channels": "utterance"},
+        "mdfn-sa-only": {"channels": "speaker"}, "mdfn-maxpool": {"aggregation": "max"},
+        "mdfn-meanpool": {"aggregation": "mean"}, "mdfn-linear-fusion": {"fusion": "linear"},
+    },
+    "generation": {
+        "dialogbert": {"dra": False}, "dialogbert-dra": {"dra": True},
+        "phaed-no-speaker-tokens": {"speaker_tokens": False}, "phaed-no-turn-emb": {"turn_embeddings": False},
+        "phaed-no-turn-attn": {"turn_attention": False}, "phaed-no-recurrence": {"c_max": 0},
+    },
+}
+
+
+def run_task(run: dict) -> str:
+    """The task of a run description: its recipe's (runs from before recipes named one are emotion recognition)."""
+    return run["recipe"].get("task", "erc")
+
+
+def run_description(recipe: dict, seed: int, limits: dict[str, int] | None, labels: list[str], encode_reports: dict,
+                    **more) -> dict:
+    """What run.json says about a training run: how to rebuild its model and read its data (``limits`` is recorded so
+    that no result of a cut run is mistaken for a full one)."""
+    return {"run_format": RUN_FORMAT, "recipe": recipe, "seed": seed, "limits": limits, "labels": labels,
+            "encode_reports": encode_reports, **more}
+
+
+def upgrade_run(run: dict, known_models: Collection[str]) -> dict:
+    """A run description as this version reads it; used only when loading a trained run.
+
+    A run written before recipes named every model setting (no "run_format") gets the settings its model id implied
+    then (`SETTINGS_IMPLIED_BY_ID`), over its recipe's, as its model was built then. An emotion-recognition id of
+    DialogXL's form (``dialogxl-NAME``) that is not among `known_models` was DialogXL under its recipe's settings."""
+    if run.get("run_format", 1) >= RUN_FORMAT:
+        return run
+    recipe, task = run["recipe"], run_task(run)
+    model = recipe["model"]
+    if task == "erc" and model not in known_models and model.startswith("dialogxl-"):
+        model = "dialogxl"
+    implied = SETTINGS_IMPLIED_BY_ID.get(task, {}).get(model, {})
+    return {**run, "recipe": {**recipe, "model": model, "model_config": {**recipe.get("model_config", {}), **implied}}}
+
+
+def scored_run(run: dict, input_file: Path | None) -> dict:
+    """A trained run's description as it is scored: its own, or with its recipe's test split replaced by a user's
+    labelled file (read with the run's label set, so that an unknown label names the file and line)."""
+    if input_file is None:
+        return run
+    if not input_file.is_file():
+        raise DialogueError(f"--input {input_file}: no such file (a split of the run's own dataset is --split)")
+    return {**run, "recipe": {**run["recipe"], "dataset": "file", "test_file": str(input_file.resolve())}}
+
+
+# --------------------------------------------------------------------------- input and output of a trained model
+
+def load_conversations(spec: str, data_dir=None, reader: str | None = None) -> list[Dialogue]:
+    """A conversation file (generic JSONL) or a benchmark split written ``NAME:SPLIT`` (of response-selection items:
+    their contexts). With `reader`, the model that will read them ("an emotion-recognition (erc) model, which labels
+    every utterance of conversations"), response-selection items, whose candidates it would ignore, are refused up
+    front."""
+    path = Path(spec)
+    if path.exists():
+        dialogues = read_jsonl(path)
+        if not dialogues:
+            raise DialogueError(f"{spec}: no conversations in the file")
+        if reader is not None:
+            refuse_selection_items(dialogues, spec, reader)
+        return dialogues
+    if benchmark := parse_split_spec(spec):
+        items = load_split(*benchmark, data_dir).items
+        if reader is not None and items and not isinstance(items[0], Dialogue):
+            raise DialogueError(f"{spec}: response-selection items (a context and candidate replies); the checkpoint is "
+                                f"{reader}: give it a conversation file or a split of a conversation benchmark")
+        return [getattr(item, "context", item) for item in items]  # response selection: the context
+    raise DialogueError(f"{spec}: no such file, and not a dataset split (NAME:SPLIT with NAME in {', '.join(DATASETS)})")
+
+
+def shorten(text: str, width: int = 100) -> str:
+    """A long utterance on one terminal line or two: its start, then an ellipsis (the JSONL output keeps it whole)."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def long_utterances_note(dialogues: Sequence[Dialogue], tokenizer, max_tokens: int, with_specials: bool) -> str | None:
+    """Which utterances were longer than the model reads (it sees their first `max_tokens` word pieces); None: none."""
+    texts = [t.text for d in dialogues for t in d.turns]
+    lengths = iter(len(ids) for ids in tokenizer(texts, add_special_tokens=with_specials, verbose=False)["input_ids"])
+    cut = [f"{d.id if d.id is not None else f'#{n}'} turn {i}" for n, d in enumerate(dialogues) for i, _ in enumerate(d.turns)
+           if next(lengths) > max_tokens]
+    if not cut:
+        return None
+    shown = ", ".join(cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
+    return f"note: {len(cut)} utterance(s) longer than the model's {max_tokens} word pieces were cut to their start: {shown}"
+
+
+def label_predictions(dialogues: Sequence[Dialogue], per_turn: Sequence[Sequence[dict]], label_column: str,
+                      note: str | None) -> Predictions:
+    """One row per utterance: its label and the probabilities of every label (``per_turn``: per dialogue, per turn
+    {"label", "probabilities"}). A conversation without id is named by its place in the input."""
+    rows = [
+        {"dialogue": name, "turn": i, "speaker": turn.speaker,
+         "text": turn.text, "label": p["label"], "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()}}
+        for name, dialogue, predictions in zip(output_names([d.id for d in dialogues]), dialogues, per_turn)
+        for i, (turn, p) in enumerate(zip(dialogue.turns, predictions))
+    ]
+    cells = [(str(r["dialogue"]), str(r["turn"]), r["speaker"], shorten(r["text"]), r["label"],
+              f"{r['probabilities'][r['label']]:.2f}") for r in rows]
+    return Predictions(rows, "predictions", ("dialogue", "turn", "speaker", "text", label_column, "p"), cells,
+                       notes=[note] if note else [])

@@ -1,0 +1,128 @@
+"""The recipes that ship with the package, the registry that knows their tasks and models, and runs described
+before every model setting was written in its recipe."""
+
+from __future__ import annotations
+
+import json
+from itertools import combinations
+
+import pytest
+from typer.testing import CliRunner
+
+from turnformer.cli import app
+from turnformer.dialogue import DialogueError
+from turnformer.recipes import RECIPES_DIR, find_recipe, load_recipe, recipe_path
+from turnformer.tasks.common import RUN_FORMAT, SETTINGS_IMPLIED_BY_ID, upgrade_run
+from turnformer.tasks.registry import MODELS, TASKS, get_model_builder, get_task
+
+runner = CliRunner()
+RECIPES = sorted(RECIPES_DIR.glob("*.toml"))
+
+
+def test_the_recipes_ship_inside_the_package():
+    assert RECIPES_DIR.parent.name == "turnformer" and len(RECIPES) > 50
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_every_recipe_loads_and_names_a_task_and_model_the_registry_knows(path):
+    recipe = load_recipe(path)
+    assert path.stem.startswith(f"{recipe['task']}-") and path.stem.endswith(f"-{recipe['model']}")
+    assert get_model_builder(recipe["task"], recipe["model"]) is MODELS[recipe["task"]][recipe["model"]]
+    assert get_task(recipe["task"]).name == recipe["task"]
+
+
+def test_every_model_of_the_registry_has_a_recipe():
+    named = {(r["task"], r["model"]) for r in map(load_recipe, RECIPES)}
+    assert named == {(task, model) for task, models in MODELS.items() for model in models}
+
+
+def test_unknown_tasks_and_models_are_named_with_what_is_known():
+    with pytest.raises(DialogueError, match="task 'summarise' is not available yet; available: erc, dialogue-act"):
+        get_task("summarise")
+    with pytest.raises(DialogueError, match="unknown response-selection model 'mdfn-cnn'; known: mdfn, plain-encoder"):
+        get_model_builder("response-selection", "mdfn-cnn")
+
+
+def test_a_model_id_implies_no_setting_its_recipe_does_not_write():
+    """Two recipes of one task and dataset whose ids share a builder differ in their model config: an ablation is a
+    setting of its recipe (PHAED without turn attention: ``turn_attention = false``), not a rule on its id."""
+    recipes = [load_recipe(path) for path in RECIPES]
+    pairs = 0
+    for a, b in combinations(recipes, 2):
+        if (a["task"], a["dataset"]) == (b["task"], b["dataset"]) and MODELS[a["task"]][a["model"]] is MODELS[b["task"]][b["model"]]:
+            pairs += 1
+            assert a["model_config"] != b["model_config"], (a["recipe_path"], b["recipe_path"])
+    assert pairs > 20
+
+
+@pytest.mark.parametrize("task, model", [(task, model) for task, rules in SETTINGS_IMPLIED_BY_ID.items() for model in rules])
+def test_the_recipes_write_the_settings_their_model_id_used_to_imply(task, model):
+    """So a model trained from a recipe now is the model the same recipe trained before, and results stay valid."""
+    recipes = [load_recipe(path) for path in RECIPES_DIR.glob(f"{task}-*-{model}.toml")]
+    assert recipes
+    for recipe in recipes:
+        implied = SETTINGS_IMPLIED_BY_ID[task][model]
+        assert {k: recipe["model_config"].get(k) for k in implied} == implied, recipe["recipe_path"]
+
+
+def test_phaed_without_turn_attention_differs_from_phaed_by_that_setting_alone():
+    full, ablation = (load_recipe(find_recipe("generation", m, "dailydialog")) for m in ("phaed", "phaed-no-turn-attn"))
+    assert ablation["model_config"] == {**full["model_config"], "turn_attention": False}
+
+
+def test_a_recipe_is_named_by_its_stem_and_a_file_wins_over_a_name(tmp_path, monkeypatch):
+    shipped = RECIPES_DIR / "erc-meld-dialogxl.toml"
+    assert recipe_path("erc-meld-dialogxl") == recipe_path("erc-meld-dialogxl.toml") == shipped
+    assert load_recipe("erc-meld-dialogxl") == load_recipe(shipped)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "erc-meld-dialogxl.toml").write_text('task = "erc"\nmodel = "dialogxl"\ndataset = "emorynlp"\n')
+    assert load_recipe("erc-meld-dialogxl.toml")["dataset"] == "emorynlp"
+    with pytest.raises(DialogueError, match="no such recipe file, nor a recipe's name"):
+        load_recipe("erc-meld-nothing")
+
+
+def test_train_takes_a_recipe_name_or_says_it_knows_none(tmp_path):
+    result = runner.invoke(app, ["train", "--recipe", "erc-meld-nothing", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "erc-meld-nothing: no such recipe file, nor a recipe's name" in result.output
+
+
+def old_run(task: str, model: str, model_config: dict) -> dict:
+    return {"recipe": {"task": task, "model": model, "dataset": "file", "model_config": model_config}, "labels": []}
+
+
+def test_an_old_run_gets_the_settings_its_model_id_implied_then():
+    """Before recipes wrote every setting, an ablation's id set it over the recipe's own value."""
+    run = upgrade_run(old_run("generation", "phaed-no-speaker-tokens", {"speaker_tokens": True, "c_max": 1}), MODELS["generation"])
+    assert run["recipe"]["model_config"] == {"speaker_tokens": False, "c_max": 1}
+    run = upgrade_run(old_run("dialogue-act", "minilm-utterance", {}), MODELS["dialogue-act"])
+    assert run["recipe"]["model_config"] == {"context": "lstm", "utterance_encoder": "pretrained"}
+    run = upgrade_run(old_run("erc", "dialogxl-few-heads", {"heads": [1, 1, 0, 0]}), MODELS["erc"])
+    assert run["recipe"]["model"] == "dialogxl" and run["recipe"]["model_config"] == {"heads": [1, 1, 0, 0]}
+    new = {**old_run("generation", "phaed-no-speaker-tokens", {"speaker_tokens": True}), "run_format": RUN_FORMAT}
+    assert upgrade_run(new, MODELS["generation"]) == new  # a run written now says everything itself
+
+
+@pytest.mark.data
+def test_a_run_written_before_its_model_settings_were_explicit_still_loads(data_dir, tmp_path):
+    """A dialogue-act run from then: no run_format, and no `context` in its recipe (the id ``lstm`` implied it)."""
+    out = tmp_path / "run"
+    common = ["--data-dir", str(data_dir)]
+    trained = runner.invoke(app, ["-q", "train", "--task", "dialogue-act", "--model", "lstm", "--dataset", "dailydialog",
+                                  "--limit-dialogues", "3", "--set", "train.epochs=1", "--out", str(out), *common])
+    assert trained.exit_code == 0, trained.output
+    now = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--limit-dialogues", "2", *common])
+    assert now.exit_code == 0, now.output
+    run = json.loads((out / "run.json").read_text())
+    assert run.pop("run_format") == RUN_FORMAT and run["recipe"]["model_config"].pop("context") == "lstm"
+    (out / "run.json").write_text(json.dumps(run))
+    then = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--limit-dialogues", "2", *common])
+    assert then.exit_code == 0, then.output
+    assert json.loads(then.stdout) == json.loads(now.stdout)
+
+
+def test_every_task_has_the_shape_the_command_line_uses():
+    for name, task in TASKS.items():
+        assert task.name == name and task.models == MODELS[name]
+        assert task.command in ("predict", "generate") and isinstance(task.options, frozenset)
+        for method in ("load_data", "train", "load_trained", "evaluate", "predict", "session"):
+            assert callable(getattr(task, method)), (name, method)
