@@ -1,4 +1,4 @@
-"""Dialogue acts: the LC Attention paper's experiments (recipes/dialogue-act-DATASET-MODEL.toml).
+"""Dialogue acts: the LC Attention paper's experiments (recipes dialogue-act-DATASET-MODEL).
 
 - ``acts``: the dialogue-act models (LC Attention, its three LSTM baselines, the fine-tuned MiniLM) on SwDA and DailyDialog
   acts (the LC Attention paper's Tables 4 and 6).

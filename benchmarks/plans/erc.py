@@ -25,7 +25,7 @@
   training conversations (``--swda-train``, whole validation and test sets), one seed.
 - ``figure4-cpu``: the same sweep at what the 2-core CPU trains (``FIGURE4_CPU``: memory 100, 300, 500, 700 and 1000, and 0, each
   utterance alone; the first 30 training conversations and the first 8 of validation and test, 2 epochs, one
-  conversation a batch), with the memory-bias variant (recipes/erc-swda-dialogxl-memory-bias.toml), one seed.
+  conversation a batch), with the memory-bias variant (recipe erc-swda-dialogxl-memory-bias), one seed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Response generation: the DRA and PHAED papers' experiments (recipes/generation-dailydialog-MODEL.toml).
+"""Response generation: the DRA and PHAED papers' experiments (recipes generation-dailydialog-MODEL).
 
 - ``generation``: the response generators on DailyDialog: Transformer, Transformer+DRA, DialogBERT-style with and
   without DRA, PHAED and the GPT-2-style decoder over ``--seeds``; PHAED's four ablations and its c_max sweep

@@ -1,4 +1,4 @@
-"""Response selection: the MDFN paper's experiments (recipes/response-selection-DATASET-MODEL.toml).
+"""Response selection: the MDFN paper's experiments (recipes response-selection-DATASET-MODEL).
 
 - ``selection``: the plain encoder and MDFN on MuTual and MuTual-plus over ``--seeds``, and MDFN's five ablations on
   MuTual with the first seed (MDFN's Tables 4, 7 and 9).
