@@ -73,6 +73,23 @@ def test_parses_are_cached_in_memory_and_on_disk(tmp_path):
     assert DependencyParser(cache_path=False)(SENTENCE) == heads[0]
 
 
+def test_a_cache_reads_without_its_model_installed(tmp_path):
+    """Parses cached where spaCy's model is installed serve a machine without it (a training machine given the cache),
+    and the cache keeps the version it records."""
+    path = tmp_path / "cache.sqlite"
+    with_model = DependencyParser(cache_path=path)
+    heads = with_model.parse_many([SENTENCE])
+    with_model.close()
+    without = DependencyParser(cache_path=path, model="en_core_web_no_such_model")
+    assert without.parse_many([SENTENCE]) == heads and without.parsed_utterances == 0
+    without.close()
+    with pytest.raises(ParserUnavailable):  # a new utterance still needs the model
+        DependencyParser(cache_path=path, model="en_core_web_no_such_model")(("not", "cached", "."))
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta WHERE key = 'model_version'").fetchone()[0] != "unknown"
+    db.close()
+
+
 def test_the_cache_location_and_a_missing_model(tmp_path, monkeypatch):
     monkeypatch.setenv("TURNFORMER_CACHE", str(tmp_path))
     DependencyParser().close()

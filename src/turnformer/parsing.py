@@ -73,13 +73,17 @@ class DependencyParser:
             self._open_cache()
 
     def _open_cache(self) -> None:
+        """Empty the cache when another version of the model opens it. Without the model installed the cache is read
+        as it is (its parses are those of the version it records; a new utterance then needs the model)."""
         try:
             version = metadata.version(self.model)
         except metadata.PackageNotFoundError:
-            version = "unknown"
+            version = None
         with self._db:
             self._db.execute("CREATE TABLE IF NOT EXISTS parses (text TEXT PRIMARY KEY, heads TEXT NOT NULL)")
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            if version is None:
+                return
             row = self._db.execute("SELECT value FROM meta WHERE key = 'model_version'").fetchone()
             if row is not None and row[0] != version:
                 self._db.execute("DELETE FROM parses")  # another model version: its parses may differ
