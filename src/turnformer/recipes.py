@@ -15,6 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from turnformer.data.registry import get_info
 from turnformer.dialogue import DialogueError
 
 if TYPE_CHECKING:
@@ -63,8 +64,6 @@ def recipe_for_dataset(task: str, model: str, dataset: str) -> tuple[Path, str |
     DailyDialog recipe, to be run with ``dataset`` set to the benchmark: generation reads speakers and texts
     alone, so its settings carry over, while a classification recipe names its own corpus's labels. Anything
     else goes to `find_recipe` (its fallback for ``file``, or its "no recipe" error)."""
-    from turnformer.data.registry import get_info  # late import: the registry imports every loader
-
     try:
         info = get_info(dataset) if dataset != "file" else None
     except DialogueError:
@@ -170,8 +169,7 @@ def recipe_train_config(settings: dict, defaults: dict, *, seed: int, out_dir, r
                         time_budget_s: float | None = None) -> TrainConfig:
     """A recipe's [train] settings as a TrainConfig, every setting it may hold read the same way for every task
     (schedule, warm-up and head_lr included); `defaults` are the task's values for those the recipe leaves out."""
-    # late import: the training package imports torch, and commands that only read recipes start without it
-    from turnformer.training import TrainConfig
+    from turnformer.training import TrainConfig  # torch: the training package loads it; reading a recipe does not
 
     merged = {"weight_decay": 0.0, "grad_clip": 5.0, "scheduler": "constant", "warmup_steps": 0, **defaults, **settings}
     head_lr = merged.get("head_lr")

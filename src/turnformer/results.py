@@ -98,7 +98,7 @@ def git_commit() -> str:
 
 
 def machine() -> str:
-    import torch
+    import torch  # loaded only to describe the machine: building the tables reads results files without it
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     return f"{os.cpu_count()} CPU cores ({platform.machine()}), {device}, torch {torch.__version__}"
