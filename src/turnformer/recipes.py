@@ -1,6 +1,6 @@
-"""Recipes: one TOML file per experiment (dataset x model), with the paper's number beside it. They ship with the
-package (``turnformer/recipe_files/TASK-DATASET-MODEL.toml``) and are named by their file's stem, e.g.
-``erc-meld-dialogxl``.
+"""Recipes: one TOML file per experiment (dataset x model). They ship with the package
+(``turnformer/recipe_files/TASK-DATASET-MODEL.toml``) and are named by their file's stem, e.g. ``erc-meld-dialogxl``.
+The papers' scores are in `turnformer.results` (`PAPER_SCORES`), not in the recipes.
 
 A recipe names the task, model, dataset (a benchmark name, or ``file`` with ``train_file``,
 ``validation_file`` and ``test_file`` in the generic JSONL format), the backbone, the model's
@@ -101,7 +101,7 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[st
     return recipe
 
 
-# What a recipe may hold at its top level besides [train]; any key starting with "paper" records a published score.
+# What a recipe may hold at its top level besides [train]
 RECIPE_KEYS = ("task", "model", "dataset", "label_kind", "labels", "backbone", "window", "context_padding", "setting",
                "eval_online", "holdout", "train_file", "validation_file", "test_file", "recipe_path", "model_config", "data")
 # Whole-number settings and their least values: top-level (dialogue acts' windows, response selection's held-out
@@ -113,10 +113,9 @@ DATA_SETTINGS = {"min_count": 1, "max_context_turns": 1, "max_words": 1}
 def check_recipe_keys(recipe: dict[str, Any], source: str) -> None:
     """Refuse, naming it, a top-level key no task reads (a typo, or a --set into a section that does not exist), and
     a bad [data] setting. [model_config] is checked by each model's config, [train] by `check_train_settings`."""
-    unknown = [k for k in recipe if k not in (*RECIPE_KEYS, "train") and not k.startswith("paper")]
+    unknown = [k for k in recipe if k not in (*RECIPE_KEYS, "train")]
     if unknown:
-        raise DialogueError(f"{source}: unknown recipe key {unknown[0]!r}; known: {', '.join(sorted(RECIPE_KEYS))}, "
-                            "train, paper...")
+        raise DialogueError(f"{source}: unknown recipe key {unknown[0]!r}; known: {', '.join(sorted(RECIPE_KEYS))}, train")
     for key in ("model_config", "data"):
         if not isinstance(recipe.get(key, {}), dict):
             raise DialogueError(f"{source}: {key} must be a table of settings, got {recipe[key]!r}")
