@@ -1,7 +1,7 @@
 """The package's imports form no circle (module-level or inside functions): figures only draw, the registry is the
 only place that knows the datasets, and the command line starts without torch. Imports go down the layers: no task
-module imports another (they share tasks.common and tasks.base), the models import no task, and the command line
-reaches the tasks through their registry."""
+module imports another (they share tasks.common and tasks.base), the models import no task, the command line
+reaches the tasks through their registry, and an import inside a function says why it is there."""
 
 from __future__ import annotations
 
