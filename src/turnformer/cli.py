@@ -27,6 +27,7 @@ from turnformer.data.stats import dataset_stats, print_stats
 from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.errors import CheckpointError
 from turnformer.recipes import DEFAULT_FILE_MODEL, find_recipe, load_recipe, recipe_for_dataset, recipe_path
+from turnformer.results import paper_score
 
 # Commands import torch, transformers, the tasks and the models inside their bodies, only when they run (each such
 # import says "torch: loaded only when the command runs"): `turnformer --help` and argument errors answer at once.
@@ -326,7 +327,7 @@ def demo(
         f"test {test.get('primary', float('nan')):.2f} ({'weighted F1' if dataset != 'dailydialog' else 'micro F1 without neutral'}) "
         f"on {scope}, at best validation epoch {result.best_epoch}; accuracy {test.get('accuracy', float('nan')):.2f}; "
         f"{time.monotonic() - started:.0f} s for training, validation and test. "
-        f"The paper's DialogXL (XLNet-base, full training): {recipe.get('paper') or load_recipe(find_recipe(erc.name, 'dialogxl', dataset)).get('paper')}; "
+        f"The paper's DialogXL (XLNet-base, full training): {paper_score(erc.name, dataset, model) or paper_score(erc.name, dataset, 'dialogxl')}; "
         f"this recipe's full runs: docs/results.md."
     )
     annotate(erc.session(*erc.load_trained(out / "run")), sample, recipe.get("label_kind", "emotion"))
@@ -459,7 +460,7 @@ def training_recipe(task: str, model: str, dataset: str, recipe: Optional[str], 
                     overrides: list[str]) -> dict:
     """The recipe a training reads: --recipe, else the task's recipe for the model and dataset (retargeted: a generation
     benchmark without a recipe of its own runs the model's DailyDialog recipe on itself), with the user's files and
-    the --set overrides. A benchmark recipe's published scores are left out where it runs on other data."""
+    the --set overrides."""
     path, retarget = (recipe_path(recipe), None) if recipe is not None else recipe_for_dataset(task, model, dataset)
     if dataset == "file" and recipe is None and not path.name.startswith(f"{task}-file-"):
         err.print(f"no recipe {task}-file-{model}.toml: training on your files with the settings of {path.name}",
@@ -471,11 +472,8 @@ def training_recipe(task: str, model: str, dataset: str, recipe: Optional[str], 
     elif retarget is not None:
         overrides.insert(0, f'dataset="{retarget}"')
         err.print(f"no recipe {task}-{retarget}-{model}.toml: using {path.name} with dataset = {retarget!r} "
-                  "(its settings, without its published scores)", highlight=False, soft_wrap=True)
-    loaded = load_recipe(path, overrides)
-    if retarget is not None or dataset == "file":
-        loaded = {k: v for k, v in loaded.items() if not k.startswith("paper")}
-    return loaded
+                  "(its settings)", highlight=False, soft_wrap=True)
+    return load_recipe(path, overrides)
 
 
 def interrupted(out: Path, interruption: KeyboardInterrupt) -> None:
@@ -504,8 +502,9 @@ def changed_since_checkpoint(out: Path, recipe: dict, limits: dict | None) -> li
     except (OSError, ValueError):
         return []
     saved, now = before.get("recipe") or {}, json.loads(json.dumps(recipe, default=str))
-    changes = [f"{key}: {saved.get(key)!r} -> {now.get(key)!r}" for key in sorted((set(saved) | set(now)) - {"train", "model_config", "recipe_path"})
-               if saved.get(key) != now.get(key)]
+    # the papers' scores (paper, paper_online...) that an older run.json holds in its recipe change nothing a run reads
+    keys = {key for key in set(saved) | set(now) if not key.startswith("paper")} - {"train", "model_config", "recipe_path"}
+    changes = [f"{key}: {saved.get(key)!r} -> {now.get(key)!r}" for key in sorted(keys) if saved.get(key) != now.get(key)]
     if (before.get("limits") or None) != limits:
         changes.append(f"limits: {before.get('limits')!r} -> {limits!r}")
     return changes

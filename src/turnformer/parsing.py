@@ -25,6 +25,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from tqdm.auto import tqdm
+
 # The parser needs only spaCy's tok2vec and parser; the rest would cost time and change no head.
 _UNUSED = ("tagger", "attribute_ruler", "lemmatizer", "ner", "senter")
 
@@ -43,7 +45,7 @@ def load_pipeline(model: str):
     """spaCy's `model` with only what parsing needs, loaded once per process (every parser shares it,
     so a fresh parser's `parse_seconds` never include loading)."""
     try:
-        import spacy
+        import spacy  # seconds to load: paid only by runs that parse (every task command imports this module)
     except ImportError as e:
         raise ParserUnavailable("dependency parses need spaCy: pip install spacy") from e
     try:
@@ -119,13 +121,11 @@ class DependencyParser:
             self._memory.update((t, json.loads(h)) for t, h in self._db.execute(query, chunk))
 
     def _parse(self, utterances: list[tuple[str, ...]], texts: list[str], progress: bool) -> None:
-        from spacy.tokens import Doc
+        from spacy.tokens import Doc  # spaCy: loaded with the pipeline, see `load_pipeline`
 
         nlp = self.nlp
         bar = None
         if progress:
-            from tqdm.auto import tqdm
-
             bar = tqdm(total=len(utterances), desc="dependency parses", unit="utt", disable=None)  # on a terminal only
         try:
             for start in range(0, len(utterances), self.batch_size):

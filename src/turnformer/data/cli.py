@@ -15,6 +15,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from turnformer.data._io import check_output_file
+from turnformer.data.download import describe, download, verify
+from turnformer.data.jsonl import write_jsonl
+from turnformer.data.registry import DATASETS, load_split
+from turnformer.data.stats import dataset_stats, files_stats, print_stats
 from turnformer.dialogue import DialogueError
 
 data_app = typer.Typer(
@@ -47,8 +52,6 @@ def _run(fn, *args, **kwargs):
 @data_app.command("list")
 def list_cmd() -> None:
     """The benchmarks that can be loaded, with their splits and label kinds."""
-    from turnformer.data.registry import DATASETS
-
     table = Table(title="datasets")
     for col in ("name", "title", "task", "primary label", "label kinds", "folder"):
         table.add_column(col)
@@ -65,8 +68,6 @@ def stats_cmd(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
     """Dialogues, utterances and label counts per split (a benchmark's should match the published counts)."""
-    from turnformer.data.stats import dataset_stats, files_stats, print_stats
-
     paths = []
     for name in names:  # a folder stands for its conversation files (.jsonl, .jsonl.gz, in any letter case)
         folder = Path(name)
@@ -93,10 +94,6 @@ def convert_cmd(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
     """Write one benchmark split in the generic JSONL format (docs/data-format.md)."""
-    from turnformer.data._io import check_output_file
-    from turnformer.data.jsonl import write_jsonl
-    from turnformer.data.registry import load_split
-
     _run(check_output_file, out, "--out")  # before the split is read
     ds = _run(load_split, name, split, data_dir)
     n = _run(write_jsonl, ds.items, out)
@@ -112,8 +109,6 @@ def download_cmd(
     force: bool = typer.Option(False, "--force", help="Replace an existing copy that does not verify."),
 ) -> None:
     """Fetch a benchmark from its source repository at a pinned commit and verify its checksums."""
-    from turnformer.data.download import describe, download
-
     typer.echo(f"downloading {_run(describe, name)}")
     folder = _run(download, name, data_dir, force=force)
     typer.echo(f"{name}: verified, in {folder}")
@@ -125,7 +120,5 @@ def verify_cmd(
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
     """Check an existing copy of a benchmark against the pinned checksums."""
-    from turnformer.data.download import verify
-
     folder = _run(verify, name, data_dir)
     typer.echo(f"{name}: {folder} matches the pinned checksums")

@@ -24,14 +24,13 @@ from collections import Counter
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+from sacrebleu.metrics import BLEU
 
 WordVectors = Callable[[str], "np.ndarray | None"]
 
 
 def bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]], max_order: int) -> float:
     """Corpus BLEU-``max_order`` (percent) of word-token lists, one reference each."""
-    from sacrebleu.metrics import BLEU  # sacrebleu: loaded only when BLEU is computed
-
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     # force: the input is our word tokens on purpose; sacrebleu would warn that it looks tokenised

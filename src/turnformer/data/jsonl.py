@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from turnformer.data._io import check_output_file, iter_lines, write_file
+from turnformer.data.mutual import item_to_dialogue
 from turnformer.data.report import LoadReport
 from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank
 
@@ -235,8 +236,6 @@ def _as_dialogue(d: Any, index: int) -> Dialogue:
     if isinstance(d, Dialogue):
         return d
     if isinstance(d, ResponseSelectionItem):
-        from turnformer.data.mutual import item_to_dialogue
-
         return item_to_dialogue(d)
     raise DialogueError(f"item {index}: expected a Dialogue, got {type(d).__name__}")
 

@@ -25,6 +25,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from turnformer.data.jsonl import read_jsonl
 from turnformer.data.registry import get_info, load_split, normalize_split, parse_split_spec
 from turnformer.data.report import DatasetSplit
@@ -84,9 +87,6 @@ def split_stats(ds, primary: str | None = None) -> dict[str, Any]:
 
 def print_stats(stats: dict[str, Any], console=None) -> None:
     """Render `dataset_stats` output as two rich tables: counts and repairs, then the primary labels."""
-    from rich.console import Console
-    from rich.table import Table
-
     console = console or Console(markup=False)  # labels and file names as written, not as style tags
     splits = stats["splits"]
     table = Table(title=stats["dataset"])

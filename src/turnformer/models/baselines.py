@@ -47,7 +47,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import nn
 
-from turnformer.backbones import StructuredEncoder
+from turnformer.backbones import StructuredEncoder, load_backbone
 from turnformer.models.config_checks import check_config
 from turnformer.models.dialogxl import ConversationBatch, DialogXL
 from turnformer.structure import SpecialTokens, pack_token_ids
@@ -399,8 +399,6 @@ BASELINES = {
 def build_baseline(model_id: str, model_config: dict, labels: Sequence[str], backbone: str):
     """A baseline on a pretrained backbone (`turnformer.tasks.erc.build_erc_model` calls it)
     and its tokenizer."""
-    from turnformer.backbones import load_backbone
-
     if model_id not in BASELINES:
         raise ValueError(f"unknown baseline {model_id!r}; known: {', '.join(BASELINES)}")
     model_class, config_class = BASELINES[model_id]

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from turnformer.backbones.loading import load_auto_encoder, load_backbone
 from turnformer.models.config_checks import check_config
 from turnformer.structure import GLOBAL, MultiHeadAttention, lc_attention_bias, sequence_meta
 
@@ -267,13 +268,9 @@ def build_lc_model(model_id: str, model_config: dict, labels: list[str], backbon
     """A dialogue-act model (``lc-attention``, ``lstm``, ``lstm-blstm``, ``lstm-attention``) with the
     backbone's WordPiece tokenizer and (``pretrained``) its word-embedding matrix, or ``minilm-utterance``
     (the backbone itself, fine-tuned, as utterance encoder); returns (model, tokenizer)."""
-    from turnformer.backbones import load_backbone
-
     if model_id not in MODEL_IDS:
         raise ValueError(f"unknown dialogue-act model {model_id!r}; known: {', '.join(MODEL_IDS)}")
     if model_id == "minilm-utterance":
-        from turnformer.backbones.loading import load_auto_encoder
-
         encoder, tokenizer = load_auto_encoder(backbone, pretrained)
         hidden = encoder.config.hidden_size
         config = LCConfig.from_dict({**model_config, "context": "lstm", "utterance_encoder": "pretrained", "num_labels": len(labels),

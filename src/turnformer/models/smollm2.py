@@ -29,7 +29,10 @@ from typing import Sequence
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from turnformer.data.generation_scores import generation_metrics, perplexity
 from turnformer.data.generation_vocab import UNK, GenerationInstance, Vocabulary, words
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -47,16 +50,12 @@ def smollm2_gguf_path() -> Path:
 
 
 def load_smollm2_tokenizer():
-    from transformers import AutoTokenizer
-
     path = smollm2_gguf_path()
     return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
 def load_smollm2(dtype: torch.dtype = torch.float32):
     """(model in eval mode, tokenizer) from the GGUF file; the Q4_1 weights are dequantised to `dtype`."""
-    from transformers import AutoModelForCausalLM
-
     path = smollm2_gguf_path()
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
     return model.eval(), load_smollm2_tokenizer()
@@ -128,10 +127,6 @@ def evaluate_pretrained_lm(instances: Sequence[GenerationInstance], model, token
                            system_prompt: str | None = SYSTEM_PROMPT, word_vectors=None) -> dict:
     """Word-level perplexity, BLEU-1..4, Distinct-1/2 (and embedding metrics with `word_vectors`) and three
     sample responses of the first `limit` instances: the keys of `evaluate_generation`."""
-    from tqdm.auto import tqdm
-
-    from turnformer.data.generation_scores import generation_metrics, perplexity
-
     instances = list(instances)[:limit]
     lm = PretrainedLMGenerator(model, tokenizer, system_prompt, max_new_tokens)
     order = sorted(range(len(instances)), key=lambda i: len(lm.prompt(instances[i])))  # batches of similar length
