@@ -409,4 +409,12 @@ def test_the_command_line_starts_without_torch():
     probe = "import sys, turnformer.cli; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
+    # a command's own --help too: the app's callback (threads) runs before click answers it
+    for command in ("train", "predict"):
+        probe = ("import sys, turnformer.cli\n"
+                 f"sys.argv = ['turnformer', '{command}', '--help']\n"
+                 "try:\n    turnformer.cli.app()\nexcept SystemExit:\n    pass\n"
+                 "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules), file=sys.stderr)")
+        answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+        assert "Usage" in answer.stdout and answer.stderr.strip().splitlines()[-1] == "[]", command
 

@@ -84,7 +84,13 @@ def options(
                                           "from the load average, at least 1; OMP_NUM_THREADS, where set, is kept)."),
 ) -> None:
     show_log(logging.WARNING if quiet else logging.INFO)
-    set_threads(threads)
+    if not asks_for_help(sys.argv[1:]):  # `turnformer train --help` answers without loading torch
+        set_threads(threads)
+
+
+def asks_for_help(argv: list[str]) -> bool:
+    """Whether a command line asks for a command's help: click answers it after this callback, before the command."""
+    return "--help" in (argv[: argv.index("--")] if "--" in argv else argv)
 
 
 def said(message: str) -> None:
@@ -106,7 +112,7 @@ def default_threads() -> int:
 
 def set_threads(threads: Optional[int]) -> None:
     """``--threads`` (or TURNFORMER_THREADS), else OMP_NUM_THREADS when set, else `default_threads`."""
-    import torch  # loaded only when a command runs: the callback runs before each command, never for --help
+    import torch  # loaded only when a command runs (start-up cost): not for `turnformer --help` nor `CMD --help`
 
     if threads is None and os.environ.get("OMP_NUM_THREADS"):
         return
