@@ -278,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     first = next(m for m in models.values() if STREAM in m.serves)
     conversations = conversations_of(first, args.sessions, args.utterances)
     process, url = start_server(args.checkpoint, args.threads, max(1000, args.sessions))
+    load_before = os.getloadavg()[0]  # the machine's other work, which the timings share its cores with
     try:
         measured = measure(models, conversations, args.time_cap, url)
         tried, failures = fuzz(url, args.fuzz)
@@ -292,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                                                   "time_cap_s": args.time_cap, "threads": args.threads,
                                                   "checkpoints": [describe(m) for m in models.values()]},
         extra={**measured, "fuzz_requests": tried, "fuzz_5xx": len(failures), "fuzz_failures": failures[:10],
-               "target": "127.0.0.1 only", "server_process": "turnformer serve, in a process of its own"},
+               "target": "127.0.0.1 only", "server_process": "turnformer serve, in a process of its own",
+               "load_average_before": load_before, "load_average_after": os.getloadavg()[0]},
         command="python benchmarks/serve_load.py " + " ".join(sys.argv[1:] if argv is None else argv),
     )
     path = write_result(record)

@@ -146,6 +146,7 @@ async function addAll() {
     if (!(await addTurn(line.slice(0, colon).trim(), line.slice(colon + 1).trim()))) return;
   }
   $("paste").value = "";
+  $("paste").closest("details").open = false;
 }
 
 function attentionModel() {
