@@ -6,7 +6,7 @@ browser is downloaded), for the docs.
 
 The page is served by the app on these checkpoints at 127.0.0.1; a conversation of ``--input`` is pasted and added
 turn by turn, one utterance is clicked for its attention view, and the page is saved as a small PNG (a palette of
-64 colours).
+128 colours).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def save_whole_page(driver: webdriver.Chrome, path: Path, width: int = 1100) -> 
     driver.save_screenshot(str(path))
 
 
-def small_png(path: Path, colours: int = 64) -> None:
+def small_png(path: Path, colours: int = 128) -> None:
     Image.open(path).convert("RGB").quantize(colours).save(path, optimize=True)
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 # signature, which that task documents.
 ModelBuilder = Callable[..., Any]
 
-# What a server can ask of a trained model (`Task.serves`), each answered by the Task method of the same comment.
+# What a server can ask of a trained model (`Task.serves`), each answered by the Task method its comment names.
 STREAM = "stream"  # `session(...).add(speaker, text)`: one utterance at a time, the conversation's memory in the session
 ANNOTATE = "annotate"  # `annotate`: every utterance of whole conversations labelled, each conversation in one pass
 RANK = "rank"  # `rank`: candidate replies to a conversation scored
