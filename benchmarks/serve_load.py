@@ -33,7 +33,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Sequence
 from urllib.parse import quote
 

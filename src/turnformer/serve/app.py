@@ -258,7 +258,7 @@ def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token:
                   description="Emotions, dialogue acts, ranked and generated replies for conversations, from trained "
                               "turnformer models. Turns are {\"speaker\", \"text\"}, as in the JSONL files.")
     store = SessionStore(limits.max_sessions, limits.idle_seconds, limits.max_session_turns, session_prefix)
-    app.state.models, app.state.sessions, app.state.limits = models, store, limits
+    app.state.sessions = store  # the live sessions, for a program that embeds the app (a test moves their clock)
     add_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     guard = [Depends(bearer(token))] if token else []
