@@ -1,5 +1,6 @@
-"""The `turnformer` command: data, plots, backbones, the demo, and train / evaluate / predict / generate for every
-task of `turnformer.tasks.registry` (emotion recognition, dialogue acts, response selection, generation).
+"""The `turnformer` command: data, plots, backbones, the demo, train / evaluate / predict / generate for every task
+of `turnformer.tasks.registry` (emotion recognition, dialogue acts, response selection, generation), and serve
+(`turnformer.serve`: trained models over HTTP).
 
 Errors in the user's input end the command with a one-line message naming the file, line or field,
 and exit code 2; no traceback.
@@ -650,6 +651,50 @@ def chat(bot) -> None:
         reply = bot.respond(turns, speaker="bot")
         turns.append(("bot", reply or "..."))
         console.print(f"bot> {reply}" if reply else "bot> (nothing: the model ended its reply at once)", highlight=False)
+
+
+@app.command()
+def serve(
+    checkpoint: list[str] = typer.Option(..., "--checkpoint", help="Run folder (uses best/) or checkpoint folder of a "
+                                         "trained model of any task; NAME=DIR names it in requests (default: the "
+                                         "folder's name). Repeat for several: an emotion and a dialogue-act model "
+                                         "annotate one conversation together."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on: 127.0.0.1 answers this machine only; any other "
+                             "wants TURNFORMER_TOKEN set."),
+    port: int = typer.Option(8000, min=1, max=65535),
+    max_sessions: int = typer.Option(1000, min=1, help="Live conversations at most; the least recently used is evicted "
+                                     "to make room for a new one."),
+    idle_timeout: float = typer.Option(1800.0, min=1.0, help="Seconds after which a conversation no request used expires."),
+    max_turns: int = typer.Option(200, min=1, help="Turns of a conversation sent in one request."),
+    max_text: int = typer.Option(2000, min=1, help="Characters of one utterance."),
+    max_body: int = typer.Option(1 << 20, min=1, help="Bytes of one request's body."),
+    worker: Optional[str] = typer.Option(None, help="This process's name, put at the start of its session ids, for a "
+                                         "router in front of several processes (README: several workers)."),
+) -> None:
+    """Serve trained models over HTTP, with a web page: conversations annotated one utterance at a time, whole
+    conversations labelled, replies ranked or generated. Set TURNFORMER_TOKEN to require it as a bearer token."""
+    # FastAPI, uvicorn and torch: loaded only when the command runs (start-up cost: `turnformer --help` stays fast)
+    from turnformer.serve.app import create_app
+    from turnformer.serve.models import NAME, load_models
+    from turnformer.serve.schemas import Limits
+    from turnformer.serve.server import run
+
+    token = os.environ.get("TURNFORMER_TOKEN") or None
+    try:
+        if worker is not None and not NAME.fullmatch(worker):
+            raise DialogueError(f"--worker {worker!r}: use letters, digits, '_', '.' and '-' (at most 64)")
+        limits = Limits(max_body_bytes=max_body, max_text_chars=max_text, max_turns=max_turns, max_sessions=max_sessions,
+                        idle_seconds=idle_timeout)
+        models = load_models(checkpoint)
+    except USER_ERRORS as e:
+        fail(describe(e))
+    if host not in ("127.0.0.1", "localhost", "::1") and token is None:
+        err.print(f"warning: listening on {host} without TURNFORMER_TOKEN: whoever reaches this address can use the models",
+                  highlight=False, soft_wrap=True)
+    for m in models.values():
+        said(f"{m.name}: {m.task.name} model {m.run['recipe']['model']} from {m.checkpoint} ({', '.join(sorted(m.serves))})")
+    said(f"the page: http://{host}:{port}/   the API: http://{host}:{port}/docs")
+    run(create_app(models, limits, token, f"{worker}-" if worker else ""), host, port)
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
-"""The one shape every task has. The command line, the demo and a server reach a task through
+"""The one shape every task has. The command line, the demo and the server reach a task through
 `turnformer.tasks.registry` and call it through this interface, so none of them branches on a task's name: what
 differs between tasks (the options they take, whether their models label utterances, the command that runs them
-on new conversations) is written on the task.
+on new conversations, what a server can ask of a trained model) is written on the task.
 """
 
 from __future__ import annotations
@@ -14,6 +14,13 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 # model config and what the task derives from its data (labels, a vocabulary). All builders of one task share one
 # signature, which that task documents.
 ModelBuilder = Callable[..., Any]
+
+# What a server can ask of a trained model (`Task.serves`), each answered by the Task method its comment names.
+STREAM = "stream"  # `session(...).add(speaker, text)`: one utterance at a time, the conversation's memory in the session
+ANNOTATE = "annotate"  # `annotate`: every utterance of whole conversations labelled, each conversation in one pass
+RANK = "rank"  # `rank`: candidate replies to a conversation scored
+GENERATE = "generate"  # `respond`: a reply to a conversation generated
+ATTENTION = "attention"  # `attention`: which earlier tokens each head type attends to from one utterance
 
 
 @dataclass
@@ -62,5 +69,23 @@ class Task(Protocol):
     def session(self, model: Any, tokenizer: Any, run: dict, **options: Any) -> Any:
         """An object that answers one conversation (or one utterance of it) at a time, as a chat or a server does."""
 
+    def serves(self, model: Any) -> frozenset[str]:
+        """What a server can ask of this trained model (STREAM, ANNOTATE, ...): the methods below that it answers. A
+        method not named here is not called, and a task may leave it out."""
 
-__all__ = ["ModelBuilder", "Predictions", "Task"]
+    def annotate(self, model: Any, tokenizer: Any, run: dict, dialogues: Sequence[Any]) -> list[list[dict]]:
+        """ANNOTATE: per conversation, per turn, ``{"label", "probabilities"}`` (gold labels are not needed)."""
+
+    def rank(self, model: Any, tokenizer: Any, run: dict, dialogue: Any, candidates: Sequence[Any]) -> list[float]:
+        """RANK: one score per candidate reply to `dialogue` (higher = better)."""
+
+    def respond(self, model: Any, tokenizer: Any, run: dict, dialogue: Any, speaker: str | None = None,
+                beam: int = 1) -> str:
+        """GENERATE: a reply to `dialogue`, spoken by `speaker` (None: the speaker before the last one)."""
+
+    def attention(self, model: Any, tokenizer: Any, run: dict, dialogue: Any, utterance: int) -> dict:
+        """ATTENTION: what each head type attends to from `utterance`'s query, as JSON
+        (`turnformer.plots.AttentionView.to_json`)."""
+
+
+__all__ = ["ANNOTATE", "ATTENTION", "GENERATE", "RANK", "STREAM", "ModelBuilder", "Predictions", "Task"]

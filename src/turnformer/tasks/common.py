@@ -160,6 +160,20 @@ def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = ()) -> tuple[
     raise DialogueError(f"{checkpoint}: not a turnformer run (no run.json here or one level up)")
 
 
+def run_results(checkpoint) -> dict | None:
+    """What the training of a run scored, from the result.json beside its run.json (the best epoch, the validation and
+    test scores there, the training time; the per-epoch history left out); None where the run has none."""
+    checkpoint = Path(checkpoint)
+    for folder in (checkpoint, checkpoint.parent):
+        if (folder / "run.json").is_file():
+            try:
+                results = json.loads((folder / "result.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return None
+            return {k: v for k, v in results.items() if k != "history"} if isinstance(results, dict) else None
+    return None
+
+
 def _run_description_problem(run, labelled_tasks: Collection[str]) -> str | None:
     """What a run.json lacks that loading its model needs (None when nothing): its recipe (with the model id) and,
     for a run of one of `labelled_tasks`, its labels."""

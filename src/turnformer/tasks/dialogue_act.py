@@ -24,7 +24,7 @@ import torch
 from turnformer.dialogue import Dialogue, DialogueError, is_blank
 from turnformer.models.lc_attention import LCAttentionModel, LCConfig, LocalContextAttention, WindowBatch, build_lc_model
 from turnformer.recipes import recipe_train_config
-from turnformer.tasks.base import ModelBuilder, Predictions
+from turnformer.tasks.base import ANNOTATE, STREAM, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, label_predictions, load_conversations,
                                      load_labelled_data, long_utterances_note, model_builder, run_description, scored_run,
                                      upgrade_run, utterance_counts)
@@ -315,14 +315,22 @@ class DialogueActs:
 
     def predict(self, model, tokenizer, run: dict, source: str, data_dir=None, online: bool = False) -> Predictions:
         dialogues = load_conversations(source, data_dir, self.reader)
-        recipe = run["recipe"]
-        per_turn = predict_dialogues(model, tokenizer, dialogues, run["labels"], int(recipe.get("window", 1)),
-                                     int(recipe.get("context_padding", 0)), online=online)
+        per_turn = self.annotate(model, tokenizer, run, dialogues, online)
         note = long_utterances_note(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=False)
-        return label_predictions(dialogues, per_turn, recipe.get("label_kind", "label"), note)
+        return label_predictions(dialogues, per_turn, run["recipe"].get("label_kind", "label"), note)
 
     def session(self, model, tokenizer, run: dict) -> DialogueActSession:
         return DialogueActSession(model, tokenizer, run["labels"], int(run["recipe"].get("context_padding", 0)))
+
+    def serves(self, model) -> frozenset[str]:
+        return frozenset({STREAM, ANNOTATE})
+
+    def annotate(self, model, tokenizer, run: dict, dialogues: Sequence[Dialogue], online: bool = False) -> list[list[dict]]:
+        """Every utterance's act: offline, from its sub-dialogue with the recipe's W and P (the context on both sides);
+        `online`, from the P utterances before it, as a session answers."""
+        recipe = run["recipe"]
+        return predict_dialogues(model, tokenizer, dialogues, run["labels"], int(recipe.get("window", 1)),
+                                 int(recipe.get("context_padding", 0)), online=online)
 
 
 TASK = DialogueActs()

@@ -18,13 +18,13 @@ from typing import Sequence
 import torch
 
 from turnformer.backbones import load_backbone
-from turnformer.dialogue import Dialogue, DialogueError
+from turnformer.dialogue import Dialogue, DialogueError, as_dialogue
 from turnformer.models.baselines import build_baseline
 from turnformer.models.dialogxl import ConversationBatch, DialogXL, DialogXLConfig, DialogXLSession
 from turnformer.plots import HEAD_TYPES, AttentionView
 from turnformer.recipes import recipe_train_config
 from turnformer.structure.packing import truncate_keeping_end_specials
-from turnformer.tasks.base import ModelBuilder, Predictions
+from turnformer.tasks.base import ANNOTATE, ATTENTION, STREAM, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, label_predictions, load_conversations,
                                      load_labelled_data, long_utterances_note, model_builder, run_description, scored_run,
                                      upgrade_run, utterance_counts)
@@ -335,7 +335,7 @@ class EmotionRecognition:
 
     def predict(self, model, tokenizer, run: dict, source: str, data_dir=None) -> Predictions:
         dialogues = load_conversations(source, data_dir, self.reader)
-        per_turn = predict_dialogues(model, tokenizer, dialogues, run["labels"])
+        per_turn = self.annotate(model, tokenizer, run, dialogues)
         note = long_utterances_note(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=True)
         return label_predictions(dialogues, per_turn, run["recipe"].get("label_kind", "label"), note)
 
@@ -344,6 +344,17 @@ class EmotionRecognition:
         if not isinstance(model, DialogXL):
             raise DialogueError(f"a {type(model).__name__} model reads whole conversations; streaming needs a DialogXL model")
         return DialogXLSession(model, tokenizer, run["labels"])
+
+    def serves(self, model) -> frozenset[str]:
+        """DialogXL streams and shows what its head types attend to; the baselines read whole conversations only."""
+        return frozenset({STREAM, ANNOTATE, ATTENTION}) if isinstance(model, DialogXL) else frozenset({ANNOTATE})
+
+    def annotate(self, model, tokenizer, run: dict, dialogues: Sequence[Dialogue]) -> list[list[dict]]:
+        """Every utterance's emotion, each conversation in one pass (`predict_dialogues`)."""
+        return predict_dialogues(model, tokenizer, dialogues, run["labels"])
+
+    def attention(self, model, tokenizer, run: dict, dialogue, utterance: int) -> dict:
+        return attention_view(model, tokenizer, as_dialogue(dialogue), utterance).to_json()
 
 
 TASK = EmotionRecognition()

@@ -39,7 +39,7 @@ from turnformer.models.phaed import PHAED
 from turnformer.models.transformer_generator import TransformerGenerator
 from turnformer.parsing import DependencyParser
 from turnformer.recipes import recipe_train_config
-from turnformer.tasks.base import ModelBuilder, Predictions
+from turnformer.tasks.base import GENERATE, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, check_split, checkpoint_paths, load_conversations, model_builder, read_split_files,
                                      run_description, scored_run, shorten, upgrade_run)
 from turnformer.tasks.generation_metrics import available_word_vectors, generation_metrics, perplexity
@@ -369,6 +369,12 @@ class Generation:
 
     def session(self, model, vocab: Vocabulary, run: dict, beam: int = 1) -> ResponseGenerator:
         return ResponseGenerator.from_run(model, vocab, run, beam)
+
+    def serves(self, model) -> frozenset[str]:
+        return frozenset({GENERATE})
+
+    def respond(self, model, vocab: Vocabulary, run: dict, dialogue, speaker: str | None = None, beam: int = 1) -> str:
+        return self.session(model, vocab, run, beam).respond(dialogue, speaker)
 
 
 TASK = Generation()

@@ -10,7 +10,7 @@ from pathlib import Path
 from turnformer.dialogue import DialogueError
 from turnformer.tasks import dialogue_act, erc, generation, response_selection
 from turnformer.tasks.base import ModelBuilder, Task
-from turnformer.tasks.common import checkpoint_paths, model_builder, run_task
+from turnformer.tasks.common import checkpoint_paths, model_builder, run_results, run_task
 
 TASKS: dict[str, Task] = {task.name: task for task in (erc.TASK, dialogue_act.TASK, response_selection.TASK, generation.TASK)}
 # task id -> model id -> builder
@@ -48,4 +48,5 @@ def load_trained(checkpoint: Path) -> tuple[Task, object, object, dict]:
     return (task, *task.load_trained(checkpoint))
 
 
-__all__ = ["LABELLED", "MODELS", "TASKS", "get_model_builder", "get_task", "load_trained", "read_run", "tasks_taking"]
+__all__ = ["LABELLED", "MODELS", "TASKS", "get_model_builder", "get_task", "load_trained", "read_run", "run_results",
+           "tasks_taking"]

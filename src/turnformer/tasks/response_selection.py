@@ -37,7 +37,7 @@ from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem,
 from turnformer.models.mdfn import MDFN, MDFNConfig, SelectionBatch
 from turnformer.recipes import recipe_train_config
 from turnformer.structure import SpecialTokens, pack_token_ids
-from turnformer.tasks.base import ModelBuilder, Predictions
+from turnformer.tasks.base import RANK, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, check_split, checkpoint_paths, model_builder, run_description, scored_run, shorten,
                                      split_file, upgrade_run)
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics
@@ -459,6 +459,12 @@ class ResponseSelection:
 
     def session(self, model, tokenizer, run: dict) -> ResponseRanker:
         return ResponseRanker(model, tokenizer)
+
+    def serves(self, model) -> frozenset[str]:
+        return frozenset({RANK})
+
+    def rank(self, model, tokenizer, run: dict, dialogue, candidates) -> list[float]:
+        return self.session(model, tokenizer, run).rank(dialogue, candidates)
 
 
 TASK = ResponseSelection()

@@ -1,0 +1,282 @@
+"""The HTTP server: a FastAPI app over the models loaded from the command line (`create_app`). It reaches every task
+through the task interface (`Task.serves` and the methods it names), never by a task's name.
+
+    GET    /v1/health                     alive: the number of models and of live sessions
+    GET    /v1/models                     what is loaded: task, model, labels, backbone, the scores it came with
+    POST   /v1/sessions                   a conversation annotated one utterance at a time: {"models": [...]}
+    POST   /v1/sessions/{id}/utterances   {"speaker", "text"} -> each model's label and probabilities for it
+    GET    /v1/sessions/{id}              the whole annotated history
+    DELETE /v1/sessions/{id}
+    POST   /v1/annotate                   a whole conversation labelled in one request (each model's one-pass path)
+    POST   /v1/rank                       candidate replies scored and ranked
+    POST   /v1/generate                   a reply generated
+    POST   /v1/attention                  what each DialogXL head type attends to from one utterance
+    GET    /                              the web page; /docs the OpenAPI page, /openapi.json its schema
+
+Bad input is a 4xx whose JSON body's "error" names the field, never a 500; a session that is gone is a 410 saying
+why. The endpoints are plain functions, which FastAPI runs in its thread pool, and every model call holds its
+model's lock, so requests for different models run side by side and those for one model wait their turn.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from turnformer import __version__
+from turnformer.dialogue import DialogueError, next_speaker
+from turnformer.serve.models import LoadedModel, pick_model, pick_models
+from turnformer.serve.schemas import (AnnotateIn, AttentionIn, GenerateIn, Limits, NewSession, RankIn, TurnIn, candidate_turns,
+                                      checked_speaker, checked_turn, conversation)
+from turnformer.serve.sessions import SessionFull, SessionGone, SessionStore
+from turnformer.tasks.base import ANNOTATE, ATTENTION, GENERATE, RANK, STREAM
+
+logger = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+
+
+class JSONAnswer(JSONResponse):
+    """Strict JSON (no NaN), with an unpaired surrogate that a client sent, and an error message repeats, escaped
+    rather than failing the response."""
+
+    def render(self, content: Any) -> bytes:
+        text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace")
+
+
+def error(status: int, message: str, headers: dict | None = None, **extra: Any) -> JSONAnswer:
+    return JSONAnswer({"error": message, **extra}, status_code=status, headers=headers)
+
+
+class BodyLimit:
+    """Refuse a request body over `max_bytes` (413) before anything parses it: by its Content-Length where it gives
+    one, else by counting as it arrives (read whole here, at most `max_bytes`, then handed on)."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self.too_large(scope, receive, send)
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return None
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                return await self.too_large(scope, receive, send)
+            more = message.get("more_body", False)
+        whole = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        handed = False
+
+        async def replay():
+            nonlocal handed
+            if handed:
+                return await receive()
+            handed = True
+            return whole
+
+        await self.app(scope, replay, send)
+
+    async def too_large(self, scope, receive, send) -> None:
+        await error(413, f"request body over {self.max_bytes} bytes, the most this server takes")(scope, receive, send)
+
+
+def field_of(location: tuple) -> str:
+    """A validation error's place as a client writes it: ("body", "turns", 3, "text") -> "turns[3].text"."""
+    parts = location[1:] if location and location[0] in ("body", "path", "query") else location
+    name = ""
+    for part in parts:
+        name += f"[{part}]" if isinstance(part, int) else f".{part}" if name else str(part)
+    return name or "body"
+
+
+def problem(e: dict) -> dict:
+    if e["type"] == "json_invalid":  # its location is the character where parsing failed
+        return {"field": "body", "message": f"not valid JSON ({e.get('ctx', {}).get('error', e['msg'])} at character "
+                                            f"{e['loc'][-1]})"}
+    return {"field": field_of(tuple(e["loc"])), "message": e["msg"]}
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    async def invalid(_, exc: RequestValidationError):
+        problems = [problem(e) for e in exc.errors()]
+        more = f" (and {len(problems) - 1} more: see problems)" if len(problems) > 1 else ""
+        return error(422, f"{problems[0]['field']}: {problems[0]['message']}{more}", problems=problems)
+
+    async def http_error(_, exc: StarletteHTTPException):
+        return error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    async def bad_input(_, exc: DialogueError):
+        return error(422, str(exc))
+
+    async def gone(_, exc: SessionGone):
+        return error(404 if exc.reason == "unknown" else 410, str(exc), session=exc.session_id, reason=exc.reason)
+
+    async def full(_, exc: SessionFull):
+        return error(409, str(exc))
+
+    async def internal(_, exc: Exception):
+        logger.error("internal error: %r", exc)
+        return error(500, f"internal error ({type(exc).__name__}); the server's log has the details")
+
+    for kind, handler in ((RequestValidationError, invalid), (StarletteHTTPException, http_error), (DialogueError, bad_input),
+                          (SessionGone, gone), (SessionFull, full), (Exception, internal)):
+        app.add_exception_handler(kind, handler)
+
+
+def bearer(token: str):
+    """A dependency that refuses (401) a request without ``Authorization: Bearer <token>``."""
+    scheme = HTTPBearer(auto_error=False, description="The token the server was started with (TURNFORMER_TOKEN).")
+
+    def check(credentials: HTTPAuthorizationCredentials | None = Depends(scheme)) -> None:
+        given = credentials.credentials.encode() if credentials is not None else b""
+        if not hmac.compare_digest(given, token.encode()):
+            raise HTTPException(401, "this server needs a bearer token: Authorization: Bearer TOKEN",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    return check
+
+
+def label_answer(prediction: dict) -> dict:
+    """A model's answer for one utterance: its label, every label's probability (4 decimals, as `predict` writes
+    them), and, from a session, whether the utterance was longer than the model reads."""
+    answer = {"label": prediction["label"],
+              "probabilities": {label: round(float(p), 4) for label, p in prediction["probabilities"].items()}}
+    if "truncated" in prediction:
+        answer["truncated"] = bool(prediction["truncated"])
+    return answer
+
+
+def session_routes(models: dict[str, LoadedModel], store: SessionStore, limits: Limits) -> APIRouter:
+    router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+    @router.post("", status_code=201)
+    def create_session(body: NewSession | None = None) -> dict:
+        """Start a conversation that the chosen models (default: every model that streams) annotate one utterance at
+        a time, each keeping its memory of the conversation on the server."""
+        chosen = pick_models(models, body.models if body else None, STREAM, "models")
+        session, evicted = store.create({m.name: m.session() for m in chosen})
+        return {"session": session.id, "models": list(session.streams), "evicted_sessions": evicted}
+
+    @router.post("/{session_id}/utterances")
+    def add_utterance(session_id: str, turn: TurnIn) -> dict:
+        """The next utterance: each model's label and probabilities for it, read with the conversation so far."""
+        checked = checked_turn(turn, "body", limits)
+        session = store.get(session_id)
+        entry = session.add(checked, lambda name, stream: label_answer(models[name].add(stream, checked)))
+        return {"session": session.id, **entry}
+
+    @router.get("/{session_id}")
+    def read_session(session_id: str) -> dict:
+        """The session's models and its whole annotated history."""
+        session = store.get(session_id)
+        return {"session": session.id, "models": list(session.streams), "turns": session.history()}
+
+    @router.delete("/{session_id}")
+    def delete_session(session_id: str) -> dict:
+        store.delete(session_id)
+        return {"deleted": session_id}
+
+    return router
+
+
+def stateless_routes(models: dict[str, LoadedModel], limits: Limits) -> APIRouter:
+    router = APIRouter(prefix="/v1", tags=["conversations"])
+
+    @router.post("/annotate")
+    def annotate(body: AnnotateIn) -> dict:
+        """Every utterance of a conversation labelled by each chosen model (default: all that label), the whole
+        conversation in one pass."""
+        chosen = pick_models(models, body.models, ANNOTATE, "models")
+        dialogue = conversation(body.turns, limits, body.id)
+        per_model = {m.name: m.annotate(dialogue) for m in chosen}
+        turns = [{"turn": i, "speaker": t.speaker, "text": t.text,
+                  "annotations": {name: label_answer(answers[i]) for name, answers in per_model.items()}}
+                 for i, t in enumerate(dialogue.turns)]
+        return {"id": body.id, "models": list(per_model), "turns": turns}
+
+    @router.post("/rank")
+    def rank(body: RankIn) -> dict:
+        """The candidate replies to a conversation, scored (higher = better) and ranked, best first."""
+        ranker = pick_model(models, body.model, RANK)
+        dialogue = conversation(body.turns, limits)
+        candidates = candidate_turns(body.candidates, dialogue, limits)
+        scores = [round(float(s), 5) for s in ranker.rank(dialogue, candidates)]
+        ranking = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties keep the candidates' order
+        return {"model": ranker.name, "scores": scores, "ranking": ranking, "best": ranking[0],
+                "best_text": candidates[ranking[0]].text}
+
+    @router.post("/generate")
+    def generate(body: GenerateIn) -> dict:
+        """A reply to the conversation, spoken by ``speaker`` (default: the speaker before the last one)."""
+        generator = pick_model(models, body.model, GENERATE)
+        dialogue = conversation(body.turns, limits)
+        if body.beam > limits.max_beam:
+            raise DialogueError(f"beam: {body.beam}; at most {limits.max_beam}")
+        speaker = checked_speaker(body.speaker, "speaker", limits)
+        reply = generator.respond(dialogue, speaker, body.beam)
+        return {"model": generator.name, "speaker": speaker or next_speaker(dialogue), "reply": reply}
+
+    @router.post("/attention")
+    def attention(body: AttentionIn) -> dict:
+        """Which earlier tokens each head type of a DialogXL model attends to from one utterance's [CLS] (last layer,
+        mean over the heads of each type; the DialogXL paper's Figure 5)."""
+        model = pick_model(models, body.model, ATTENTION)
+        dialogue = conversation(body.turns, limits)
+        utterance = len(dialogue) - 1 if body.utterance is None else body.utterance
+        if not 0 <= utterance < len(dialogue):
+            raise DialogueError(f"utterance: {utterance} out of range: the conversation has {len(dialogue)} turns "
+                                f"(0..{len(dialogue) - 1})")
+        return {"model": model.name, **model.attention(dialogue, utterance)}
+
+    return router
+
+
+def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token: str | None = None,
+               session_prefix: str = "") -> FastAPI:
+    """The server over `models` (`turnformer.serve.models.load_models`). With `token`, every /v1 endpoint but the
+    health check needs ``Authorization: Bearer <token>``; session ids start with `session_prefix` (a worker's name,
+    for a router in front of several processes)."""
+    app = FastAPI(title="turnformer", version=__version__, default_response_class=JSONAnswer,
+                  description="Emotions, dialogue acts, ranked and generated replies for conversations, from trained "
+                              "turnformer models. Turns are {\"speaker\", \"text\"}, as in the JSONL files.")
+    store = SessionStore(limits.max_sessions, limits.idle_seconds, limits.max_session_turns, session_prefix)
+    app.state.sessions = store  # the live sessions, for a program that embeds the app (a test moves their clock)
+    add_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    guard = [Depends(bearer(token))] if token else []
+
+    @app.get("/v1/health", tags=["server"])
+    def health() -> dict:
+        return {"status": "ok", "models": len(models), "sessions": len(store)}
+
+    @app.get("/v1/models", tags=["server"], dependencies=guard)
+    def list_models() -> dict:
+        return {"models": [m.info() for m in models.values()]}
+
+    app.include_router(session_routes(models, store, limits), dependencies=guard)
+    app.include_router(stateless_routes(models, limits), dependencies=guard)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    return app

@@ -1,0 +1,166 @@
+"""The trained models a server holds: loaded once from the command line's checkpoints (never from a request), each
+under a name that requests use, with what it can answer (`Task.serves`) and the lock that keeps two calls from
+running on it at once: a torch module keeps state between calls (DialogXL's attention view switches it to eval mode
+and back), and two threads in one model would only wait for each other's cores anyway."""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from turnformer.dialogue import Dialogue, DialogueError, Turn
+from turnformer.tasks.base import ANNOTATE, ATTENTION, GENERATE, RANK, STREAM, Task
+from turnformer.tasks.registry import load_trained, run_results
+
+# What each ability lets a client do, as messages say it: "'ranker' cannot <this>".
+ABILITIES = {
+    STREAM: "annotate a conversation one utterance at a time", ANNOTATE: "label the utterances of a conversation",
+    RANK: "rank candidate replies", GENERATE: "generate a reply", ATTENTION: "show what its attention heads read",
+}
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+@dataclass(eq=False)
+class LoadedModel:
+    """A trained model as the server holds it. Every call into the model goes through one of its methods, under
+    ``lock``."""
+
+    name: str
+    checkpoint: Path
+    task: Task
+    model: Any
+    tokenizer: Any  # or a generator's word vocabulary
+    run: dict
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def serves(self) -> frozenset[str]:
+        return self.task.serves(self.model)
+
+    def info(self) -> dict:
+        """What `GET /v1/models` says of it: task, model, labels, backbone, and the scores its training reported."""
+        recipe = self.run["recipe"]
+        return {
+            "name": self.name, "task": self.task.name, "model": recipe["model"], "backbone": recipe.get("backbone"),
+            "dataset": recipe.get("dataset"), "label_kind": recipe.get("label_kind") if self.task.labelled else None,
+            "labels": list(self.run.get("labels") or []), "serves": sorted(self.serves),
+            "results": finite(run_results(self.checkpoint)),
+        }
+
+    def session(self) -> Any:
+        with self.lock:
+            return self.task.session(self.model, self.tokenizer, self.run)
+
+    def add(self, session: Any, turn: Turn) -> dict:
+        """The next utterance of a conversation, through its streaming `session` (made by `session()`)."""
+        with self.lock:
+            return session.add(turn.speaker, turn.text)
+
+    def annotate(self, dialogue: Dialogue) -> list[dict]:
+        with self.lock:
+            return self.task.annotate(self.model, self.tokenizer, self.run, [dialogue])[0]
+
+    def rank(self, dialogue: Dialogue, candidates: Sequence[Turn | str]) -> list[float]:
+        with self.lock:
+            return self.task.rank(self.model, self.tokenizer, self.run, dialogue, candidates)
+
+    def respond(self, dialogue: Dialogue, speaker: str | None, beam: int) -> str:
+        with self.lock:
+            return self.task.respond(self.model, self.tokenizer, self.run, dialogue, speaker, beam)
+
+    def attention(self, dialogue: Dialogue, utterance: int) -> dict:
+        with self.lock:
+            return self.task.attention(self.model, self.tokenizer, self.run, dialogue, utterance)
+
+
+def finite(value: Any) -> Any:
+    """`value` with every NaN or infinity (a score a run could not compute) as None: strict JSON has neither."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
+
+
+def parse_spec(spec: str) -> tuple[str | None, Path]:
+    """``NAME=DIR`` or ``DIR`` (a folder whose own name has an "=" is taken whole where it exists)."""
+    name, sep, path = spec.partition("=")
+    if sep and NAME.fullmatch(name) and not Path(spec).exists():
+        return name, Path(path)
+    return None, Path(spec)
+
+
+def default_name(path: Path) -> str:
+    """The run folder's name (that of the run above a best/ or last/ checkpoint), made fit for a URL."""
+    folder = path.resolve()
+    if folder.name in ("best", "last") and (folder.parent / "run.json").exists():
+        folder = folder.parent
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", folder.name).strip("-.") or "model"
+
+
+def load_models(specs: Sequence[str]) -> dict[str, LoadedModel]:
+    """Every checkpoint of the command line, loaded, by name (``NAME=DIR``, or the run folder's name; a name taken
+    twice gets -2, -3...)."""
+    if not specs:
+        raise DialogueError("give at least one --checkpoint RUN_DIR")
+    models: dict[str, LoadedModel] = {}
+    for spec in specs:
+        given, path = parse_spec(spec)
+        if given is not None and given in models:
+            raise DialogueError(f"--checkpoint {spec}: the name {given!r} is taken by {models[given].checkpoint}")
+        name = given or default_name(path)
+        base, n = name, 2
+        while name in models:
+            name, n = f"{base}-{n}", n + 1
+        task, model, tokenizer, run = load_trained(path)
+        models[name] = LoadedModel(name, path, task, model, tokenizer, run)
+    return models
+
+
+def pick_models(models: dict[str, LoadedModel], names: Sequence[str] | None, ability: str, field_name: str) -> list[LoadedModel]:
+    """The models a request names in `field_name` (None: every loaded model that can do `ability`); a name not
+    loaded, or of a model that cannot do it, is a DialogueError naming the field."""
+    if names is None:
+        able = [m for m in models.values() if ability in m.serves]
+        if not able:
+            raise DialogueError(f"{field_name}: no loaded model can {ABILITIES[ability]} ({described(models)})")
+        return able
+    if not names:
+        raise DialogueError(f"{field_name}: empty; name at least one model, or leave it out for all that can "
+                            f"{ABILITIES[ability]}")
+    chosen: list[LoadedModel] = []
+    for i, name in enumerate(names):
+        model = able_model(models, name, ability, f"{field_name}[{i}]")
+        if all(model is not other for other in chosen):
+            chosen.append(model)
+    return chosen
+
+
+def pick_model(models: dict[str, LoadedModel], name: str | None, ability: str) -> LoadedModel:
+    """The one model a request names in ``model``, or, where it names none, the only one that can do `ability`."""
+    if name is not None:
+        return able_model(models, name, ability, "model")
+    able = pick_models(models, None, ability, "model")
+    if len(able) > 1:
+        raise DialogueError(f"model: several loaded models can {ABILITIES[ability]} ({', '.join(m.name for m in able)}): "
+                            "name one")
+    return able[0]
+
+
+def able_model(models: dict[str, LoadedModel], name: str, ability: str, where: str) -> LoadedModel:
+    if name not in models:
+        raise DialogueError(f"{where}: no model {name[:64]!r} is loaded ({described(models)})")
+    if ability not in models[name].serves:
+        able = ", ".join(m.name for m in models.values() if ability in m.serves) or "none"
+        raise DialogueError(f"{where}: {name!r} ({models[name].task.name}) cannot {ABILITIES[ability]}; those that can: {able}")
+    return models[name]
+
+
+def described(models: dict[str, LoadedModel]) -> str:
+    return "loaded: " + ", ".join(f"{m.name} ({m.task.name})" for m in models.values())

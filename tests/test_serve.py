@@ -1,0 +1,271 @@
+"""`turnformer serve`: the real app on uvicorn at 127.0.0.1, over HTTP, with tiny trained models of every task; each
+answer checked against the same model called in-process, the limits, the errors (4xx naming the field, never a
+5xx: a hypothesis fuzz too), the bearer token and the command itself."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from turnformer.cli import app as cli_app
+from turnformer.dialogue import Dialogue
+from turnformer.serve.app import create_app
+from turnformer.serve.models import load_models
+from turnformer.serve.schemas import Limits
+from turnformer.serve.server import BackgroundServer
+
+from _benchmark_scripts import load_benchmark_script
+from _serve_runs import tiny_runs
+from test_imports import import_graph
+
+TURNS = [{"speaker": "Bob", "text": "my dog died"}, {"speaker": "Ann", "text": "that is wonderful"},
+         {"speaker": "Bob", "text": "I failed the exam"}, {"speaker": 7, "text": "great news , I passed !"}]
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_backbone_dir, tmp_path_factory):
+    return tiny_runs(tiny_backbone_dir, tmp_path_factory.mktemp("serve-runs"))
+
+
+@pytest.fixture(scope="module")
+def models(runs):
+    return load_models([f"emotion={runs['erc']}", f"acts={runs['dialogue-act']}", f"ranker={runs['response-selection']}",
+                        str(runs["generation"])])
+
+
+@pytest.fixture(scope="module")
+def client(models):
+    with BackgroundServer(create_app(models)) as url, httpx.Client(base_url=url, timeout=60) as http:
+        yield http
+
+
+def dialogue(turns=TURNS) -> Dialogue:
+    return Dialogue.from_turns([(str(t["speaker"]), t["text"]) for t in turns])
+
+
+def test_models_and_health(client):
+    assert client.get("/v1/health").json() == {"status": "ok", "models": 4, "sessions": 0}
+    listed = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
+    assert list(listed) == ["emotion", "acts", "ranker", "generation"]  # the run folder's name where none is given
+    emotion = listed["emotion"]
+    assert (emotion["task"], emotion["model"], emotion["label_kind"]) == ("erc", "dialogxl", "emotion")
+    assert sorted(emotion["labels"]) == ["joy", "sadness"] and emotion["serves"] == ["annotate", "attention", "stream"]
+    assert emotion["results"]["best_epoch"] == 1 and "history" not in emotion["results"]
+    assert listed["acts"]["serves"] == ["annotate", "stream"] and listed["acts"]["label_kind"] == "act"
+    assert listed["ranker"]["serves"] == ["rank"] and listed["generation"]["serves"] == ["generate"]
+    assert listed["generation"]["labels"] == [] and listed["generation"]["backbone"] is None
+    assert client.get("/openapi.json").json()["paths"].keys() >= {"/v1/sessions", "/v1/annotate", "/v1/rank"}
+
+
+def test_a_session_answers_each_utterance_as_the_models_streaming_sessions_do(client, models):
+    created = client.post("/v1/sessions", json={"models": ["emotion", "acts"]})
+    assert created.status_code == 201 and created.json()["models"] == ["emotion", "acts"]
+    session = created.json()["session"]
+    local = {name: models[name].session() for name in ("emotion", "acts")}
+    answers = []
+    for i, turn in enumerate(TURNS):
+        answer = client.post(f"/v1/sessions/{session}/utterances", json=turn).json()
+        assert (answer["session"], answer["turn"], answer["speaker"], answer["text"]) == (session, i, str(turn["speaker"]), turn["text"])
+        for name, stream in local.items():
+            expected = stream.add(str(turn["speaker"]), turn["text"])
+            got = answer["annotations"][name]
+            assert got["label"] == expected["label"] and got["truncated"] is False
+            assert got["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-4)
+        answers.append({k: answer[k] for k in ("turn", "speaker", "text", "annotations")})
+    history = client.get(f"/v1/sessions/{session}").json()
+    assert history == {"session": session, "models": ["emotion", "acts"], "turns": answers}
+    assert client.delete(f"/v1/sessions/{session}").json() == {"deleted": session}
+    gone = client.post(f"/v1/sessions/{session}/utterances", json=TURNS[0])
+    assert gone.status_code == 410 and gone.json()["reason"] == "deleted" and "start a new one" in gone.json()["error"]
+    unknown = client.get("/v1/sessions/nope")
+    assert unknown.status_code == 404 and "not known here" in unknown.json()["error"]
+
+
+def test_concurrent_sessions_are_answered_once_in_order_with_the_in_process_labels(client, models):
+    sessions = [client.post("/v1/sessions", json={"models": ["emotion"]}).json()["session"] for _ in range(6)]
+    results: dict[str, list] = {}
+
+    def talk(session):
+        with httpx.Client(base_url=str(client.base_url), timeout=60) as own:
+            results[session] = [own.post(f"/v1/sessions/{session}/utterances", json=t).json() for t in TURNS]
+
+    threads = [threading.Thread(target=talk, args=(s,)) for s in sessions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stream = models["emotion"].session()
+    expected = [stream.add(str(t["speaker"]), t["text"])["label"] for t in TURNS]
+    for session in sessions:
+        assert [a["turn"] for a in results[session]] == [0, 1, 2, 3]
+        assert [a["annotations"]["emotion"]["label"] for a in results[session]] == expected
+        assert len(client.get(f"/v1/sessions/{session}").json()["turns"]) == 4
+
+
+def test_annotate_rank_generate_and_attention_answer_as_in_process(client, models):
+    annotated = client.post("/v1/annotate", json={"id": "c1", "turns": TURNS}).json()
+    assert annotated["models"] == ["emotion", "acts"] and annotated["id"] == "c1"
+    for name in ("emotion", "acts"):
+        expected = models[name].annotate(dialogue())
+        assert [t["annotations"][name]["label"] for t in annotated["turns"]] == [p["label"] for p in expected]
+
+    candidates = ["why the bank ?", {"speaker": "Ann", "text": "I like green tea ."}]
+    ranked = client.post("/v1/rank", json={"turns": TURNS, "candidates": candidates}).json()
+    scores = models["ranker"].rank(dialogue(), ["why the bank ?", ("Ann", "I like green tea .")])
+    assert ranked["model"] == "ranker" and ranked["scores"] == pytest.approx(scores, abs=1e-5)
+    assert ranked["ranking"][0] == ranked["best"] == max(range(2), key=scores.__getitem__)
+
+    generated = client.post("/v1/generate", json={"turns": TURNS, "beam": 2}).json()
+    assert generated == {"model": "generation", "speaker": "Bob", "reply": models["generation"].respond(dialogue(), None, 2)}
+    assert client.post("/v1/generate", json={"turns": TURNS, "speaker": "Zoe"}).json()["speaker"] == "Zoe"
+
+    view = client.post("/v1/attention", json={"turns": TURNS[:3], "utterance": 1}).json()
+    expected = models["emotion"].attention(dialogue(TURNS[:3]), 1)
+    assert view["model"] == "emotion" and view["utterance"] == 1 and view["tokens"] == expected["tokens"]
+    assert set(view["weights"]) == {"local", "global", "speaker", "listener"}
+    assert max(view["key_utterance"]) == 1  # the utterance and those before it
+
+
+@pytest.mark.parametrize("method, path, body, status, message", [
+    ("post", "/v1/annotate", {"turns": []}, 422, "turns: empty"),
+    ("post", "/v1/annotate", {"turns": [{"speaker": "A"}]}, 422, "turns[0].text: Field required"),
+    ("post", "/v1/annotate", {"turns": [{"speaker": "A", "text": " "}]}, 422, "turns[0]: text: empty utterance"),
+    ("post", "/v1/annotate", {"turns": [{"speaker": True, "text": "hi"}]}, 422, "turns[0].speaker: Input should be a valid string"),
+    ("post", "/v1/annotate", {"turns": [{"speaker": "A", "text": "x" * 2001}]}, 422, "turns[0].text: 2001 characters; at most 2000"),
+    ("post", "/v1/annotate", {"turns": [{"speaker": "A", "text": "hi"}] * 201}, 422, "turns: 201 turns; at most 200"),
+    ("post", "/v1/annotate", {"turn": [{"speaker": "A", "text": "hi"}]}, 422, "turns: Field required"),
+    ("post", "/v1/annotate", {"turns": TURNS, "models": ["ranker"]}, 422, "models[0]: 'ranker' (response-selection) cannot label"),
+    ("post", "/v1/sessions", {"models": ["nope"]}, 422, "models[0]: no model 'nope' is loaded (loaded: emotion (erc), acts"),
+    ("post", "/v1/sessions", {"models": []}, 422, "models: empty"),
+    ("post", "/v1/rank", {"turns": TURNS, "candidates": []}, 422, "candidates: empty"),
+    ("post", "/v1/rank", {"turns": TURNS, "candidates": ["ok", 3]}, 422, "candidates[1]"),
+    ("post", "/v1/rank", {"turns": TURNS, "candidates": ["ok"] * 21}, 422, "candidates: 21; at most 20"),
+    ("post", "/v1/generate", {"turns": TURNS, "beam": 0}, 422, "beam: Input should be greater than or equal to 1"),
+    ("post", "/v1/generate", {"turns": TURNS, "beam": 9}, 422, "beam: 9; at most 8"),
+    ("post", "/v1/generate", {"turns": TURNS, "speaker": " "}, 422, "speaker: empty"),
+    ("post", "/v1/attention", {"turns": TURNS, "utterance": 4}, 422, "utterance: 4 out of range"),
+    ("post", "/v1/attention", {"turns": TURNS, "model": "acts"}, 422, "model: 'acts' (dialogue-act) cannot show"),
+    ("post", "/v1/sessions/nope/utterances", {"speaker": "A", "text": ""}, 422, "body: text: empty utterance"),
+    ("get", "/v1/nothing", None, 404, "Not Found"),
+    ("put", "/v1/annotate", None, 405, "Method Not Allowed"),
+])
+def test_bad_input_is_a_4xx_naming_the_field(client, method, path, body, status, message):
+    answer = client.request(method.upper(), path, json=body)
+    assert answer.status_code == status and answer.json()["error"].startswith(message), answer.text
+
+
+def test_bodies_that_are_not_json_objects_are_4xx(client):
+    json_type = {"content-type": "application/json"}
+    bad = client.post("/v1/annotate", content=b"{nope", headers=json_type)
+    assert bad.status_code == 422 and bad.json()["error"].startswith("body: not valid JSON")
+    surrogate = client.post("/v1/annotate", content=b'{"turns": [{"speaker": "\\ud800", "text": "hi"}]}', headers=json_type)
+    assert surrogate.status_code == 422 and surrogate.json()["error"] == "turns[0].speaker: not valid Unicode (surrogates not allowed at character 0)"
+    named = client.post("/v1/sessions", content=b'{"models": ["\\udfff"]}', headers=json_type)
+    assert named.status_code == 422 and "no model" in named.json()["error"]  # the name, escaped, in valid JSON
+    too_big = client.post("/v1/annotate", content=b" " * (2 << 20), headers=json_type)
+    assert too_big.status_code == 413 and "over 1048576 bytes" in too_big.json()["error"]
+
+    def chunks():  # no Content-Length: counted as it arrives
+        for _ in range(40):
+            yield b" " * 32768
+
+    assert client.post("/v1/annotate", content=chunks(), headers=json_type).status_code == 413
+
+
+def test_sessions_are_bounded_in_number_idle_time_and_length(models):
+    limits = Limits(max_sessions=2, idle_seconds=60, max_session_turns=2)
+    app = create_app(models, limits, session_prefix="w3-")
+    now = [0.0]
+    app.state.sessions.clock = lambda: now[0]
+    with BackgroundServer(app) as url, httpx.Client(base_url=url) as http:
+        first, second = (http.post("/v1/sessions", json={"models": ["acts"]}).json() for _ in range(2))
+        assert first["session"].startswith("w3-") and second["evicted_sessions"] == 0
+        assert http.post(f"/v1/sessions/{second['session']}/utterances", json=TURNS[0]).status_code == 200  # now the newest use
+        third = http.post("/v1/sessions", json={"models": ["acts"]}).json()
+        assert third["evicted_sessions"] == 1
+        evicted = http.get(f"/v1/sessions/{first['session']}")
+        assert evicted.status_code == 410 and evicted.json()["reason"] == "evicted" and "at most 2 sessions" in evicted.json()["error"]
+        assert http.post(f"/v1/sessions/{second['session']}/utterances", json=TURNS[1]).status_code == 200
+        full = http.post(f"/v1/sessions/{second['session']}/utterances", json=TURNS[2])
+        assert full.status_code == 409 and "holds 2 utterances" in full.json()["error"]
+        now[0] += 61
+        expired = http.get(f"/v1/sessions/{third['session']}")
+        assert expired.status_code == 410 and "expired after 60 s" in expired.json()["error"]
+        assert http.get("/v1/health").json()["sessions"] == 0
+
+
+def test_a_token_guards_every_endpoint_but_the_health_check(models):
+    with BackgroundServer(create_app(models, token="s3cret")) as url, httpx.Client(base_url=url) as http:
+        assert http.get("/v1/health").status_code == 200
+        refused = http.get("/v1/models")
+        assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+        assert http.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert http.post("/v1/annotate", json={"turns": TURNS}).status_code == 401
+        assert http.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert http.get("/").status_code == 200  # the page itself asks for the token
+
+
+def test_fuzzed_requests_get_no_5xx(client):
+    """Malformed and near-valid requests of every endpoint (benchmarks/serve_load.py's fuzz): 4xx or 2xx, never 5xx."""
+    serve_load = load_benchmark_script("serve_load")
+    tried, server_errors = serve_load.fuzz(str(client.base_url), 150)
+    assert tried == 150 and server_errors == []
+
+
+def test_the_load_benchmark_answers_every_utterance_in_order_as_in_process(client, models):
+    serve_load = load_benchmark_script("serve_load")
+    conversations = [[(str(t["speaker"]), t["text"]) for t in TURNS]] * 3
+    measured = serve_load.measure(models, conversations, 120, str(client.base_url))
+    assert measured["answered"] == measured["utterances"] == 12 and measured["identical_to_in_process"]
+    assert measured["in_order"] and measured["server"]["p95_ms"] >= measured["server"]["p50_ms"] > 0
+
+
+def test_the_command_serves_its_checkpoints(runs):
+    bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", str(runs["erc"] / "nope")])
+    assert bad.exit_code == 2 and "nope: no such run or checkpoint folder" in bad.output
+    bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", f"a={runs['erc']}", "--checkpoint", f"a={runs['generation']}"])
+    assert bad.exit_code == 2 and "the name 'a' is taken" in bad.output
+    bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", str(runs["erc"]), "--worker", "a b"])
+    assert bad.exit_code == 2 and "--worker 'a b'" in bad.output
+
+    port = load_benchmark_script("serve_load").free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-m", "turnformer.cli", "--threads", "1", "serve", "--checkpoint", str(runs["erc"]),
+                                "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    try:
+        health = None
+        for _ in range(300):
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=2)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.stdout.read()
+                time.sleep(0.2)
+        assert health is not None and health.json() == {"status": "ok", "models": 1, "sessions": 0}
+        page = httpx.get(f"http://127.0.0.1:{port}/")
+        assert page.status_code == 200 and "/static/app.js" in page.text
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=20)[0]
+    assert "erc: erc model dialogxl" in output and f"http://127.0.0.1:{port}/" in output
+
+
+def test_the_server_reaches_tasks_through_the_registry_and_their_interface():
+    graph = import_graph()
+    for module in (m for m in graph if m.startswith("turnformer.serve")):
+        tasks = {t for t in graph[module] if t.startswith("turnformer.tasks")}
+        assert tasks <= {"turnformer.tasks.registry", "turnformer.tasks.base"}, (module, sorted(tasks))
+        assert "turnformer.cli" not in graph[module]
+
+
+def test_the_command_line_starts_without_the_server_libraries():
+    probe = "import sys, turnformer.cli; print(sorted(m for m in ('fastapi', 'uvicorn', 'torch') if m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "[]"
