@@ -17,6 +17,12 @@ pretrained encoder instead of embeddings + LSTM: ``[CLS] words [SEP]`` through a
 (``LCConfig.utterance_encoder = "pretrained"``, fine-tuned), its final [CLS] state is the utterance
 vector; no context, the same classifier.
 
+With ``LCConfig.utterance_encoder = "frozen"`` the utterances arrive as vectors of a frozen sentence encoder
+(``LCConfig.sentence_encoder``, e.g. all-mpnet-base-v2, computed once outside the model:
+`turnformer.backbones.sentence_vectors`), and a linear projection to the context encoder's width stands for the
+utterance encoder: any of the context encoders above runs over them, and a checkpoint holds only the projection,
+the context encoder and the classifier.
+
 Word embeddings are initialised from all-MiniLM-L6-v2's (30,522 WordPiece tokens, 384-d; the
 paper uses a 30K WordPiece vocabulary with pretrained embeddings) and trained with the rest.
 Padded words are excluded from the max-pool; padded utterance slots are excluded from attention
@@ -38,6 +44,7 @@ from turnformer.structure import GLOBAL, MultiHeadAttention, lc_attention_bias, 
 
 CONTEXTS = ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")
 MODEL_IDS = (*CONTEXTS, "minilm-utterance")
+UTTERANCE_ENCODERS = ("lstm", "pretrained", "frozen")
 
 
 @dataclass
@@ -45,7 +52,7 @@ class LCConfig:
     num_labels: int
     context: str = "lc-attention"
     vocab_size: int = 30522
-    embedding_dim: int = 384
+    embedding_dim: int = 384  # the word embeddings' size; with a frozen utterance encoder, its vectors'
     hidden: int = 256  # utterance-vector size d
     heads: int = 4
     max_shift: float = 2.0  # C: |c_i - i| <= C
@@ -55,9 +62,12 @@ class LCConfig:
     dropout: float = 0.2
     max_utterance_tokens: int = 64
     pad_id: int = 0
-    utterance_encoder: str = "lstm"  # "lstm" (embeddings + LSTM + max-pool) or "pretrained" ([CLS] of a backbone)
+    # "lstm" (embeddings + LSTM + max-pool), "pretrained" ([CLS] of a fine-tuned backbone) or "frozen" (a projection
+    # of a frozen sentence encoder's vectors, which are embedding_dim wide)
+    utterance_encoder: str = "lstm"
     cls_id: int = 101  # with a pretrained encoder: the special tokens around each utterance
     sep_id: int = 102
+    sentence_encoder: str = ""  # with a frozen encoder: its name, so that new utterances get the same vectors
 
     def __post_init__(self) -> None:
         check_config(self, positive=("num_labels", "vocab_size", "embedding_dim", "hidden", "heads", "max_positions",
@@ -68,8 +78,10 @@ class LCConfig:
             raise ValueError(f"model_config.max_width = {self.max_width!r}: must be above 0")
         if self.context not in CONTEXTS:
             raise ValueError(f"unknown context encoder {self.context!r}; known: {', '.join(CONTEXTS)}")
-        if self.utterance_encoder not in ("lstm", "pretrained"):
-            raise ValueError(f"unknown utterance encoder {self.utterance_encoder!r}; known: lstm, pretrained")
+        if self.utterance_encoder not in UTTERANCE_ENCODERS:
+            raise ValueError(f"unknown utterance encoder {self.utterance_encoder!r}; known: {', '.join(UTTERANCE_ENCODERS)}")
+        if (self.utterance_encoder == "frozen") != bool(self.sentence_encoder):
+            raise ValueError("model_config.sentence_encoder names the frozen utterance encoder: set both or neither")
         if self.hidden % self.heads or self.hidden % 2:
             raise ValueError(f"hidden ({self.hidden}) must be even and divisible by heads ({self.heads})")
 
@@ -88,7 +100,8 @@ class LCConfig:
 class WindowBatch:
     """Sub-dialogues, each utterance tokenised once per batch.
 
-    ``tokens`` [U, T]: the distinct utterances of the batch (pad_id after the words); ``slots`` [B, L]:
+    ``tokens`` [U, T]: the distinct utterances of the batch (pad_id after the words), or for a frozen utterance
+    encoder their sentence vectors [U, D]; ``slots`` [B, L]:
     for each sub-dialogue position, its row in ``tokens`` (-1 for an empty slot after a short
     sub-dialogue); ``target`` [B, L]: the positions to predict (not context padding, not empty);
     ``labels`` [B, L]: label ids (-100 where unknown or not a target); ``where``: per target, in
@@ -154,6 +167,8 @@ class LCAttentionModel(nn.Module):
             if encoder is None or encoder.config.hidden_size != config.hidden:
                 raise ValueError("a pretrained utterance encoder needs the encoder, with hidden_size == config.hidden")
             self.encoder = encoder
+        elif config.utterance_encoder == "frozen":
+            self.project = nn.Linear(config.embedding_dim, config.hidden)
         else:
             self.embed = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_id)
             if embeddings is not None:
@@ -175,16 +190,22 @@ class LCAttentionModel(nn.Module):
 
     def pretrained_parameters(self):
         """What starts from all-MiniLM-L6-v2 (the word embeddings, or the whole utterance encoder): `train.head_lr`
-        gives the rest (LSTMs, context encoder, classifier) its own learning rate."""
+        gives the rest (LSTMs, context encoder, classifier) its own learning rate. A frozen encoder's vectors come from
+        outside the model: none of its parameters is pretrained."""
+        if self.config.utterance_encoder == "frozen":
+            return iter(())
         return self.encoder.parameters() if self.config.utterance_encoder == "pretrained" else self.embed.parameters()
 
     def encode_utterances(self, tokens: torch.Tensor, chunk: int = 24) -> torch.Tensor:
         """tokens [U, T] (words first, then pad_id; at least one word) -> utterance vectors [U, d]:
         LSTM states max-pooled over the real words. The LSTM runs forward, so padding after the words
         cannot change their states; utterances run in chunks of similar length, cut to the chunk's
-        longest, so little work is spent on padding (packed sequences are slower on CPU)."""
+        longest, so little work is spent on padding (packed sequences are slower on CPU). A frozen encoder's
+        sentence vectors [U, D] are projected to [U, d]."""
         if self.config.utterance_encoder == "pretrained":
             return self._encode_pretrained(tokens)
+        if self.config.utterance_encoder == "frozen":
+            return self.project(tokens)
         real = tokens != self.config.pad_id
         lengths = real.sum(-1)
         order = lengths.argsort(descending=True)
@@ -283,3 +304,12 @@ def build_lc_model(model_id: str, model_config: dict, labels: list[str], backbon
                                  "vocab_size": weight.shape[0], "embedding_dim": weight.shape[1],
                                  "pad_id": tokenizer.pad_token_id})
     return LCAttentionModel(config, weight.clone() if pretrained else None), tokenizer
+
+
+def build_frozen_lc_model(model_config: dict, labels: list[str], vector_dim: int) -> LCAttentionModel:
+    """A dialogue-act model over a frozen sentence encoder's vectors (``vector_dim`` wide): the model config's
+    ``context`` encoder after a projection of the vectors to its width."""
+    config = LCConfig.from_dict({**model_config, "num_labels": len(labels), "embedding_dim": vector_dim})
+    if config.utterance_encoder != "frozen":
+        raise ValueError(f"model_config.utterance_encoder = {config.utterance_encoder!r}: expected 'frozen'")
+    return LCAttentionModel(config)

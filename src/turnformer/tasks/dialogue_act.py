@@ -11,18 +11,26 @@ A recipe names ``window`` (W), ``context_padding`` (P) and ``setting`` ("offline
 windows trained on and the primary metric); evaluation reports both settings' accuracy.
 Batches hold ``batch_size`` consecutive sub-dialogues (so overlapping context utterances are encoded
 once per batch); the training loop shuffles the batch order each epoch.
+
+A model with a frozen utterance encoder (``utterance_encoder = "frozen"``) reads no tokens: its utterances are the
+vectors of the sentence encoder its model config names (`turnformer.backbones.sentence_vectors`), computed once per
+split and cached on disk, and for new conversations computed by the same encoder. Wherever a model's "tokenizer"
+appears below, such a model has that `SentenceEncoder` instead.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from itertools import accumulate
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
+from turnformer.backbones.sentence_vectors import SentenceEncoder, sentence_vectors
 from turnformer.dialogue import Dialogue, DialogueError, is_blank
-from turnformer.models.lc_attention import LCAttentionModel, LCConfig, LocalContextAttention, WindowBatch, build_lc_model
+from turnformer.models.lc_attention import (LCAttentionModel, LCConfig, LocalContextAttention, WindowBatch, build_frozen_lc_model,
+                                            build_lc_model)
 from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import ANNOTATE, STREAM, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, label_predictions, load_conversations,
@@ -37,8 +45,17 @@ DEFAULT_BACKBONE = "all-MiniLM-L6-v2"
 
 def build_act_model(model_config: dict, labels: list[str], backbone: str = DEFAULT_BACKBONE, pretrained: bool = True):
     """A dialogue-act model as its model config describes it, and its tokenizer: utterances encoded by the backbone
-    itself, fine-tuned (``utterance_encoder = "pretrained"``, under the ``lstm`` context layer), or by an LSTM over the
-    backbone's word embeddings (copied where ``pretrained``) under the ``context`` layer."""
+    itself, fine-tuned (``utterance_encoder = "pretrained"``, under the ``lstm`` context layer), by an LSTM over the
+    backbone's word embeddings (copied where ``pretrained``) under the ``context`` layer, or by the backbone frozen,
+    its sentence vectors projected under the ``context`` layer (``utterance_encoder = "frozen"``; instead of a
+    tokenizer, the `SentenceEncoder` that computes those vectors)."""
+    if model_config.get("utterance_encoder") == "frozen":
+        name = model_config.get("sentence_encoder", "")
+        if name != backbone:
+            raise DialogueError(f"model_config.sentence_encoder = {name!r} but backbone = {backbone!r}: a frozen utterance "
+                                "encoder is the recipe's backbone, named in both")
+        encoder = SentenceEncoder(name)
+        return build_frozen_lc_model(model_config, labels, encoder.dim), encoder
     if model_config.get("utterance_encoder") == "pretrained":
         if model_config.get("context", "lstm") != "lstm":
             raise DialogueError(f"model_config.context = {model_config['context']!r}: a pretrained utterance encoder is "
@@ -47,9 +64,11 @@ def build_act_model(model_config: dict, labels: list[str], backbone: str = DEFAU
     return build_lc_model(model_config.get("context", LCConfig.context), model_config, labels, backbone, pretrained)
 
 
-# model id -> builder: (model config, labels, backbone name, pretrained) -> (model, tokenizer).
-MODELS: dict[str, ModelBuilder] = dict.fromkeys(("lc-attention", "lstm", "lstm-blstm", "lstm-attention", "minilm-utterance"),
-                                                build_act_model)
+# model id -> builder: (model config, labels, backbone name, pretrained) -> (model, tokenizer). The ``-frozen-mpnet``
+# ids: the context encoders over all-mpnet-base-v2's frozen sentence vectors, and those vectors alone.
+MODELS: dict[str, ModelBuilder] = dict.fromkeys(("lc-attention", "lstm", "lstm-blstm", "lstm-attention", "minilm-utterance",
+                                                 "lc-attention-frozen-mpnet", "lstm-blstm-frozen-mpnet",
+                                                 "lstm-attention-frozen-mpnet", "frozen-mpnet-utterance"), build_act_model)
 DIALOGUE_ACT_MODELS = tuple(MODELS)
 
 
@@ -73,39 +92,76 @@ def make_windows(n: int, window: int, padding: int, online: bool = False) -> lis
 
 def encode_dialogues(dialogues: Sequence[Dialogue], tokenizer, labels: Sequence[str], max_tokens: int,
                      label_kind: str = "act") -> tuple[list[list[list[int]]], list[list[int]], dict]:
-    """Per dialogue: WordPiece ids per turn (no special tokens, at most ``max_tokens``; an utterance with
-    no word piece becomes [UNK]) and label ids per turn (-100 where unlabelled); plus a report."""
-    label_to_id = {label: i for i, label in enumerate(labels)}
-    texts = [t.text for d in dialogues for t in d.turns]
-    full = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
+    """Per dialogue: WordPiece ids per turn (`word_pieces`) and label ids per turn (-100 where unlabelled); plus a
+    report."""
+    ids, report = word_pieces([t.text for d in dialogues for t in d.turns], tokenizer, max_tokens)
+    return per_dialogue(ids, dialogues), encode_labels(dialogues, labels, label_kind, report), report
+
+
+def encode_for(model: LCAttentionModel, tokenizer, dialogues: Sequence[Dialogue], labels: Sequence[str],
+               label_kind: str = "act", cache_as: tuple[str, str] | None = None) -> tuple[list, list[list[int]], dict]:
+    """Per dialogue, what the model's utterance encoder reads of each turn (`utterance_inputs`: WordPiece ids, or
+    sentence vectors [turns, D]); label ids per turn; a report."""
+    inputs, report = utterance_inputs(model, tokenizer, [t.text for d in dialogues for t in d.turns], cache_as)
+    return per_dialogue(inputs, dialogues), encode_labels(dialogues, labels, label_kind, report), report
+
+
+def utterance_inputs(model: LCAttentionModel, tokenizer, texts: Sequence[str], cache_as: tuple[str, str] | None = None):
+    """What the model's utterance encoder reads of each text: its WordPiece ids (`word_pieces`), or with a frozen
+    sentence encoder (``tokenizer`` is then its `SentenceEncoder`) the vectors [N, D], read from or written to the
+    cache where ``cache_as`` names the (dataset, split) the texts are; and a report (truncated: longer than read)."""
+    if model.config.utterance_encoder != "frozen":
+        return word_pieces(texts, tokenizer, model.config.max_utterance_tokens)
+    if cache_as is not None:
+        vectors, truncated = sentence_vectors(tokenizer, texts, *cache_as)
+    else:
+        vectors, truncated = tokenizer.encode(texts), tokenizer.truncated(texts)
+    return vectors, {"truncated_utterances": truncated, "unlabelled_utterances": 0, "empty_utterances": sum(map(is_blank, texts))}
+
+
+def word_pieces(texts: Sequence[str], tokenizer, max_tokens: int) -> tuple[list[list[int]], dict]:
+    """WordPiece ids of each text (no special tokens, at most ``max_tokens``; a text with no word piece becomes
+    [UNK]), and a report that counts both cases."""
     report = {"truncated_utterances": 0, "unlabelled_utterances": 0, "empty_utterances": 0}
-    token_ids, label_ids, k = [], [], 0
+    token_ids = []
+    for ids in tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"] if texts else []:
+        if not ids:
+            report["empty_utterances"] += 1
+            ids = [tokenizer.unk_token_id]
+        if len(ids) > max_tokens:
+            report["truncated_utterances"] += 1
+            ids = ids[:max_tokens]
+        token_ids.append(ids)
+    return token_ids, report
+
+
+def per_dialogue(inputs: Sequence, dialogues: Sequence[Dialogue]) -> list:
+    """The dialogues' turns' inputs, in one sequence (a list, or a tensor [turns, D]), cut into one part per dialogue."""
+    ends = list(accumulate(len(d.turns) for d in dialogues))
+    return [inputs[end - len(d.turns) : end] for d, end in zip(dialogues, ends)]
+
+
+def encode_labels(dialogues: Sequence[Dialogue], labels: Sequence[str], label_kind: str, report: dict) -> list[list[int]]:
+    """Per dialogue, per turn: its label's id, -100 where unlabelled (counted in ``report``); an unknown label is an error."""
+    label_to_id = {label: i for i, label in enumerate(labels)}
+    ids = []
     for d in dialogues:
-        turns, ys = [], []
+        ys = []
         for turn in d.turns:
-            ids = full[k]
-            k += 1
-            if not ids:
-                report["empty_utterances"] += 1
-                ids = [tokenizer.unk_token_id]
-            if len(ids) > max_tokens:
-                report["truncated_utterances"] += 1
-                ids = ids[:max_tokens]
-            turns.append(ids)
             label = turn.labels.get(label_kind)
             if label is None:
                 report["unlabelled_utterances"] += 1
             elif label not in label_to_id:
                 raise DialogueError(f"dialogue {d.id!r}: unknown {label_kind} label {label!r}; known: {', '.join(labels)}")
             ys.append(-100 if label is None else label_to_id[label])
-        token_ids.append(turns)
-        label_ids.append(ys)
-    return token_ids, label_ids, report
+        ids.append(ys)
+    return ids
 
 
-def make_batches(token_ids: list[list[list[int]]], label_ids: list[list[int]], window: int, padding: int,
+def make_batches(token_ids: Sequence[Sequence], label_ids: list[list[int]], window: int, padding: int,
                  batch_size: int, pad_id: int, online: bool = False) -> list[WindowBatch]:
-    """All sub-dialogues of the dialogues, in order, ``batch_size`` per batch."""
+    """All sub-dialogues of the dialogues, in order, ``batch_size`` per batch. ``token_ids``: per dialogue, per turn
+    its WordPiece ids, or its sentence vector [D] (what `encode_for` gives)."""
     spans = [(d, span) for d, turns in enumerate(token_ids) for span in make_windows(len(turns), window, padding, online)]
     return [_batch(spans[i : i + batch_size], token_ids, label_ids, pad_id) for i in range(0, len(spans), batch_size)]
 
@@ -124,11 +180,19 @@ def _batch(spans, token_ids, label_ids, pad_id) -> WindowBatch:
                 target[b, j] = True
                 labels[b, j] = label_ids[d][t]
                 where.append((d, t))
-    utterances = [token_ids[d][t] for d, t in rows]
+    return WindowBatch(stack_utterances([token_ids[d][t] for d, t in rows], pad_id), slots, target, labels, where)
+
+
+def stack_utterances(utterances: Sequence, pad_id: int) -> torch.Tensor:
+    """Utterances as one tensor: WordPiece id lists padded after their words [U, T], or sentence vectors [U, D]."""
+    if isinstance(utterances, torch.Tensor):
+        return utterances
+    if isinstance(utterances[0], torch.Tensor):
+        return torch.stack(list(utterances))
     tokens = torch.full((len(utterances), max(map(len, utterances))), pad_id, dtype=torch.long)
     for i, ids in enumerate(utterances):
         tokens[i, : len(ids)] = torch.tensor(ids)
-    return WindowBatch(tokens, slots, target, labels, where)
+    return tokens
 
 
 def evaluate(model: LCAttentionModel, batches: Sequence[WindowBatch]) -> float:
@@ -157,9 +221,9 @@ def prepare_dialogue_act(recipe: dict, data_dir=None, limits: dict[str, int] | N
     batch_size = int(recipe.get("train", {}).get("batch_size", 32))
     batches, reports = {}, {}
     for split, dialogues in splits.items():
-        ids, ys, reports[split] = encode_dialogues(dialogues, tokenizer, labels, model.config.max_utterance_tokens, recipe["label_kind"])
+        ids, ys, reports[split] = encode_for(model, tokenizer, dialogues, labels, recipe["label_kind"], (recipe["dataset"], split))
         settings = [("online" if online else "offline")] if split == "train" else ["offline", "online"]
-        batches[split] = {s: make_batches(ids, ys, window, padding, batch_size, tokenizer.pad_token_id, online=s == "online")
+        batches[split] = {s: make_batches(ids, ys, window, padding, batch_size, model.config.pad_id, online=s == "online")
                           for s in settings}
     return model, tokenizer, labels, batches, reports
 
@@ -209,9 +273,9 @@ def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, da
     window, padding, _ = _windows(recipe)
     apply_limits(splits, {split: limit} if limit else None, recipe["label_kind"], "--limit-dialogues")
     scored = splits[split]
-    ids, ys, _ = encode_dialogues(scored, tokenizer, run["labels"], model.config.max_utterance_tokens, recipe["label_kind"])
+    ids, ys, _ = encode_for(model, tokenizer, scored, run["labels"], recipe["label_kind"], (recipe["dataset"], split))
     settings = ("offline", "online") if padding > 0 else ("offline",)
-    accuracy = {f"{s}_accuracy": evaluate(model, make_batches(ids, ys, window, padding, 32, tokenizer.pad_token_id, online=s == "online"))
+    accuracy = {f"{s}_accuracy": evaluate(model, make_batches(ids, ys, window, padding, 32, model.config.pad_id, online=s == "online"))
                 for s in settings}
     return {"conversations": len(scored), **utterance_counts(scored, recipe["label_kind"]), **accuracy}
 
@@ -222,10 +286,10 @@ def predict_dialogues(model: LCAttentionModel, tokenizer, dialogues: Sequence[Di
     """Per dialogue, per turn: {"label", "probabilities"} (offline: whole sub-dialogues; online: the
     P preceding utterances only). Gold labels are not needed."""
     model.eval()
-    ids, ys, _ = encode_dialogues(dialogues, tokenizer, labels, model.config.max_utterance_tokens, label_kind="\0none")
+    ids, ys, _ = encode_for(model, tokenizer, dialogues, labels, label_kind="\0none")
     out: list[list[dict | None]] = [[None] * len(turns) for turns in ids]
     device = next(model.parameters()).device
-    for batch in progress(make_batches(ids, ys, window, padding, batch_size, tokenizer.pad_token_id, online), "predict"):
+    for batch in progress(make_batches(ids, ys, window, padding, batch_size, model.config.pad_id, online), "predict"):
         probs = model.target_probabilities(batch.to(device)).cpu()
         for (d, t), p in zip(batch.where, probs):
             out[d][t] = {"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))}
@@ -256,19 +320,16 @@ class DialogueActSession:
         if not isinstance(text, str) or is_blank(text):
             raise DialogueError(f"utterance {self.added}: text: expected a non-empty string, got {text!r:.40}")
         self.added += 1
-        ids = self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
-        truncated = len(ids) > self.model.config.max_utterance_tokens  # cut to its start, as in training and predict
-        ids = ids[: self.model.config.max_utterance_tokens]
+        inputs, report = utterance_inputs(self.model, self.tokenizer, [text])
         device = next(self.model.parameters()).device
-        tokens = torch.tensor([ids or [self.tokenizer.unk_token_id]], device=device)
-        self.vectors.append(self.model.encode_utterances(tokens)[0])
+        self.vectors.append(self.model.encode_utterances(stack_utterances(inputs, self.model.config.pad_id).to(device))[0])
         vectors = torch.stack(list(self.vectors)).unsqueeze(0)
         mask = torch.ones(vectors.shape[:2], dtype=torch.bool, device=device)
         logits = self.model.contextualise_at(vectors, mask, torch.tensor([vectors.shape[1] - 1], device=device))
         probs = logits[0].softmax(-1).tolist()
         best = max(range(len(probs)), key=probs.__getitem__)
         return {"speaker": speaker, "text": text, "label": self.labels[best], "probabilities": dict(zip(self.labels, probs)),
-                "truncated": truncated}
+                "truncated": report["truncated_utterances"] > 0}  # cut to its start, as in training and predict
 
 
 @torch.no_grad()
@@ -280,13 +341,9 @@ def utterance_attention(model, tokenizer, dialogue: Dialogue, start: int, length
     if not 0 <= start < len(dialogue) or length < 1:
         raise ValueError(f"utterances {start}..{start + length - 1}: dialogue {dialogue.id!r} has {len(dialogue)} (0..{len(dialogue) - 1})")
     length = min(length, len(dialogue) - start, model.config.max_positions)
-    (ids,), _, _ = encode_dialogues([dialogue], tokenizer, [], model.config.max_utterance_tokens, label_kind="\0none")
-    rows = ids[start : start + length]
-    tokens = torch.full((length, max(map(len, rows))), model.config.pad_id, dtype=torch.long)
-    for i, row in enumerate(rows):
-        tokens[i, : len(row)] = torch.tensor(row)
+    inputs, _ = utterance_inputs(model, tokenizer, [turn.text for turn in dialogue.turns[start : start + length]])
     model.eval()
-    vectors = model.encode_utterances(tokens).unsqueeze(0)
+    vectors = model.encode_utterances(stack_utterances(inputs, model.config.pad_id)).unsqueeze(0)
     _, probs = model.contextualise(vectors, torch.ones(1, length, dtype=torch.bool), return_probs=True)
     return probs[0].mean(0)
 
@@ -316,7 +373,10 @@ class DialogueActs:
     def predict(self, model, tokenizer, run: dict, source: str, data_dir=None, online: bool = False) -> Predictions:
         dialogues = load_conversations(source, data_dir, self.reader)
         per_turn = self.annotate(model, tokenizer, run, dialogues, online)
-        note = long_utterances_note(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=False)
+        if model.config.utterance_encoder == "frozen":
+            note = long_utterances_note(dialogues, tokenizer.tokenizer, tokenizer.pooling.max_length, with_specials=True)
+        else:
+            note = long_utterances_note(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=False)
         return label_predictions(dialogues, per_turn, run["recipe"].get("label_kind", "label"), note)
 
     def session(self, model, tokenizer, run: dict) -> DialogueActSession:
