@@ -47,7 +47,8 @@ NO_PAPER_SCORE = {
     ("response-selection", "mutual-plus", "mdfn"): "MuTual-plus: a variant no paper ran",
     ("response-selection", "mutual-plus", "plain-encoder"): "MuTual-plus: a variant no paper ran",
 }
-OUR_VARIANTS = ("-memory-bias", "-memory-grad")  # DialogXL with a learned memory bias, or gradients through memory
+# DialogXL with a learned memory bias, or gradients through memory; dialogue acts over a frozen sentence encoder's vectors
+OUR_VARIANTS = ("-memory-bias", "-memory-grad", "-frozen-mpnet", "frozen-mpnet-utterance")
 
 
 def test_every_recipe_a_paper_ran_has_the_papers_score_and_no_recipe_holds_one():
