@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Emotion recognition and response selection on all-mpnet-base-v2, on one GPU, in one call: one process a run, WORKERS runs at a time sharing
+# Emotion recognition and response selection on all-mpnet-base-v2, on one GPU, in one job: one process a run, WORKERS runs at a time sharing
 # the card (a run trains batches of 4 conversations, far from filling it alone), bf16 mixed precision, every run cut
 # at DEADLINE seconds from the start (checkpointed, resumable: run the script again and cut runs continue, finished
 # ones are kept). After every run the run records (run.json, result.json, the log; no checkpoints) are archived into
-# ARCHIVE, so a call cut short still leaves what finished.
+# ARCHIVE, so a job cut short still leaves what finished.
 # Plans (several may be named; their runs share the card, WORKERS at a time, in the order named):
 #   lr-sweep         DialogXL with the memory bias on MELD and EmoryNLP at learning rates 1e-5, 2e-5, 4e-5 (seed 1; the
 #                    classifier keeps the recipe's head_lr), and the concatenated-context baseline at 2e-5 on both.
