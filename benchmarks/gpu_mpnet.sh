@@ -15,6 +15,11 @@
 #   selection        the plain encoder and MDFN on MuTual, SELECTION_LR (default 2e-5), seeds 1-3.
 #   selection-plus   the same on MuTual-plus.
 #   selection-ablations  MDFN's five ablations (Tables 7-9) on MuTual, seed 1.
+#   acts-frozen      dialogue acts over all-mpnet-base-v2's frozen sentence vectors on SwDA (ACT_DATASETS, default swda):
+#                    LC Attention, LSTM+Attention, LSTM+BLSTM and the utterance alone, seeds 1-3, each recipe's own
+#                    learning rate, float32. The first run computes and caches the vectors (a few minutes on one
+#                    GPU), the others read them: run it with WORKERS=1 for its first run (`acts-vectors`), then as wide.
+#   acts-vectors     the first run of acts-frozen alone.
 # EXTRA: more `turnformer train` options for every run (a quick check: EXTRA="--limit-dialogues 2 --set train.epochs=1").
 # On an 80 GB H100, 8 runs at a time take about 5 minutes (4 epochs each, MELD or EmoryNLP); the concatenated context on
 # MELD (up to 512 tokens of history an utterance) needs the most memory: two of them beside six other runs ran out of it.
@@ -26,7 +31,7 @@ export RUNS=${RUNS:-runs/mpnet} ARCHIVE=${ARCHIVE:-runs/mpnet.tar.gz}
 export DEADLINE_AT=$(( $(date +%s) + ${DEADLINE:-480} ))
 export ACCELERATE_MIXED_PRECISION=${ACCELERATE_MIXED_PRECISION:-bf16} TURNFORMER_THREADS=${TURNFORMER_THREADS:-2}
 
-runs() {  # one line a run: experiment task model dataset lr seed
+runs() {  # one line a run: experiment task model dataset lr seed [precision]; lr "recipe": the recipe's own
     for plan in "${plans[@]}"; do case $plan in
     lr-sweep)
         for dataset in meld emorynlp; do
@@ -49,20 +54,27 @@ runs() {  # one line a run: experiment task model dataset lr seed
     selection-ablations)
         for model in mdfn-ua-only mdfn-sa-only mdfn-maxpool mdfn-meanpool mdfn-linear-fusion; do
             echo "response-selection-mutual-$model-mpnet-lr$slr response-selection $model mutual $slr 1"; done ;;
+    acts-frozen|acts-vectors)
+        for dataset in ${ACT_DATASETS:-swda}; do for seed in 1 2 3; do
+            for model in lc-attention-frozen-mpnet lstm-attention-frozen-mpnet lstm-blstm-frozen-mpnet frozen-mpnet-utterance; do
+                echo "dialogue-act-$dataset-$model dialogue-act $model $dataset recipe $seed no"
+                [[ $plan == acts-vectors ]] && break 3
+            done; done; done ;;
     *) echo "unknown plan $plan" >&2; exit 2 ;;
     esac; done
 }
 
 one() {
-    local experiment=$1 task=$2 model=$3 dataset=$4 lr=$5 seed=$6
-    local out=$RUNS/$experiment/seed$seed resume=()
+    local experiment=$1 task=$2 model=$3 dataset=$4 lr=$5 seed=$6 precision=${7:-$ACCELERATE_MIXED_PRECISION}
+    local out=$RUNS/$experiment/seed$seed resume=() settings=(--set backbone=all-mpnet-base-v2 --set train.lr="$lr")
+    [[ $lr == recipe ]] && settings=()
     if [[ -f $out/result.json ]] && grep -q '"stopped_early": false' "$out/result.json"; then return; fi
     local left=$(( DEADLINE_AT - $(date +%s) ))
     if (( left < 60 )); then echo "$experiment seed $seed: not started, ${left}s left"; return; fi
     [[ -d $out/last ]] && resume=(--resume)
     mkdir -p "$out"
-    python3 -m turnformer.cli train --task "$task" --model "$model" --dataset "$dataset" --seed "$seed" --out "$out" "${resume[@]}" \
-        --set backbone=all-mpnet-base-v2 --set train.lr="$lr" --time-budget "$left" ${EXTRA:-} \
+    ACCELERATE_MIXED_PRECISION=$precision python3 -m turnformer.cli train --task "$task" --model "$model" --dataset "$dataset" \
+        --seed "$seed" --out "$out" "${resume[@]}" "${settings[@]}" --time-budget "$left" ${EXTRA:-} \
         >> "$RUNS/$experiment/seed$seed.log" 2>&1
     echo "$experiment seed $seed: exit $? at $(date +%T)"
     # runs still training change their files while they are read: the archive still holds what each had then
