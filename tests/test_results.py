@@ -425,3 +425,13 @@ def test_results_md_opens_with_each_papers_main_rows_and_marks_the_device():
     assert "| meld | dialogxl | all-MiniLM-L6-v2 | 51.00 ± 1.41 | 62.41 | 2 | GPU (NVIDIA H100 80GB HBM3) |" in page
     assert "| swda | lstm | - | 72.00 | 75.59 | 1 | CPU (2 cores) |" in page
     assert "w5-p2" not in page and "## MDFN" not in page  # sweeps elsewhere; a paper without rows is left out
+
+
+def test_a_row_whose_seeds_ran_on_several_machines_names_each_gpu_once():
+    from turnformer.results import device_of
+
+    h100 = "16 CPU cores (x86_64), NVIDIA H100 80GB HBM3, torch 2.11.0+cu130"
+    h200 = "16 CPU cores (x86_64), NVIDIA H200, torch 2.11.0+cu130"
+    assert device_of({"machine": f"seed 1: {h100}; seeds 2, 3: {h200}"}) == "GPU (NVIDIA H100 80GB HBM3, NVIDIA H200)"
+    assert device_of({"machine": f"seeds 1, 2: {h200}; seed 3: {h200}"}) == "GPU (NVIDIA H200)"
+    assert device_of({"machine": h100}) == "GPU (NVIDIA H100 80GB HBM3)"

@@ -166,6 +166,7 @@ MAIN_ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
         f"dialogue-act-{dataset}-{model}" for dataset in ("swda", "dailydialog")
         for model in ("lc-attention", "lstm", "lstm-blstm", "lstm-attention", "minilm-utterance"))),
     ("MDFN: response selection (MuTual and MuTual-plus dev R4@1)", (
+        "response-selection-mutual-mdfn-mpnet", "response-selection-mutual-plain-encoder-mpnet",
         "response-selection-mutual-mdfn", "response-selection-mutual-plain-encoder", "response-selection-mutual-plus-mdfn",
         "response-selection-mutual-plus-plain-encoder", "response-selection-mutual-mdfn-cpu",
         "response-selection-mutual-plain-encoder-cpu")),
@@ -192,7 +193,10 @@ def device_of(result: dict[str, Any]) -> str:
     if "no GPU" in machine or not machine:
         cores = machine.split(" CPU cores")[0] if " CPU cores" in machine else "?"
         return f"CPU ({cores} cores)"
-    return "GPU (" + machine.split(", ")[1] + ")" if ", " in machine else "GPU"
+    # seeds run on several machines: "seed 1: MACHINE; seeds 2, 3: MACHINE"
+    parts = [part.partition(": ")[2] if part.startswith("seed") else part for part in machine.split("; ")]
+    gpus = dict.fromkeys(part.split(", ")[1] for part in parts if ", " in part)
+    return "GPU (" + ", ".join(gpus) + ")" if gpus else "GPU"
 
 
 def _ours(r: dict[str, Any]) -> str:
