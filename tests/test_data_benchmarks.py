@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from typer.testing import CliRunner
 
 from turnformer.data import available_datasets, dataset_stats, load_split
 from turnformer.data.registry import DATASETS
+from turnformer.data.report import DataNotFoundError
 from turnformer.data.cli import data_app
 from turnformer.data.download import load_manifest, verify_folder
 from turnformer.dialogue import Dialogue, ResponseSelectionItem
@@ -22,10 +24,12 @@ EXPECTED = {
     "meld": {"train": (1038, 9989), "validation": (114, 1109), "test": (280, 2610)},
     "emorynlp": {"train": (713, 9934), "validation": (99, 1344), "test": (85, 1328)},
     "swda": {"train": (1115, 192390), "validation": (21, 3272), "test": (19, 4078)},
+    # Lee and Dernoncourt's split (the LC Attention paper's Table 3: 1K (177K), 112 (18K), 19 (4K))
+    "swda-ld": {"train": (1003, 174255), "validation": (112, 18135), "test": (19, 4078)},
     "mutual": {"train": (7088, 33614), "validation": (886, 4092), "test": (886, 4121)},
     "mutual-plus": {"train": (7088, 33692), "validation": (886, 4090), "test": (886, 4134)},
 }
-PRIMARY = {"dailydialog": "emotion", "meld": "emotion", "emorynlp": "emotion", "swda": "act", "mutual": "answer", "mutual-plus": "answer"}
+PRIMARY = {"dailydialog": "emotion", "meld": "emotion", "emorynlp": "emotion", "swda": "act", "swda-ld": "act", "mutual": "answer", "mutual-plus": "answer"}
 
 
 def test_every_dataset_has_expected_counts():
@@ -134,6 +138,24 @@ def test_swda_has_41_tags(data_dir):
     assert ds.num_utterances == 192390 and not ds.report
     assert {s for d in ds for s in d.speakers} == {"A", "B"}
     assert ds[0].id == "2005"
+
+
+def test_swda_in_lee_and_dernoncourts_split_holds_out_112_training_conversations(data_dir, tmp_path):
+    from turnformer.data.swda import LEE_DERNONCOURT_VALIDATION
+
+    whole = {d.id: d for d in load_split("swda", "train", data_dir)}
+    train, validation = (load_split("swda-ld", split, data_dir) for split in ("train", "validation"))
+    assert {d.id for d in validation} == LEE_DERNONCOURT_VALIDATION and len(LEE_DERNONCOURT_VALIDATION) == 112
+    assert {d.id for d in train} == set(whole) - LEE_DERNONCOURT_VALIDATION
+    assert all(d.turns == whole[d.id].turns for d in validation)  # the same conversations, read as swda reads them
+    assert [d.id for d in load_split("swda-ld", "test", data_dir)] == [d.id for d in load_split("swda", "test", data_dir)]
+    # a copy of the corpus missing one of the 112 is refused, naming it
+    copy = tmp_path / "swda"
+    shutil.copytree(data_dir / "swda", copy)
+    (copy / "train" / "2053.txt").unlink()
+    (copy / "metadata" / "train_split.txt").write_text("".join(f"{p.stem}\n" for p in sorted((copy / "train").glob("*.txt"))))
+    with pytest.raises(DataNotFoundError, match="1 of Lee and Dernoncourt's 112 validation conversations.*2053"):
+        load_split("swda-ld", "validation", tmp_path)
 
 
 @pytest.mark.parametrize("name", ["mutual", "mutual-plus"])

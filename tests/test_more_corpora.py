@@ -238,6 +238,9 @@ def test_recipe_fallback_for_benchmarks_without_a_recipe():
     assert recipe_for_dataset("generation", "transformer", "empathetic-dialogues") == (own, "empathetic-dialogues")
     assert recipe_for_dataset("generation", "phaed", "persona_chat") == (RECIPES_DIR / "generation-dailydialog-phaed.toml", "personachat")
     assert recipe_for_dataset("erc", "dialogxl", "meld") == (RECIPES_DIR / "erc-meld-dialogxl.toml", None)  # its own recipe
+    # the same corpus in another split: that corpus's recipe, retargeted; MuTual-plus keeps its own
+    assert recipe_for_dataset("dialogue-act", "lc-attention", "swda-ld") == (RECIPES_DIR / "dialogue-act-swda-lc-attention.toml", "swda-ld")
+    assert recipe_for_dataset("response-selection", "mdfn", "mutual-plus") == (RECIPES_DIR / "response-selection-mutual-plus-mdfn.toml", None)
     assert recipe_for_dataset("generation", "transformer", "file") == (find_recipe("generation", "transformer", "file"), None)
     with pytest.raises(DialogueError, match="no recipe generation-nope-transformer.toml"):
         recipe_for_dataset("generation", "transformer", "nope")

@@ -63,7 +63,9 @@ def recipe_for_dataset(task: str, model: str, dataset: str) -> tuple[Path, str |
     generation benchmark without a recipe of its own (EmpatheticDialogues, PERSONA-CHAT...) gets the model's
     DailyDialog recipe, to be run with ``dataset`` set to the benchmark: generation reads speakers and texts
     alone, so its settings carry over, while a classification recipe names its own corpus's labels. Anything
-    else goes to `find_recipe` (its fallback for ``file``, or its "no recipe" error)."""
+    else goes to `find_recipe` (its fallback for ``file``, or its "no recipe" error). A benchmark read from another's
+    folder in a split of its own (``swda-ld``: SwDA in Lee and Dernoncourt's split) without a recipe of its own gets
+    that benchmark's recipe, to be run with ``dataset`` set to it: same corpus, same labels."""
     try:
         info = get_info(dataset) if dataset != "file" else None
     except DialogueError:
@@ -73,6 +75,9 @@ def recipe_for_dataset(task: str, model: str, dataset: str) -> tuple[Path, str |
     own = RECIPES_DIR / f"{task}-{info.name}-{model}.toml"
     if own.exists():
         return own, None
+    same_corpus = RECIPES_DIR / f"{task}-{info.folder}-{model}.toml"
+    if info.folder != info.name and same_corpus.exists():
+        return same_corpus, info.name
     fallback = RECIPES_DIR / f"generation-{FALLBACK_DATASET}-{model}.toml"
     if task != "generation" or not fallback.exists():
         return find_recipe(task, model, dataset), None

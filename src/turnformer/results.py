@@ -92,6 +92,7 @@ XLNET_MEMORY_WASTE_PERCENT = 60.0
 def paper_score(task: str, dataset: str, model: str, window: int | None = None, padding: int | None = None) -> float | None:
     """The paper's number for a row: the W x P grid's cell where a window is given, else the recipe's row; None where
     the paper has none."""
+    dataset = {"swda-ld": "swda"}.get(dataset, dataset)  # the paper's SwDA split is Lee and Dernoncourt's
     if window is not None:
         return PAPER_ACT_GRID.get((dataset, model, window, padding))
     return PAPER_SCORES.get((task, dataset, model))

@@ -70,6 +70,12 @@ DATASETS: dict[str, DatasetInfo] = {
             file_splits=dict(swda.FILE_SPLITS), speakers="two, A/B", license="GPL-3.0 (processing); LDC/UPenn terms",
         ),
         DatasetInfo(
+            name=swda.LEE_DERNONCOURT, title="SwDA in Lee and Dernoncourt's split (1,003 / 112 / 19 conversations)",
+            folder="swda", task="dialogue", primary_label="act", label_sets=swda.LABEL_SETS,
+            loader=swda.load_lee_dernoncourt, file_splits={"train": "train", "validation": "train", "test": "test"},
+            speakers="two, A/B", license="GPL-3.0 (processing); LDC/UPenn terms",
+        ),
+        DatasetInfo(
             name="mutual", title="MuTual (Cui et al., ACL 2020)", folder="mutual",
             task="response_selection", primary_label="answer", label_sets=mutual.LABEL_SETS,
             loader=partial(mutual.load, name="mutual"), file_splits=dict(mutual.FILE_SPLITS),

@@ -16,6 +16,11 @@ text, an empty speaker or a tag outside the 41 raise `DialogueError` naming the 
 lines are skipped and counted (``blank_line``). If a split list is missing, the split folder's files
 are read in name order and this is reported (``conversation_list_missing``); files in the folder but
 not on the list are not read and are reported (``unlisted_conversation_file``).
+
+``swda-ld`` is the same corpus in the split of Lee and Dernoncourt (NAACL 2016), which the LC Attention paper
+follows (its Table 3: 1K training conversations, 112 validation, 19 test): the 112 validation conversations are
+taken out of ``train/`` (1,003 stay for training), the test conversations are ``test/``'s 19, and ``val/``'s 21
+conversations, in neither of their splits, are not read.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from turnformer.data.report import DataNotFoundError, DatasetSplit, LoadReport
 from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank
 
 NAME = "swda"
+LEE_DERNONCOURT = "swda-ld"  # the same files in Lee and Dernoncourt's split
 FILE_SPLITS = {"train": "train", "validation": "val", "test": "test"}
 # metadata/labels.txt order (most frequent first).
 ACTS = [
@@ -35,6 +41,17 @@ ACTS = [
     "arp_nd", "t3", "oo_co_cc", "aap_am", "t1", "bd", "^g", "qw^d", "fa", "ft",
 ]
 LABEL_SETS = {"act": ACTS}
+# Lee and Dernoncourt (2016)'s validation conversations, all in train/ here
+LEE_DERNONCOURT_VALIDATION = frozenset((
+    "2053", "2067", "2071", "2072", "2160", "2163", "2175", "2253", "2289", "2299", "2340", "2373", "2395", "2399",
+    "2455", "2501", "2534", "2558", "2593", "2594", "2598", "2620", "2621", "2623", "2630", "2653", "2713", "2755",
+    "2772", "2776", "2790", "2832", "2839", "2842", "2854", "2874", "2888", "2889", "2944", "2959", "2981", "2989",
+    "3015", "3046", "3072", "3096", "3148", "3156", "3181", "3184", "3190", "3191", "3202", "3207", "3239", "3246",
+    "3250", "3251", "3255", "3257", "3281", "3288", "3290", "3291", "3334", "3346", "3352", "3354", "3382", "3433",
+    "3445", "3491", "3497", "3500", "3506", "3509", "3554", "3576", "3584", "3587", "3658", "3659", "3666", "3675",
+    "3686", "3697", "3711", "3769", "3797", "3810", "3811", "3921", "4004", "4026", "4037", "4048", "4072", "4318",
+    "4321", "4347", "4356", "4372", "4572", "4633", "4660", "4697", "4707", "4716", "4736", "4802", "4890", "4917",
+))
 _ACT_SET = frozenset(ACTS)
 
 
@@ -111,3 +128,24 @@ def load(root: Path, split: str) -> DatasetSplit:
         name=NAME, split=split, items=dialogues, report=report, label_kinds=("act",),
         label_sets={k: list(v) for k, v in LABEL_SETS.items()},
     )
+
+
+def load_lee_dernoncourt(root: Path, split: str) -> DatasetSplit:
+    """A split of ``swda-ld``: training = train/ without Lee and Dernoncourt's 112 validation conversations,
+    validation = those 112, test = test/."""
+    if split == "test":
+        loaded = load(root, "test")
+    else:
+        whole = load(root, "train")
+        found = {d.id for d in whole.items}
+        missing = sorted(LEE_DERNONCOURT_VALIDATION - found)
+        if missing:
+            raise DataNotFoundError(f"{root / 'train'}: {len(missing)} of Lee and Dernoncourt's 112 validation "
+                                    f"conversations are not there (first: {', '.join(missing[:5])})")
+        held_out = split == "validation"
+        loaded = DatasetSplit(name=NAME, split=split, report=whole.report, label_kinds=whole.label_kinds,
+                              label_sets=whole.label_sets,
+                              items=[d for d in whole.items if (d.id in LEE_DERNONCOURT_VALIDATION) == held_out])
+    loaded.name = LEE_DERNONCOURT
+    loaded.report.source = f"{LEE_DERNONCOURT}/{split}"
+    return loaded
