@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collect_erc import collect, run_config  # noqa: E402
 from plans import PLANS, TASKS, Experiment  # noqa: E402
 
-from turnformer.recipes import find_recipe, load_recipe  # noqa: E402
+from turnformer.recipes import load_recipe, recipe_for_dataset  # noqa: E402
 from turnformer.results import RESULTS_DIR, make_result, mean_std, paper_score, write_result  # noqa: E402
 
 
@@ -187,8 +187,10 @@ def with_earlier_seeds(record: dict, earlier: dict) -> dict:
 
 
 def resolved_recipe(experiment: Experiment) -> dict:
-    """The complete recipe the experiment's runs train: its recipe file with the plan's overrides applied."""
-    recipe = load_recipe(find_recipe(experiment.task, experiment.model, experiment.dataset), list(experiment.overrides))
+    """The complete recipe the experiment's runs train: its recipe file (as `turnformer train --dataset` finds it) with
+    the plan's overrides applied."""
+    path, retarget = recipe_for_dataset(experiment.task, experiment.model, experiment.dataset)
+    recipe = load_recipe(path, [*([f"dataset={retarget}"] if retarget else []), *experiment.overrides])
     return {k: v for k, v in recipe.items() if k != "recipe_path"}  # where the file lies is no setting
 
 

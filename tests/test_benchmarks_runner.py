@@ -29,7 +29,7 @@ def test_every_plan_resolves_to_recipes_that_load_with_their_overrides():
     experiments = every_experiment()
     assert len({e.id for e in experiments}) == len(experiments)  # one results file an experiment
     for e in experiments:
-        recipe = load_recipe(find_recipe(e.task, e.model, e.dataset), list(e.overrides))
+        recipe = bench.resolved_recipe(e)  # as `turnformer train --dataset` finds it (swda-ld: swda's, retargeted)
         assert (recipe["task"], recipe["model"], recipe["dataset"]) == (e.task, e.model, e.dataset), e.id
         assert e.seeds and all(isinstance(s, int) for s in e.seeds), e.id
         assert all(isinstance(limit, (int, type(None))) for limit in (e.limit_train, e.limit_eval)), e.id

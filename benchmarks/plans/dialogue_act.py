@@ -12,6 +12,13 @@
 - ``act-setup``: LC Attention and LSTM+BLSTM at their recipe's W and P with one of the settings the paper leaves open
   changed (``ACT_SETUP``: learning rate, dropout, width, heads), 3 epochs, ``--grid-seeds``: does LC Attention's place
   against the BLSTM depend on our choices? Beside them, the recipe's settings unchanged (``-recipe``).
+- ``act-split``: LC Attention and LSTM+BLSTM on SwDA in Lee and Dernoncourt's split (``swda-ld``: the paper's 112
+  validation conversations held out of training instead of our 21), ``SPLIT_EPOCHS`` epochs, ``--grid-seeds``;
+  each also scored on its first 3 epochs (``-e3``), the ``acts`` plan's SwDA schedule: the split alone, then the
+  longer schedule.
+- ``act-vectors``: LC Attention on SwDA (the ``acts`` plan's 3 epochs) with its word embeddings started elsewhere
+  (``ACT_VECTORS``: a random draw, word2vec trained on the training split's word pieces, all-mpnet-base-v2's or
+  SmolLM2-135M's input embeddings), ``--grid-seeds``; all-MiniLM-L6-v2's are the ``acts`` plan's row.
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ ACT_SETUP = {"recipe": {},  # the recipe's settings: the sweep's own baseline, r
 # machine (the BLSTM takes about 16 minutes an epoch). The schedule is constant, so a 3-epoch run resumed with 5
 # epochs is the same as a 5-epoch run.
 ACTS_OVERRIDES = {"swda": ("train.epochs=3",), "dailydialog": ()}
+# act-vectors: where the word embeddings start, against the recipes' all-MiniLM-L6-v2 input embeddings
+ACT_VECTORS = {"random": ("model_config.word_vectors=random",), "word2vec": ("model_config.word_vectors=word2vec",),
+               "mpnet": ("backbone=all-mpnet-base-v2",), "smollm2": ("backbone=SmolLM2-135M",)}
+SPLIT_EPOCHS = 6  # act-split: twice the acts plan's SwDA schedule (the paper trains to convergence)
 
 
 def recipe_cell(dataset: str, model: str) -> tuple[int, int]:
@@ -87,6 +98,13 @@ PLANS: dict[str, list[Experiment]] = {
                  for model in CONTEXT_MODELS for w in windows for p in paddings],
     "act-batch": [batch_cell(dataset, model, predicted) for dataset in ("dailydialog", "swda")
                   for model in CONTEXT_MODELS for predicted in ACT_BATCHES],
+    # the 3-epoch views last: each reads its model's runs once they have finished (they are not trained twice)
+    "act-split": [Experiment(f"{TASK}-swda-ld-{model}{suffix}", model, "swda-ld", GRID_SEEDS, (f"train.epochs={SPLIT_EPOCHS}",),
+                             task=TASK, max_epoch=epochs, recipe_runs=f"{TASK}-swda-ld-{model}" if epochs else None)
+                  for suffix, epochs in (("", None), ("-e3", 3)) for model in ("lc-attention", "lstm-blstm")],
+    "act-vectors": [Experiment(f"{TASK}-swda-lc-attention-vectors-{name}", "lc-attention", "swda", GRID_SEEDS,
+                               (*ACTS_OVERRIDES["swda"], *settings), task=TASK, extra={"word_vectors": name})
+                    for name, settings in ACT_VECTORS.items()],
     # the BLSTM has no heads to cut to one
     "act-setup": [setup_cell(dataset, model, variant) for dataset in ("dailydialog", "swda")
                   for model in ("lc-attention", "lstm-blstm") for variant in ACT_SETUP

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from turnformer.recipes import recipe_for_dataset
+
 
 @dataclass(frozen=True)
 class Option:
@@ -48,8 +50,8 @@ class Experiment:
 
     @property
     def recipe(self) -> str:
-        """The recipe's name, as `turnformer.recipes.find_recipe` finds it."""
-        return f"{self.task}-{self.dataset}-{self.model}"
+        """The recipe's name, as `turnformer train --dataset` finds it (a corpus read in another's split: that one's)."""
+        return recipe_for_dataset(self.task, self.model, self.dataset)[0].stem
 
     def resolved(self, options: dict) -> Experiment:
         """This experiment with the command line's values (`options`: argparse's, by name) in place of its Options."""

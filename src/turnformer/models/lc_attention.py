@@ -33,6 +33,7 @@ they are config fields, the bias is shared by all heads (one K_mean per sub-dial
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +46,10 @@ from turnformer.structure import GLOBAL, MultiHeadAttention, lc_attention_bias, 
 CONTEXTS = ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")
 MODEL_IDS = (*CONTEXTS, "minilm-utterance")
 UTTERANCE_ENCODERS = ("lstm", "pretrained", "frozen")
+# where the word embeddings start (utterance_encoder "lstm"): the backbone's input embeddings, word2vec trained on
+# the training split's own word pieces (`turnformer.backbones.word_vectors`, set by the task), or a random draw
+WORD_VECTORS = ("backbone", "word2vec", "random")
+SMOLLM2 = "SmolLM2-135M"  # a decoder whose input embeddings can start the word embeddings (its GGUF weights)
 
 
 @dataclass
@@ -68,6 +73,7 @@ class LCConfig:
     cls_id: int = 101  # with a pretrained encoder: the special tokens around each utterance
     sep_id: int = 102
     sentence_encoder: str = ""  # with a frozen encoder: its name, so that new utterances get the same vectors
+    word_vectors: str = "backbone"  # WORD_VECTORS
 
     def __post_init__(self) -> None:
         check_config(self, positive=("num_labels", "vocab_size", "embedding_dim", "hidden", "heads", "max_positions",
@@ -80,6 +86,8 @@ class LCConfig:
             raise ValueError(f"unknown context encoder {self.context!r}; known: {', '.join(CONTEXTS)}")
         if self.utterance_encoder not in UTTERANCE_ENCODERS:
             raise ValueError(f"unknown utterance encoder {self.utterance_encoder!r}; known: {', '.join(UTTERANCE_ENCODERS)}")
+        if self.word_vectors not in WORD_VECTORS:
+            raise ValueError(f"model_config.word_vectors = {self.word_vectors!r}; known: {', '.join(WORD_VECTORS)}")
         if (self.utterance_encoder == "frozen") != bool(self.sentence_encoder):
             raise ValueError("model_config.sentence_encoder names the frozen utterance encoder: set both or neither")
         if self.hidden % self.heads or self.hidden % 2:
@@ -298,12 +306,24 @@ def build_lc_model(model_id: str, model_config: dict, labels: list[str], backbon
                                      "vocab_size": encoder.config.vocab_size, "embedding_dim": hidden, "hidden": hidden,
                                      "pad_id": tokenizer.pad_token_id, "cls_id": tokenizer.cls_token_id, "sep_id": tokenizer.sep_token_id})
         return LCAttentionModel(config, encoder=encoder), tokenizer
-    encoder, tokenizer = load_backbone(backbone)
-    weight = encoder.embeddings.word_embeddings.weight.detach()
+    weight, tokenizer = input_embeddings(backbone)
     config = LCConfig.from_dict({**model_config, "context": model_id, "num_labels": len(labels),
                                  "vocab_size": weight.shape[0], "embedding_dim": weight.shape[1],
                                  "pad_id": tokenizer.pad_token_id})
-    return LCAttentionModel(config, weight.clone() if pretrained else None), tokenizer
+    copy = pretrained and config.word_vectors == "backbone"
+    return LCAttentionModel(config, weight.clone() if copy else None), tokenizer
+
+
+def input_embeddings(backbone: str) -> tuple[torch.Tensor, Any]:
+    """A backbone's input embedding table [vocabulary, width] and its tokenizer: an encoder's word-piece embeddings,
+    or SmolLM2-135M's token embeddings (its byte-level BPE; its pad id is its end-of-text token)."""
+    if backbone == SMOLLM2:
+        from turnformer.models.smollm2 import load_smollm2  # its GGUF weights: read for this backbone only
+
+        model, tokenizer = load_smollm2()
+        return model.get_input_embeddings().weight.detach(), tokenizer
+    encoder, tokenizer = load_backbone(backbone)
+    return encoder.embeddings.word_embeddings.weight.detach(), tokenizer
 
 
 def build_frozen_lc_model(model_config: dict, labels: list[str], vector_dim: int) -> LCAttentionModel:

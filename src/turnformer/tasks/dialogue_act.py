@@ -28,6 +28,7 @@ from typing import Sequence
 import torch
 
 from turnformer.backbones.sentence_vectors import SentenceEncoder, sentence_vectors
+from turnformer.backbones.word_vectors import Word2VecSettings, word2vec_table
 from turnformer.dialogue import Dialogue, DialogueError, is_blank
 from turnformer.models.lc_attention import (LCAttentionModel, LCConfig, LocalContextAttention, WindowBatch, build_frozen_lc_model,
                                             build_lc_model)
@@ -127,7 +128,7 @@ def word_pieces(texts: Sequence[str], tokenizer, max_tokens: int) -> tuple[list[
     for ids in tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"] if texts else []:
         if not ids:
             report["empty_utterances"] += 1
-            ids = [tokenizer.unk_token_id]
+            ids = [tokenizer.pad_token_id if tokenizer.unk_token_id is None else tokenizer.unk_token_id]  # byte-level BPE: no unknown
         if len(ids) > max_tokens:
             report["truncated_utterances"] += 1
             ids = ids[:max_tokens]
@@ -222,10 +223,22 @@ def prepare_dialogue_act(recipe: dict, data_dir=None, limits: dict[str, int] | N
     batches, reports = {}, {}
     for split, dialogues in splits.items():
         ids, ys, reports[split] = encode_for(model, tokenizer, dialogues, labels, recipe["label_kind"], (recipe["dataset"], split))
+        if split == "train" and pretrained and model.config.word_vectors == "word2vec":
+            start_from_word2vec(model, ids, f"{recipe.get('backbone', DEFAULT_BACKBONE)}-{recipe['dataset']}-train")
         settings = [("online" if online else "offline")] if split == "train" else ["offline", "online"]
         batches[split] = {s: make_batches(ids, ys, window, padding, batch_size, model.config.pad_id, online=s == "online")
                           for s in settings}
     return model, tokenizer, labels, batches, reports
+
+
+def start_from_word2vec(model: LCAttentionModel, ids: Sequence[Sequence[Sequence[int]]], key: str) -> None:
+    """The word embeddings start from word2vec vectors trained on the training split's word pieces (`ids`: per
+    dialogue, per utterance; cached under `key`), at the table's width."""
+    sentences = [utterance for dialogue in ids for utterance in dialogue]
+    settings = Word2VecSettings(dim=model.config.embedding_dim)
+    with torch.no_grad():
+        model.embed.weight.copy_(word2vec_table(sentences, model.config.vocab_size, settings, key))
+        model.embed.weight[model.config.pad_id].zero_()
 
 
 def train_dialogue_act(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = False,
