@@ -15,6 +15,8 @@
 #   selection        the plain encoder and MDFN on MuTual, SELECTION_LR (default 2e-5), seeds 1-3.
 #   selection-plus   the same on MuTual-plus.
 #   selection-ablations  MDFN's five ablations (Tables 7-9) on MuTual, seed 1.
+#   submission       after the selection plan in the same job: MuTual test's submission file from the MDFN seed best on
+#                    the held-out training items (SUBMISSION, default $RUNS/mutual-test-submission.txt); runs are not kept between machines.
 #   acts-frozen      dialogue acts over all-mpnet-base-v2's frozen sentence vectors on SwDA (ACT_DATASETS, default swda):
 #                    LC Attention, LSTM+Attention, LSTM+BLSTM and the utterance alone, seeds 1-3, each recipe's own
 #                    learning rate, float32. The first run computes and caches the vectors, the others read them: run
@@ -56,6 +58,7 @@ runs() {  # one line a run: experiment task model dataset lr seed [precision]; l
     selection-ablations)
         for model in mdfn-ua-only mdfn-sa-only mdfn-maxpool mdfn-meanpool mdfn-linear-fusion; do
             echo "response-selection-mutual-$model-mpnet-lr$slr response-selection $model mutual $slr 1"; done ;;
+    submission) ;;  # after the runs, below
     acts-frozen|acts-vectors)
         for dataset in ${ACT_DATASETS:-swda}; do for seed in 1 2 3; do
             for model in lc-attention-frozen-mpnet lstm-attention-frozen-mpnet lstm-blstm-frozen-mpnet frozen-mpnet-utterance; do
@@ -86,3 +89,21 @@ one() {
 export -f one
 mkdir -p "$RUNS"
 runs | xargs -P "${WORKERS:-8}" -L 1 bash -c 'one "$@"' _
+if [[ " ${plans[*]} " == *" submission "* ]]; then
+    # the MDFN seed best on the held-out training items (not on dev, the reported set), among those with a checkpoint
+    best=$(python3 - "$RUNS/response-selection-mutual-mdfn-mpnet-lr$slr" <<'PY'
+import json, sys
+from pathlib import Path
+runs = [(json.loads((r / "result.json").read_text()).get("validation_at_best"), str(r)) for r in Path(sys.argv[1]).glob("seed*")
+        if (r / "result.json").is_file() and (r / "best").is_dir()]
+runs = [run for run in runs if run[0] is not None]
+print(max(runs)[1] if runs else "")
+PY
+)
+    if [[ -n $best ]]; then
+        python3 -m turnformer.cli predict --checkpoint "$best" --input mutual:test --out "$RUNS/mutual-test-ranking.jsonl" \
+            --submission "${SUBMISSION:-$RUNS/mutual-test-submission.txt}" && echo "submission from $best"
+    else
+        echo "submission: no finished MDFN run in $RUNS"
+    fi
+fi
