@@ -352,8 +352,12 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{e.id} seed {s}: turnformer {' '.join(train_arguments(e, s, out, deadline))}", flush=True)
         return
     print(f"{len(jobs)} runs, {args.workers} at a time", flush=True)
+    # a cell that reads the runs of another experiment of this command starts once those have finished
+    ids = {e.id for e in experiments}
+    readers = {e.id for e in experiments if e.recipe_runs in ids}
     with ThreadPoolExecutor(args.workers) as pool:
-        list(pool.map(lambda job: run_one(*job, args.runs_dir, deadline, args.workers > 1, args.prune), jobs))
+        for phase in ([job for job in jobs if job[0].id not in readers], [job for job in jobs if job[0].id in readers]):
+            list(pool.map(lambda job: run_one(*job, args.runs_dir, deadline, args.workers > 1, args.prune), phase))
     collect_all(experiments, from_recipe_files, earlier, args.runs_dir)
 
 

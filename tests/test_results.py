@@ -255,6 +255,32 @@ def test_a_grid_cell_at_its_recipes_window_and_padding_reads_the_recipes_runs(tm
     assert other.recipe_runs is None and bench.run_dir(other, 1, tmp_path) == tmp_path / other.id / "seed1"
 
 
+def test_a_cell_reading_runs_of_the_same_command_starts_after_they_finish(tmp_path, monkeypatch):
+    """act-split's 3-epoch views read the 6-epoch runs the same command trains: with two workers they must not start
+    (and train runs of their own) while those are still training."""
+    import threading
+    import time
+
+    bench = load_benchmark_script("run")
+    events, lock = [], threading.Lock()
+
+    def fake_run_one(experiment, seed, runs_dir, deadline, single_thread, prune):
+        with lock:
+            events.append(("start", experiment.id, seed))
+        time.sleep(0.05 if experiment.recipe_runs else 0.3)
+        with lock:
+            events.append(("end", experiment.id, seed))
+
+    monkeypatch.setattr(bench, "run_one", fake_run_one)
+    monkeypatch.setattr(bench, "collect_all", lambda *a, **k: None)
+    monkeypatch.setattr(bench, "earlier_record", lambda e: None)
+    bench.main(["--plan", "act-split", "--models", "lc-attention", "--grid-seeds", "1,2", "--workers", "2",
+                "--runs-dir", str(tmp_path)])
+    trained = [i for i, (what, eid, _) in enumerate(events) if what == "end" and not eid.endswith("-e3")]
+    reading = [i for i, (what, eid, _) in enumerate(events) if what == "start" and eid.endswith("-e3")]
+    assert len(trained) == 2 and len(reading) == 2 and max(trained) < min(reading)
+
+
 def test_a_grid_cell_at_its_recipe_cell_reads_the_recipes_results_file_when_its_runs_are_gone(tmp_path):
     bench = load_benchmark_script("run")
     cells = {c.id: c for c in bench.plan("act-grid", (1,), (1,), 120, grid_seeds=(1, 3))}
