@@ -16,7 +16,8 @@
 #   selection-plus   the same on MuTual-plus.
 #   selection-ablations  MDFN's five ablations (Tables 7-9) on MuTual, seed 1.
 #   submission       after the selection plan in the same job: MuTual test's submission file from the MDFN seed best on
-#                    the held-out training items (SUBMISSION, default $RUNS/mutual-test-submission.txt); runs are not kept between machines.
+#                    the held-out training items (SUBMISSION, default $RUNS/mutual-test-submission.txt); it reads that
+#                    run's checkpoint, so it runs in the job that trains it.
 #   acts-frozen      dialogue acts over all-mpnet-base-v2's frozen sentence vectors on SwDA (ACT_DATASETS, default swda):
 #                    LC Attention, LSTM+Attention, LSTM+BLSTM and the utterance alone, seeds 1-3, each recipe's own
 #                    learning rate, float32. The first run computes and caches the vectors, the others read them: run
@@ -27,6 +28,8 @@
 # EXTRA: more `turnformer train` options for every run (a quick check: EXTRA="--limit-dialogues 2 --set train.epochs=1").
 # On an 80 GB H100, 8 runs at a time take about 5 minutes (4 epochs each, MELD or EmoryNLP); the concatenated context on
 # MELD (up to 512 tokens of history an utterance) needs the most memory: two of them beside six other runs ran out of it.
+# On a 141 GB H200, `baselines selection` (10 runs: 4 ERC, 6 MuTual) peaked at 91 GB; MuTual's 3 epochs need about
+# 12 minutes for MDFN and 9 for the plain encoder with 10 runs sharing the card: give selection a job of its own.
 # Usage: benchmarks/gpu_mpnet.sh PLAN [PLAN...]    then: python benchmarks/collect_erc.py ... on the run folders.
 set -u
 plans=("${@:-lr-sweep}")
