@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sqlite3
 import time
 from importlib import metadata
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from tqdm.auto import tqdm
+
+from turnformer.cache import cache_root
 
 # The parser needs only spaCy's tok2vec and parser; the rest would cost time and change no head.
 _UNUSED = ("tagger", "attribute_ruler", "lemmatizer", "ner", "senter")
@@ -36,8 +37,7 @@ class ParserUnavailable(OSError):
 
 
 def default_cache_path(model: str) -> Path:
-    base = os.environ.get("TURNFORMER_CACHE", "").strip()
-    return (Path(base) if base else Path.home() / ".cache" / "turnformer") / "parses" / f"{model}.sqlite"
+    return cache_root("parses", f"{model}.sqlite")
 
 
 @functools.lru_cache(maxsize=None)

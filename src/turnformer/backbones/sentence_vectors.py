@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,9 +26,9 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 
 from turnformer.backbones.loading import BackboneLoadError, load_auto_encoder, resolve_backbone
+from turnformer.cache import cache_root, write_safetensors
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +37,7 @@ CACHE_FOLDER = "sentence-vectors"
 
 def default_cache_dir() -> Path:
     """Where `sentence_vectors` keeps vectors: beside the other caches of turnformer."""
-    base = os.environ.get("TURNFORMER_CACHE", "").strip()
-    return (Path(base) if base else Path.home() / ".cache" / "turnformer") / CACHE_FOLDER
+    return cache_root(CACHE_FOLDER)
 
 
 @dataclass(frozen=True)
@@ -185,12 +183,9 @@ def sentence_vectors(encoder: SentenceEncoder, texts: Sequence[str], dataset: st
             return cached
     vectors = encoder.encode(texts, desc=f"sentence vectors of {dataset} {split}")
     truncated = encoder.truncated(texts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")  # renamed into place whole: no half-written file is read
-    save_file({"vectors": vectors.contiguous()}, str(partial),
-              metadata={"encoder": encoder.name, "dataset": dataset, "split": split, "texts": str(len(texts)),
-                        "truncated": str(truncated), "pooling": json.dumps(asdict(encoder.pooling))})
-    os.replace(partial, path)
+    write_safetensors(path, {"vectors": vectors},
+                      {"encoder": encoder.name, "dataset": dataset, "split": split, "texts": str(len(texts)),
+                       "truncated": str(truncated), "pooling": json.dumps(asdict(encoder.pooling))})
     return vectors, truncated
 
 

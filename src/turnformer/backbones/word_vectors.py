@@ -13,14 +13,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from turnformer.cache import cache_root, write_safetensors
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +41,7 @@ class Word2VecSettings:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("TURNFORMER_CACHE", "").strip()
-    return (Path(base) if base else Path.home() / ".cache" / "turnformer") / CACHE_FOLDER
+    return cache_root(CACHE_FOLDER)
 
 
 def checksum(sentences: Sequence[Sequence[int]], vocab_size: int, settings: Word2VecSettings) -> str:
@@ -81,11 +82,8 @@ def word2vec_table(sentences: Sequence[Sequence[int]], vocab_size: int, settings
             table = load_file(path)["vectors"]
             if table.shape == (vocab_size, settings.dim):
                 return table
-        except Exception as err:  # a damaged cache file is trained again, not trusted
+        except (OSError, KeyError, ValueError, SafetensorError) as err:  # a damaged cache file is trained again
             logger.warning("%s: unreadable (%s); training the word vectors again", path, err)
     table = train_word2vec(sentences, vocab_size, settings)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    save_file({"vectors": table.contiguous()}, tmp)
-    os.replace(tmp, path)
+    write_safetensors(path, {"vectors": table})
     return table
