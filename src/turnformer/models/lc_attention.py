@@ -88,6 +88,9 @@ class LCConfig:
             raise ValueError(f"unknown utterance encoder {self.utterance_encoder!r}; known: {', '.join(UTTERANCE_ENCODERS)}")
         if self.word_vectors not in WORD_VECTORS:
             raise ValueError(f"model_config.word_vectors = {self.word_vectors!r}; known: {', '.join(WORD_VECTORS)}")
+        if self.word_vectors != "backbone" and self.utterance_encoder != "lstm":
+            raise ValueError(f"model_config.word_vectors = {self.word_vectors!r}: the word embeddings of the word LSTM; "
+                             f"utterance_encoder {self.utterance_encoder!r} has none")
         if (self.utterance_encoder == "frozen") != bool(self.sentence_encoder):
             raise ValueError("model_config.sentence_encoder names the frozen utterance encoder: set both or neither")
         if self.hidden % self.heads or self.hidden % 2:
