@@ -153,7 +153,14 @@ def causal_mask(length: int, device) -> torch.Tensor:
     return torch.triu(torch.ones(length, length, dtype=torch.bool, device=device), 1)
 
 
-class TransformerGenerator(GeneratorBase):
+class FormerGenerator(GeneratorBase):
+    """The former loss: every response row projected onto the vocabulary, then IGNORE left out."""
+
+    def loss(self, batch: GenerationBatch) -> torch.Tensor:
+        return F.cross_entropy(self(batch).flatten(0, 1), batch.response_out.flatten(), ignore_index=-100)
+
+
+class TransformerGenerator(FormerGenerator):
     """The encoder-decoder baseline on nn.TransformerEncoder / nn.TransformerDecoder."""
 
     def __init__(self, config: GeneratorConfig, pad_id: int = 0, eou_id: int = 3):
@@ -193,7 +200,7 @@ class TransformerGenerator(GeneratorBase):
         return (hidden[:, -1] if last_only else hidden) @ self.embed.weight.T
 
 
-class GPT2Generator(GeneratorBase):
+class GPT2Generator(FormerGenerator):
     """The decoder-only baseline on nn.TransformerEncoder with a causal mask (its `pack` is unchanged)."""
 
     def __init__(self, config: GeneratorConfig, pad_id: int = 0, eou_id: int = 3):
@@ -316,7 +323,7 @@ class PHAEDLayer(nn.Module):
         return x + self.dropout(self.ff(self.ff_norm(x)))
 
 
-class PHAED(GeneratorBase):
+class PHAED(FormerGenerator):
     """PHAED with its masks built by hand from a dictionary of ranks."""
 
     def __init__(self, config: PHAEDConfig, pad_id: int = 0, eou_id: int = 3):

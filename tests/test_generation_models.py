@@ -10,10 +10,11 @@ from turnformer.cli import app
 from turnformer.data import load_split, write_jsonl
 from turnformer.dialogue import Dialogue, DialogueError, next_speaker
 from turnformer.models.transformer_generator import IGNORE, GeneratorConfig, TransformerGenerator
-from turnformer.tasks.generation import (EOU, SOU, SPEAKER_R, Vocabulary, encode_instance, make_generation_batches,
+from turnformer.tasks.generation import (EOU, SOU, SPEAKER_R, Vocabulary, build_generator, encode_instance, make_generation_batches,
                                          make_instances)
 
-from _generation_checks import assert_learns_its_training_responses, train_on_files_from_the_command_line
+from _generation_checks import (assert_learns_its_training_responses, assert_loss_projects_only_the_targets_as_the_full_logits_would,
+                                id_settings, train_on_files_from_the_command_line)
 
 runner = CliRunner()
 
@@ -51,6 +52,14 @@ def test_instance_encoding_shifts_the_response_and_skips_the_speaker_token():
     assert plain_in[0] == vocab.index[SOU] and plain_target[:-1] == vocab.encode(instance.response.words)
 
 
+@pytest.mark.parametrize("model_id", ["transformer", "phaed", "phaed-no-recurrence", "gpt2-scratch"])
+def test_the_loss_projects_only_the_targets_with_the_full_logits_loss_and_gradients(vocab_and_batch, model_id):
+    vocab, _, batch = vocab_and_batch
+    torch.manual_seed(0)
+    settings = {"d_model": 16, "heads": 2, "layers": 1, "ff": 32, "dropout": 0.0, **id_settings(model_id)}
+    assert_loss_projects_only_the_targets_as_the_full_logits_would(build_generator(model_id, settings, vocab), batch)
+
+
 def test_loss_is_token_cross_entropy_and_the_decoder_is_causal(vocab_and_batch):
     vocab, _, batch = vocab_and_batch
     model = tiny(vocab)
@@ -65,6 +74,19 @@ def test_loss_is_token_cross_entropy_and_the_decoder_is_causal(vocab_and_batch):
     changed[:, -1] = vocab.index["bank"]
     batch2 = type(batch)(batch.context, batch.context_turn, changed, batch.response_out)
     assert torch.allclose(model(batch2)[:, :-1], logits[:, :-1], atol=1e-5)
+
+
+def test_batches_group_similar_contexts_then_similar_responses():
+    # 64 instances: contexts of 20-23 tokens (one length step), responses of 2..65 tokens in shuffled order
+    responses = torch.randperm(64, generator=torch.Generator().manual_seed(0)).tolist()
+    encoded = [([5] * (20 + i % 4), [1] * (20 + i % 4), [3] * (2 + r), [4] * (2 + r), [1] * (20 + i % 4), None)
+               for i, r in enumerate(responses)]
+    batches = make_generation_batches(encoded, 16)
+    assert sorted(int(b.response_in.ne(0).sum(1).max()) for b in batches) == [17, 33, 49, 65]  # each 16 in a row
+    assert sum(len(b) for b in batches) == 64 and all(b.context.shape[1] <= 23 for b in batches)
+    by_context = sorted(encoded, key=lambda row: len(row[0]))  # an exact sort by context alone pads far more
+    padded = lambda rows: sum(len(rows[i:i + 16]) * max(len(r[2]) for r in rows[i:i + 16]) for i in range(0, 64, 16))  # noqa: E731
+    assert sum(b.response_in.numel() for b in batches) == padded(sorted(encoded, key=lambda row: len(row[2]))) < padded(by_context)
 
 
 def test_padding_does_not_change_an_example(vocab_and_batch):

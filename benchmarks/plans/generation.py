@@ -7,6 +7,9 @@
 - ``generation-cpu``: the same main rows and ablations at the size in ``GENERATION_CPU`` (first 1,000 training and
   100 validation / test conversations, width 128, 2 layers), which trains on the 2-core CPU, and PHAED's c_max
   sweep at that size (0..5, 10 context turns, the first seed).
+- ``generation-full-cpu``: the main rows at the recipes' size (width 256, 3 + 3 layers) on all of DailyDialog,
+  trained for one epoch (``GENERATION_FULL_CPU``): the papers' claims measured on full data on the 2-core CPU, where
+  an epoch takes 45-75 minutes of one core.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ CMAX_OVERRIDES = ("data.max_context_turns=10",)
 GENERATION_CPU = {"train": 1000, "eval": 100, "settings": {
     "model_config.d_model": 128, "model_config.heads": 4, "model_config.layers": 2, "model_config.ff": 512,
     "train.epochs": 2, "train.warmup_steps": 50, "train.lr": "1e-3", "train.batch_size": 32}}
+
+# The recipes' sizes and all the data, one epoch (the linear schedule decays to zero over it): what trains on the
+# 2-core CPU, two runs at a time, in one to two hours each
+GENERATION_FULL_CPU = {"train.epochs": 1}
 
 
 def cpu_overrides(model: str) -> tuple[str, ...]:
@@ -57,4 +64,9 @@ PLANS: dict[str, list[Experiment]] = {
                      limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task=TASK,
                      extra={"scale": GENERATION_CPU, "c_max": c, "max_context_turns": 10})
           for c in range(6))],
+    # the main rows at the recipes' size on all the data, one epoch: the papers' directions on full data on the CPU
+    "generation-full-cpu": [
+        Experiment(f"{TASK}-dailydialog-{model}-full-cpu", model, "dailydialog", FIRST_SEED,
+                   tuple(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), task=TASK, extra={"scale": GENERATION_FULL_CPU})
+        for model in ("transformer", "phaed", "transformer-dra", "gpt2-scratch", "dialogbert", "dialogbert-dra")],
 }

@@ -3,8 +3,10 @@ perplexity, greedy decoding and beam search written once on top of two methods a
 
 - ``encode(batch) -> state``: whatever the decoder needs from the context (encoder states, padding,
   cached memories...);
-- ``decode(state, response_in, last_only=False) -> logits``: next-token logits (B, Lr, V) of every
-  prefix of ``response_in``, or with ``last_only`` (B, V) of the whole of it (what decoding needs).
+- ``decode_states(state, response_in, last_only=False) -> states``: the decoder's final states (B, Lr, d) of
+  every prefix of ``response_in``, or with ``last_only`` (B, d) of the whole of it (what decoding needs).
+  The output projection is tied to the word embeddings: `decode` gives the logits (B, Lr | -, V); the loss
+  projects only the rows that have a target (`target_logits`), which is the same loss for less work.
 
 Every tensor of the state has the batch on dim 0 (`repeat_state` relies on it to give each beam its copy).
 
@@ -124,21 +126,31 @@ class GeneratorBase(nn.Module):
     def encode(self, batch: GenerationBatch):
         raise NotImplementedError
 
-    def decode(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    def decode_states(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         raise NotImplementedError
+
+    def decode(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Next-token logits (B, Lr, V), or with ``last_only`` (B, V): the states times the tied embeddings."""
+        return self.decode_states(state, response_in, last_only) @ self.embed.weight.T
 
     def forward(self, batch: GenerationBatch) -> torch.Tensor:
         return self.decode(self.encode(batch), batch.response_in)
 
+    def target_logits(self, batch: GenerationBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits (N, V), targets (N,)) of the N response positions that have a target: padding and the
+        given speaker token are never projected onto the vocabulary (most of a padded batch's rows)."""
+        states = self.decode_states(self.encode(batch), batch.response_in)  # [B, Lr, d]
+        kept = batch.response_out.ne(IGNORE)  # [B, Lr]
+        return states[kept] @ self.embed.weight.T, batch.response_out[kept]
+
     def loss(self, batch: GenerationBatch) -> torch.Tensor:
-        logits = self(batch)
-        return nn.functional.cross_entropy(logits.flatten(0, 1), batch.response_out.flatten(), ignore_index=IGNORE)
+        """Mean cross-entropy of the response tokens (speaker tokens and padding left out)."""
+        return nn.functional.cross_entropy(*self.target_logits(batch))
 
     def negative_log_likelihood(self, batch: GenerationBatch) -> tuple[float, int]:
         """Summed NLL of the response tokens (speaker tokens and padding left out) and their count."""
-        logits = self(batch)
-        nll = nn.functional.cross_entropy(logits.flatten(0, 1), batch.response_out.flatten(), ignore_index=IGNORE, reduction="sum")
-        return float(nll.detach()), int(batch.response_out.ne(IGNORE).sum())
+        logits, targets = self.target_logits(batch)
+        return float(nn.functional.cross_entropy(logits, targets, reduction="sum").detach()), len(targets)
 
     def _response_prefix(self, batch: GenerationBatch) -> torch.Tensor:
         """[SOU] (and the speaker token): `batch.response_in`'s first one or two tokens, as training gave them."""

