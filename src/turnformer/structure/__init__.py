@@ -4,7 +4,8 @@ Masks, biases and packing are pure functions on tensors; `MultiHeadAttention` is
 of the models, which say which structure each of its calls uses.
 """
 
-from turnformer.structure.attention import MultiHeadAttention, RelativeTerms, keep_checkpoint_names, masked_attention
+from turnformer.structure.attention import (MultiHeadAttention, RelativeTerms, keep_checkpoint_names, masked_attention,
+                                            pretrained_layer_attention)
 from turnformer.structure.biases import gaussian_local_bias, lc_attention_bias, lc_centers_and_widths, turn_relative_distance
 from turnformer.structure.layouts import DIALOGXL_HEADS, HeadLayout, dialogxl_layout, dialogxl_layout_for
 from turnformer.structure.masks import (
@@ -46,5 +47,6 @@ __all__ = [
     "dialogxl_layout", "dialogxl_layout_for", "empty_rows", "gaussian_local_bias", "keep_checkpoint_names",
     "lc_attention_bias", "lc_centers_and_widths",
     "local", "mask_from_name", "masked_attention", "memory_counts", "own_turns", "pack_dialogues", "pack_token_ids",
+    "pretrained_layer_attention",
     "real_pairs", "recent", "sequence_meta", "spoken_by", "token_meta", "turn_relative_distance",
 ]

@@ -250,6 +250,26 @@ class MultiHeadAttention(nn.Module):
         return x.unflatten(-1, (self.heads, -1)).transpose(-2, -3)
 
 
+def pretrained_layer_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask,
+                               dropout: float = 0.0, scaling: float | None = None, *, visible: torch.Tensor,
+                               bucket: torch.Tensor | None = None, bias_table: torch.Tensor | None = None,
+                               **_) -> tuple[torch.Tensor, None]:
+    """The attention of a pretrained model's layer (transformers' attention-function interface: the layer has
+    projected and rotated query [B, H, Q, D] and key / value [B, KV, K, D] itself) through `masked_attention`, with
+    this layer's structure instead of the library's mask: query and keys are the last Q and the first K columns of
+    the layout that `visible` [B, L, L] (True = visible) describes; with `bias_table` [layers, H, R] each head adds
+    ``bias_table[layer, head, bucket]`` to its scores (`bucket` [B, L, L] long: a relative distance, e.g.
+    `turn_relative_distance`). ``attention_mask`` (the library's own) is not read. Returns (output [B, Q, H, D], None)."""
+    if scaling is not None and abs(scaling - query.shape[-1] ** -0.5) > 1e-9:
+        raise ValueError(f"the structure layer's attention scales scores by 1/sqrt(head_dim); this layer asks for {scaling}")
+    groups = query.shape[1] // key.shape[1]  # grouped-query attention: each key / value head serves `groups` heads
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    q, k = query.shape[2], key.shape[2]
+    bias = None if bias_table is None else bias_table[module.layer_idx][:, bucket[:, k - q:k, :k]].transpose(0, 1)  # [B, H, Q, K]
+    out, _ = masked_attention(query, key, value, visible[:, None, k - q:k, :k], bias, dropout if module.training else 0.0)
+    return out.transpose(1, 2).contiguous(), None
+
+
 def _per_head(x: torch.Tensor | None) -> torch.Tensor | None:  # [B, Q, K] -> [B, 1, Q, K]; [B, H, Q, K] as is
     return x.unsqueeze(1) if x is not None and x.dim() == 3 else x
 

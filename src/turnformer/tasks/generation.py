@@ -36,6 +36,7 @@ from turnformer.models.dra import TransformerDRA
 from turnformer.models.generator_base import IGNORE, GenerationBatch
 from turnformer.models.gpt2_generator import GPT2Generator
 from turnformer.models.phaed import PHAED
+from turnformer.models.smollm2 import SmolLM2Config, SmolLM2Generator
 from turnformer.models.transformer_generator import TransformerGenerator
 from turnformer.parsing import DependencyParser
 from turnformer.recipes import recipe_train_config
@@ -102,6 +103,8 @@ MODELS: dict[str, ModelBuilder] = {
     **dict.fromkeys(("phaed", "phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence"),
                     partial(build_word_generator, PHAED)),
     "gpt2-scratch": partial(build_word_generator, GPT2Generator),
+    # SmolLM2-135M-Instruct fine-tuned; -phaed: its recipe adds PHAED's speaker tokens and turn-relative attention
+    **dict.fromkeys(("smollm2", "smollm2-phaed"), lambda config, vocab: SmolLM2Generator(SmolLM2Config.from_dict(config), vocab)),
 }
 GENERATION_MODELS = MODELS
 
@@ -149,6 +152,15 @@ def encode_instances(instances: Sequence[GenerationInstance], vocab: Vocabulary,
 # this pads contexts 3% more than an exact sort by context but responses 2.6 times less (their padded tokens go
 # from 2.9 to 1.1 times the real ones), so that the decoder and the output projection do far less work.
 CONTEXT_LENGTH_STEP = 4
+
+
+def instance_batches(model, instances: Sequence[GenerationInstance], vocab: Vocabulary, batch_size: int,
+                     sort_by_length: bool = True, parser=None) -> list:
+    """Batches of `instances` as `model` reads them: a model with batches of its own (a pretrained decoder over
+    its sub-words) makes them; the word generators read `GenerationBatch`es of our vocabulary."""
+    if hasattr(model, "make_batches"):
+        return model.make_batches(instances, batch_size, sort_by_length)
+    return make_generation_batches(encode_instances(instances, vocab, model, parser), batch_size, sort_by_length)
 
 
 def make_generation_batches(encoded: Sequence[tuple], batch_size: int, sort_by_length: bool = True):
@@ -238,9 +250,8 @@ def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | Non
         report = GenerationReport()
         instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)), report)
         require_pairs(instances, split)
-        encoded = encode_instances(instances, vocab, model)
         size = int(settings.get("batch_size", 64)) if split == "train" else int(settings.get("eval_batch_size", 128))
-        batches[split] = make_generation_batches(encoded, size)
+        batches[split] = instance_batches(model, instances, vocab, size)
         reports[split] = {"dialogues": len(convs), "instances": report.instances, "cut_utterances": report.cut_utterances,
                           "empty_utterances": report.empty_utterances, "unknown_rate": vocab.unknown_rate(instances)}
     return model, vocab, batches, reports
@@ -288,8 +299,8 @@ def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=Non
     data = recipe.get("data", {})
     instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
     require_pairs(instances, split)
-    encoded = encode_instances(instances, vocab, model)
-    metrics = evaluate_generation(model, make_generation_batches(encoded, 128), vocab, True, word_vectors, beam_size)
+    size = int(recipe.get("train", {}).get("eval_batch_size", 128))
+    metrics = evaluate_generation(model, instance_batches(model, instances, vocab, size), vocab, True, word_vectors, beam_size)
     del metrics["primary"]
     return {**metrics, "instances": len(instances)}
 
@@ -338,8 +349,10 @@ class ResponseGenerator:
                                                      self.max_context_turns, self.max_words)
                            if x.turn == len(dialogue.turns)]
             instances.append(instance)
-        encoded = encode_instances(instances, self.vocab, self.model)
-        batches = make_generation_batches(encoded, 64, sort_by_length=False)
+        batches = instance_batches(self.model, instances, self.vocab, 64, sort_by_length=False)
+        if hasattr(self.model, "generate_words"):  # a sub-word decoder's replies keep their rare words
+            device = next(self.model.parameters()).device
+            return [" ".join(h) for batch in batches for h in self.model.generate_words(batch.to(device))]
         _, hypotheses = generate_responses(self.model, batches, self.vocab, self.beam_size)
         return [" ".join(h) for h in hypotheses]
 
@@ -392,5 +405,5 @@ TASK = Generation()
 __all__ = ["EOU", "GENERATION_MODELS", "MODELS", "PAD", "SOU", "SPEAKER_Q", "SPEAKER_R", "SPECIALS", "TASK", "UNK",
            "GenerationInstance", "GenerationReport", "ResponseGenerator", "Utterance", "Vocabulary", "build_generator",
            "build_word_generator", "encode_instance", "encode_instances", "evaluate_generation", "evaluate_perplexity",
-           "evaluate_split", "generate_replies", "generate_responses", "load_generation_data", "load_trained",
+           "evaluate_split", "generate_replies", "generate_responses", "instance_batches", "load_generation_data", "load_trained",
            "make_generation_batches", "make_instances", "prepare_generation", "train_generation", "words"]
