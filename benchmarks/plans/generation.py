@@ -7,6 +7,8 @@
 - ``generation-cpu``: the same main rows and ablations at the size in ``GENERATION_CPU`` (first 1,000 training and
   100 validation / test conversations, width 128, 2 layers), which trains on the 2-core CPU, and PHAED's c_max
   sweep at that size (0..5, 10 context turns, the first seed).
+- ``generation-smollm2``: SmolLM2-135M-Instruct fine-tuned, plain and with PHAED's speaker tokens and turn-relative
+  attention (recipes generation-dailydialog-smollm2[-phaed]) over ``--seeds``: a GPU job (an epoch is 76K instances).
 - ``generation-full-cpu``: the main rows at the recipes' size (width 256, 3 + 3 layers) on all of DailyDialog,
   trained for one epoch (``GENERATION_FULL_CPU``): the papers' claims measured on full data on the 2-core CPU, where
   an epoch takes 45-75 minutes of one core.
@@ -64,6 +66,9 @@ PLANS: dict[str, list[Experiment]] = {
                      limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task=TASK,
                      extra={"scale": GENERATION_CPU, "c_max": c, "max_context_turns": 10})
           for c in range(6))],
+    # the pretrained decoder fine-tuned, plain and with PHAED's two ideas (a GPU job)
+    "generation-smollm2": [Experiment(f"{TASK}-dailydialog-{model}", model, "dailydialog", SEEDS, task=TASK)
+                           for model in ("smollm2", "smollm2-phaed")],
     # the main rows at the recipes' size on all the data, one epoch: the papers' directions on full data on the CPU
     "generation-full-cpu": [
         Experiment(f"{TASK}-dailydialog-{model}-full-cpu", model, "dailydialog", FIRST_SEED,
