@@ -255,10 +255,9 @@ class SmolLM2Generator(nn.Module):
         self.config, self.vocab, self.tokenizer = config, vocab, tokenizer
         self.lm = lm.train()
         self.lm.set_attn_implementation(STRUCTURE_ATTENTION)
-        roles = PHAED_ROLES if config.speaker_tokens else CHAT_ROLES
+        self.roles, self._pieces = (PHAED_ROLES if config.speaker_tokens else CHAT_ROLES), {}  # _pieces: `_message`'s ids
         if config.speaker_tokens:
             self._add_speaker_tokens()
-        self.roles = roles
         self.end_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
         self.stop_ids = torch.tensor([self.end_id] + [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])])
@@ -284,9 +283,12 @@ class SmolLM2Generator(nn.Module):
     # -- text -> ids --------------------------------------------------------------------------------------------
 
     def _message(self, role: str, text: str | None = None) -> list[int]:
-        """``<|im_start|>ROLE\\nTEXT<|im_end|>\\n`` (without TEXT: the header alone, the generation prompt)."""
+        """``<|im_start|>ROLE\\nTEXT<|im_end|>\\n`` (without TEXT: the header alone, the generation prompt); each
+        utterance is in the context of several instances, so its ids are kept."""
         piece = f"<|im_start|>{role}\n" + ("" if text is None else f"{text}{END_OF_TURN}\n")
-        return self.tokenizer(piece, add_special_tokens=False)["input_ids"]
+        if piece not in self._pieces:
+            self._pieces[piece] = self.tokenizer(piece, add_special_tokens=False)["input_ids"]
+        return self._pieces[piece]
 
     def encode(self, instance: GenerationInstance) -> tuple[list[int], list[int], list[int]]:
         """(prompt ids, the message number of each, target ids: the response's sub-words and <|im_end|>)."""
@@ -372,9 +374,9 @@ class SmolLM2Generator(nn.Module):
             if bool(done.all()):
                 break
             start, step_ids = start + step_ids.shape[1], next_id[:, None]
-        out = []
+        out, stops = [], set(self.stop_ids.tolist())
         for row in torch.stack(steps, 1).tolist():
-            stop = next((j for j, t in enumerate(row) if t in set(self.stop_ids.tolist())), len(row))
+            stop = next((j for j, t in enumerate(row) if t in stops), len(row))
             out.append(words(self.tokenizer.decode(row[:stop], skip_special_tokens=True)))
         return out
 
