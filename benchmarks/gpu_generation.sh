@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Response generation on one GPU, in one job: the plans of benchmarks/plans/generation.py through the benchmark runner,
+# WORKERS runs at a time sharing the card (the word generators are small: one alone leaves the card mostly idle), every
+# run cut at DEADLINE seconds from the start (checkpointed; run the script again and cut runs continue, finished ones are
+# kept), then the results files (benchmarks/results/generation-*.json, cut runs marked partial) and the run records
+# (run.json, result.json, the logs; no checkpoints) archived into ARCHIVE, so a job cut short still leaves what finished.
+#   PLANS    default "generation": the recipes' sizes, main rows over SEEDS, PHAED's ablations and c_max sweep on seed 1;
+#            "generation-smollm2": SmolLM2-135M-Instruct fine-tuned, plain and with PHAED's speaker tokens and
+#            turn-relative attention (bf16 mixed precision advised: ACCELERATE_MIXED_PRECISION=bf16).
+#   SEEDS    default 1,2,3.
+# DRA's models read spaCy parses: where the parser is not installed, bring the parse cache of the data along
+# (TURNFORMER_CACHE/parses, filled by any run of transformer-dra on the same conversations; it is read without spaCy).
+# Usage: benchmarks/gpu_generation.sh    then the results files are in benchmarks/results/ and the archive.
+set -u
+export RUNS=${RUNS:-runs/generation} ARCHIVE=${ARCHIVE:-runs/generation.tar.gz}
+read -r -a plans <<< "${PLANS:-generation}"
+mkdir -p "$RUNS"
+python3 benchmarks/run.py $(printf -- '--plan %s ' "${plans[@]}") --seeds "${SEEDS:-1,2,3}" --workers "${WORKERS:-12}" \
+    --deadline "${DEADLINE:-480}" --runs-dir "$RUNS" 2>&1 | tee -a "$RUNS/runner.log"
+tar -czf "$ARCHIVE" --exclude=last --exclude=best --exclude="*.tmp" --exclude="*.old" "$RUNS" \
+    $(ls benchmarks/results/generation-*.json 2>/dev/null)
+echo "archived into $ARCHIVE"
