@@ -189,5 +189,7 @@ def test_bad_settings_and_over_long_instances_are_refused(tokenizer, vocab):
     model = generator(tokenizer, vocab, max_tokens=40)
     with pytest.raises(DialogueError, match=r"dialogue 'd1' turn 1: \d+ tokens of context and response, over max_tokens = 40"):
         model.make_batches(make_instances(LONGER), 8)
+    with pytest.raises(ValueError, match="replies greedily"):
+        ResponseGenerator(model, vocab, beam_size=3)
     with pytest.raises(ValueError, match="greedy"):
         generator(tokenizer, vocab).predict(generator(tokenizer, vocab).make_batches(make_instances(DIALOGUES), 8)[0], beam_size=2)

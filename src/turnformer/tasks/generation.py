@@ -319,6 +319,8 @@ class ResponseGenerator:
     def __init__(self, model, vocab: Vocabulary, max_context_turns: int = 4, max_words: int = 50, beam_size: int = 1):
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        if beam_size > 1 and hasattr(model, "generate_words"):
+            raise ValueError(f"{type(model).__name__} replies greedily: beam search (beam_size {beam_size}) is for the word generators")
         self.model, self.vocab = model.eval(), vocab
         self.max_context_turns, self.max_words, self.beam_size = max_context_turns, max_words, beam_size
 
