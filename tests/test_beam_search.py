@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from turnformer.cli import app
 from turnformer.models.generator_base import repeat_state
-from turnformer.tasks.generation import (GENERATION_MODELS, SPECIALS, ResponseGenerator, Vocabulary, build_generator,
+from turnformer.tasks.generation import (WORD_GENERATORS, SPECIALS, ResponseGenerator, Vocabulary, build_generator,
                                          encode_instances, make_generation_batches, make_instances)
 
 from _generation_checks import fit, id_settings, train_on_files_from_the_command_line
@@ -88,7 +88,7 @@ def sequence_scores(model, batch, sequences, length_penalty):
     return log_probs.gather(-1, tokens[..., None])[..., 0].sum(1) / tokens.shape[1] ** length_penalty
 
 
-@pytest.mark.parametrize("model_id", GENERATION_MODELS)
+@pytest.mark.parametrize("model_id", WORD_GENERATORS)
 def test_a_beam_of_one_is_greedy_decoding(models, vocab, model_id):
     model = models(model_id)
     (batch,) = make_generation_batches(encoded_instances(model, vocab), 32)
@@ -120,7 +120,7 @@ def test_a_beam_wider_than_every_sequence_finds_the_best_one(length_penalty):
     assert found != greedy  # the search beat greedy somewhere, so the test has teeth
 
 
-@pytest.mark.parametrize("model_id", GENERATION_MODELS)
+@pytest.mark.parametrize("model_id", WORD_GENERATORS)
 def test_a_beam_of_four_scores_no_worse_than_greedy(models, vocab, model_id):
     model = models(model_id)
     encoded = encoded_instances(model, vocab)
@@ -131,7 +131,7 @@ def test_a_beam_of_four_scores_no_worse_than_greedy(models, vocab, model_id):
     assert any(b > g + 1e-6 for b, g in zip(beam, greedy))
 
 
-@pytest.mark.parametrize("model_id", GENERATION_MODELS)
+@pytest.mark.parametrize("model_id", WORD_GENERATORS)
 def test_an_example_gets_the_same_response_alone_and_in_a_padded_batch(models, vocab, model_id):
     model = models(model_id)
     encoded = encoded_instances(model, vocab)

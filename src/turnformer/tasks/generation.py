@@ -95,15 +95,19 @@ def build_word_generator(cls, model_config: dict, vocab: Vocabulary):
     return cls(config, pad_id=vocab.index[PAD], eou_id=vocab.index[EOU])
 
 
-# model id -> builder: (model config, vocabulary) -> model.
-MODELS: dict[str, ModelBuilder] = {
+# model id -> builder: (model config, vocabulary) -> model. The word generators (over our vocabulary, with beam search):
+WORD_GENERATORS: dict[str, ModelBuilder] = {
     "transformer": partial(build_word_generator, TransformerGenerator),
     "transformer-dra": partial(build_word_generator, TransformerDRA),
     **dict.fromkeys(("dialogbert", "dialogbert-dra"), partial(build_word_generator, DialogBERTGenerator)),
     **dict.fromkeys(("phaed", "phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence"),
                     partial(build_word_generator, PHAED)),
     "gpt2-scratch": partial(build_word_generator, GPT2Generator),
-    # SmolLM2-135M-Instruct fine-tuned; -phaed: its recipe adds PHAED's speaker tokens and turn-relative attention
+}
+MODELS: dict[str, ModelBuilder] = {
+    **WORD_GENERATORS,
+    # SmolLM2-135M-Instruct fine-tuned over its sub-words; -phaed: its recipe adds PHAED's speaker tokens and turn-relative
+    # attention
     **dict.fromkeys(("smollm2", "smollm2-phaed"), lambda config, vocab: SmolLM2Generator(SmolLM2Config.from_dict(config), vocab)),
 }
 GENERATION_MODELS = MODELS
@@ -408,4 +412,4 @@ __all__ = ["EOU", "GENERATION_MODELS", "MODELS", "PAD", "SOU", "SPEAKER_Q", "SPE
            "GenerationInstance", "GenerationReport", "ResponseGenerator", "Utterance", "Vocabulary", "build_generator",
            "build_word_generator", "encode_instance", "encode_instances", "evaluate_generation", "evaluate_perplexity",
            "evaluate_split", "generate_replies", "generate_responses", "instance_batches", "load_generation_data", "load_trained",
-           "make_generation_batches", "make_instances", "prepare_generation", "train_generation", "words"]
+           "make_generation_batches", "make_instances", "prepare_generation", "train_generation", "WORD_GENERATORS", "words"]
