@@ -46,6 +46,8 @@ NO_PAPER_SCORE = {
     ("erc", "meld", "dialogxl-speaker-emb"): "the DialogXL paper reports speaker-role embeddings on other datasets",
     ("response-selection", "mutual-plus", "mdfn"): "MuTual-plus: a variant no paper ran",
     ("response-selection", "mutual-plus", "plain-encoder"): "MuTual-plus: a variant no paper ran",
+    ("generation", "dailydialog", "smollm2"): "a pretrained decoder fine-tuned: the row a user would deploy, no paper's",
+    ("generation", "dailydialog", "smollm2-phaed"): "the same with PHAED's speaker tokens and turn attention: ours",
 }
 # DialogXL with a learned memory bias, or gradients through memory; dialogue acts over a frozen sentence encoder's vectors
 OUR_VARIANTS = ("-memory-bias", "-memory-grad", "-frozen-mpnet", "frozen-mpnet-utterance")
