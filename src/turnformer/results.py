@@ -171,9 +171,11 @@ MAIN_ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "response-selection-mutual-mdfn", "response-selection-mutual-plain-encoder", "response-selection-mutual-plus-mdfn",
         "response-selection-mutual-plus-plain-encoder", "response-selection-mutual-mdfn-cpu",
         "response-selection-mutual-plain-encoder-cpu")),
-    ("DRA and PHAED: response generation on DailyDialog (test perplexity)", tuple(
-        f"generation-dailydialog-{model}-cpu" for model in ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra",
-                                                             "phaed", "gpt2-scratch", "smollm2-zeroshot"))),
+    ("DRA and PHAED: response generation on DailyDialog (test perplexity)", (
+        *(f"generation-dailydialog-{model}" for model in ("smollm2", "smollm2-phaed")),
+        *(f"generation-dailydialog-{model}{scale}" for scale in ("-full-cpu", "-cpu")
+          for model in ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")),
+        "generation-dailydialog-smollm2-zeroshot-cpu")),
 )
 
 
