@@ -229,7 +229,7 @@ class LMBatch:
     reference: torch.Tensor  # (B, W)
 
     def to(self, device) -> "LMBatch":
-        return LMBatch(*(t.to(device) for t in dataclasses.astuple(self)))
+        return LMBatch(*(getattr(self, f.name).to(device) for f in dataclasses.fields(self)))
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -241,7 +241,7 @@ def _left_padded(rows: Sequence[Sequence[int]], value) -> torch.Tensor:
 
 
 class SmolLM2Generator(nn.Module):
-    """SmolLM2-135M-Instruct fine-tuned on (context, response) instances (the section docstring above): ``loss``,
+    """SmolLM2-135M-Instruct fine-tuned on (context, response) instances (the module docstring): ``loss``,
     ``negative_log_likelihood`` and ``predict`` as the word generators have them, over its own batches
     (`make_batches`). `lm` / `tokenizer`: a causal LM of the Llama family and its tokenizer (default: SmolLM2 from
     its GGUF file); `vocab`: our word vocabulary, which the metrics map responses through."""
