@@ -59,11 +59,57 @@ def test_the_vectors_are_the_encoders_mean_pooled_normalised_states(sentence_fol
     assert (plain.mode, plain.normalize, plain.max_length) == ("mean", False, 128)
 
 
+def test_a_repeated_text_is_encoded_once_and_every_occurrence_gets_its_vector(sentence_folder, monkeypatch):
+    encoder = SentenceEncoder(str(sentence_folder), batch_size=2, device="cpu")
+    repeated = [TEXTS[3], *TEXTS, TEXTS[0], TEXTS[3], TEXTS[5]]  # "okay" three times, "hello there" and "bye" twice
+    encoded = []
+    encode_batch = encoder._encode_batch
+    monkeypatch.setattr(encoder, "_encode_batch", lambda batch: encoded.extend(batch) or encode_batch(batch))
+    vectors = encoder.encode(repeated)
+    assert len(encoded) == len(TEXTS) and sorted(map(tuple, encoded)) == sorted(map(tuple, encoder.token_ids(TEXTS)))
+    alone = torch.stack([encoder.encode([text])[0] for text in repeated])
+    assert vectors.shape == (len(repeated), 32) and torch.allclose(vectors, alone, atol=1e-5)
+    assert torch.equal(vectors[0], vectors[4]) and torch.equal(vectors[0], vectors[8])
+
+
+def test_an_interrupted_encoding_goes_on_where_it_stopped(sentence_folder, tmp_path, monkeypatch):
+    import turnformer.backbones.sentence_vectors as sv
+
+    monkeypatch.setattr(sv, "PROGRESS_SECONDS", 0)  # write the progress file after every batch
+    encoder = SentenceEncoder(str(sentence_folder), batch_size=2, device="cpu")
+    whole = encoder.encode(TEXTS)
+    progress = tmp_path / "toy.partial.safetensors"
+    encoded = []
+    encode_batch = encoder._encode_batch
+
+    def cut_after_two_batches(batch):
+        if len(encoded) == 4:
+            raise KeyboardInterrupt
+        encoded.extend(batch)
+        return encode_batch(batch)
+
+    monkeypatch.setattr(encoder, "_encode_batch", cut_after_two_batches)
+    with pytest.raises(KeyboardInterrupt):
+        encoder.encode(TEXTS, progress=progress)
+    assert progress.is_file() and len(encoded) == 4
+    monkeypatch.setattr(encoder, "_encode_batch", lambda batch: encoded.extend(batch) or encode_batch(batch))
+    resumed = encoder.encode(TEXTS, progress=progress)
+    assert len(encoded) == len(TEXTS) and torch.allclose(resumed, whole, atol=1e-6) and not progress.exists()
+    # a progress file of other texts (another shape) is not used
+    encoder.encode(TEXTS[:3], progress=progress)
+    monkeypatch.setattr(encoder, "_encode_batch", cut_after_two_batches)
+    encoded.clear()
+    with pytest.raises(KeyboardInterrupt):
+        encoder.encode(TEXTS[:5], progress=progress)
+    monkeypatch.setattr(encoder, "_encode_batch", encode_batch)
+    assert torch.allclose(encoder.encode(TEXTS, progress=progress), whole, atol=1e-6)
+
+
 def test_the_cache_is_read_the_second_time_and_missed_when_a_text_changes(sentence_folder, tmp_path, monkeypatch):
     encoder = SentenceEncoder(str(sentence_folder), device="cpu")
     calls = []
     encode = encoder.encode
-    monkeypatch.setattr(encoder, "encode", lambda texts, desc="": calls.append(len(texts)) or encode(texts))
+    monkeypatch.setattr(encoder, "encode", lambda texts, desc="", progress=None: calls.append(len(texts)) or encode(texts))
     first, truncated = sentence_vectors(encoder, TEXTS, "toy", "train", cache_dir=tmp_path)
     assert calls == [len(TEXTS)] and truncated == 1 and len(list(tmp_path.rglob("toy-train-*.safetensors"))) == 1
     again, truncated = sentence_vectors(encoder, TEXTS, "toy", "train", cache_dir=tmp_path)

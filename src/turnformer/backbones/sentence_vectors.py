@@ -11,6 +11,8 @@ The encoder is frozen, so a split's vectors never change: `sentence_vectors` com
 ``~/.cache/turnformer/sentence-vectors/ENCODER/DATASET-SPLIT-CHECKSUM.safetensors`` (under ``$TURNFORMER_CACHE``
 instead of ``~/.cache/turnformer`` where it is set), the checksum over the split's texts and how they are encoded:
 a changed text is a new file, and a later run reads the vectors back in a second, without loading the encoder.
+An encoding cut short (SwDA's training split takes about an hour on two CPU cores) goes on where it stopped: what it
+had done is in ``DATASET-SPLIT-CHECKSUM.partial.safetensors`` beside, written every two minutes.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from turnformer.cache import cache_root, write_safetensors
 logger = logging.getLogger(__name__)
 
 CACHE_FOLDER = "sentence-vectors"
+PROGRESS_SECONDS = 120  # how often a long encoding writes what it has done (see `SentenceEncoder.encode`)
 
 
 def default_cache_dir() -> Path:
@@ -122,23 +125,53 @@ class SentenceEncoder:
         return sum(len(ids) > self.pooling.max_length for ids in lengths)
 
     @torch.no_grad()
-    def encode(self, texts: Sequence[str], desc: str = "sentence vectors") -> torch.Tensor:
-        """texts -> float32 vectors [N, dim] on the CPU, in the texts' order. Texts run in batches of similar length
-        (longest first, each batch cut to its longest), so little work goes to padding; a log line every 30 s."""
+    def encode(self, texts: Sequence[str], desc: str = "sentence vectors", progress: Path | None = None) -> torch.Tensor:
+        """texts -> float32 vectors [N, dim] on the CPU, in the texts' order. A text that occurs more than once is
+        encoded once (a dialogue corpus repeats its backchannels: a third of SwDA's utterances); the distinct texts
+        run in batches of similar length (longest first, each batch cut to its longest), so little work goes to
+        padding; a log line every 30 s. With ``progress`` (a file path), the vectors done so far are written there
+        every `PROGRESS_SECONDS` and an interrupted call with the same texts goes on from them; the file is removed
+        at the end."""
         if not texts:
             return torch.empty(0, self.dim)
-        ids = self.token_ids(texts)
+        distinct = list(dict.fromkeys(texts))  # in first-occurrence order
+        where = {text: i for i, text in enumerate(distinct)}
+        ids = self.token_ids(distinct)
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-        out = torch.empty(len(ids), self.dim)
-        start, shown = time.monotonic(), time.monotonic()
-        for first in range(0, len(order), self.batch_size):
+        out, done = self._resume(progress, len(ids))
+        start = shown = saved = time.monotonic()
+        for first in range(done, len(order), self.batch_size):
             rows = order[first : first + self.batch_size]
             out[rows] = self._encode_batch([ids[i] for i in rows]).float().cpu()
-            if time.monotonic() - shown >= 30:
-                shown = time.monotonic()
-                logger.info("%s (%s): %d/%d texts, %.0f s", desc, self.name, first + len(rows), len(ids), shown - start)
-        logger.info("%s (%s): %d texts in %.0f s", desc, self.name, len(ids), time.monotonic() - start)
-        return out
+            now = time.monotonic()
+            if progress is not None and now - saved >= PROGRESS_SECONDS:
+                saved = now
+                write_safetensors(progress, {"vectors": out}, {"done": str(first + len(rows))})
+            if now - shown >= 30:
+                shown = now
+                logger.info("%s (%s): %d/%d distinct texts, %.0f s", desc, self.name, first + len(rows), len(ids),
+                            now - start)
+        logger.info("%s (%s): %d texts (%d distinct, %d of them done before) in %.0f s", desc, self.name, len(texts),
+                    len(ids), done, time.monotonic() - start)
+        if progress is not None:
+            progress.unlink(missing_ok=True)
+        return out[[where[text] for text in texts]]
+
+    def _resume(self, progress: Path | None, count: int) -> tuple[torch.Tensor, int]:
+        """The vectors [count, dim] an interrupted `encode` left in ``progress``, and how many of its batches' texts
+        they hold; a fresh start where there is none (or an unreadable one, or one of another shape)."""
+        if progress is not None and progress.is_file():
+            try:
+                with safe_open(str(progress), framework="pt") as f:
+                    vectors, done = f.get_tensor("vectors"), int(f.metadata()["done"])
+                if vectors.shape == (count, self.dim) and 0 <= done <= count:
+                    logger.info("%s: going on from %d of %d distinct texts", progress, done, count)
+                    return vectors, done
+                logger.warning("%s: holds %s vectors, expected (%d, %d); starting again", progress, tuple(vectors.shape),
+                               count, self.dim)
+            except (OSError, KeyError, ValueError, TypeError, SafetensorError) as err:
+                logger.warning("%s: unreadable, starting again (%s)", progress, err)
+        return torch.empty(count, self.dim), 0
 
     def _encode_batch(self, batch: list[list[int]]) -> torch.Tensor:
         """Input ids of similar length -> pooled vectors [B, dim]."""
@@ -181,7 +214,8 @@ def sentence_vectors(encoder: SentenceEncoder, texts: Sequence[str], dataset: st
         if cached is not None:
             logger.info("sentence vectors of %s %s (%s): read from %s", dataset, split, encoder.name, path)
             return cached
-    vectors = encoder.encode(texts, desc=f"sentence vectors of {dataset} {split}")
+    vectors = encoder.encode(texts, desc=f"sentence vectors of {dataset} {split}",
+                             progress=path.with_name(f"{path.stem}.partial.safetensors"))
     truncated = encoder.truncated(texts)
     write_safetensors(path, {"vectors": vectors},
                       {"encoder": encoder.name, "dataset": dataset, "split": split, "texts": str(len(texts)),
