@@ -3,6 +3,9 @@ is Transformer-XL's cached computation, memory waste is measured and counted con
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import pytest
 import torch
 from _benchmark_scripts import load_benchmark_script
@@ -114,6 +117,36 @@ def test_concat_context_single_token_type_backbone():
         ids, _, _ = concat_sequence(conv, 2, 128)
         direct = model.encoder(torch.tensor([ids])).last_hidden_state[0, 0]
     assert torch.allclose(states[0, 2], direct, atol=1e-5)
+
+
+def test_concat_context_frozen_lower_layers_change_nothing_but_what_is_trained():
+    """frozen_layers=1: the same logits and loss, the same gradients on the top layer and the classifier, none below
+    (the embeddings and the lowest layer keep no gradient and are left alone by the optimizer)."""
+    batch = make_batch(conversations(), PAD)
+    full = concat_model(max_length=12, rows=4)
+    config = dataclasses.replace(full.config, frozen_layers=1)
+    frozen = ConcatContext(config, copy.deepcopy(full.encoder), CLS, SEP, PAD).eval()
+    frozen.load_state_dict(full.state_dict())
+    assert torch.equal(frozen.logits(batch), full.logits(batch))
+    full.loss(batch).backward()
+    frozen.loss(batch).backward()
+    below = [*frozen.encoder.embeddings.parameters(), *frozen.encoder.encoder.layer[0].parameters()]
+    assert below and all(not p.requires_grad and p.grad is None for p in below)
+    trained = dict(frozen.named_parameters())
+    for name, param in full.named_parameters():
+        if param.grad is None:  # the unused [CLS] pooler
+            assert name.startswith("encoder.pooler.") and trained[name].grad is None
+        elif trained[name].requires_grad:
+            assert torch.allclose(trained[name].grad, param.grad, atol=1e-6), name
+    assert {n for n, p in trained.items() if p.requires_grad} == {n for n in trained if not n.startswith(
+        ("encoder.embeddings.", "encoder.encoder.layer.0."))}
+    assert any(n.startswith("encoder.encoder.layer.1.") and p.grad is not None for n, p in trained.items())
+    before = [p.clone() for p in below]
+    torch.optim.AdamW(frozen.parameters(), lr=1e-2, weight_decay=0.1).step()
+    assert all(torch.equal(b, p) for b, p in zip(before, below))
+    config = ConcatContextConfig(num_labels=3, max_length=64, frozen_layers=3)
+    with pytest.raises(ValueError, match="frozen_layers=3 but the encoder has 2 layers"):
+        ConcatContext(config, tiny_encoder(), CLS, SEP, PAD)
 
 
 # ---------------------------------------------------------------- SegmentRecurrence

@@ -9,7 +9,7 @@ import importlib
 _WHERE = {
     **dict.fromkeys(("BertConfig", "EncoderOutput", "StructuredEncoder", "build_attention_mask"), "bert"),
     **dict.fromkeys(("DEFAULT_SENTENCES", "check_backbone"), "check"),
-    **dict.fromkeys(("MINILM", "BackboneLoadError", "UnsupportedBackboneError", "build_encoder", "load_backbone",
+    **dict.fromkeys(("MINILM", "BackboneLoadError", "UnsupportedBackboneError", "build_encoder", "freeze_lower_layers", "load_backbone",
                      "load_config", "load_state_dict_file", "load_tokenizer", "load_weights", "random_backbone",
                      "resolve_backbone", "tiny_config"), "loading"),
     **dict.fromkeys(("MPNetConfig", "MPNetStructuredEncoder"), "mpnet"),

@@ -47,6 +47,7 @@ __all__ = [
     "BackboneLoadError",
     "UnsupportedBackboneError",
     "build_encoder",
+    "freeze_lower_layers",
     "load_auto_encoder",
     "load_backbone",
     "load_config",
@@ -414,6 +415,25 @@ def load_auto_encoder(name_or_path: str, pretrained: bool = True) -> tuple[torch
         if bars:
             hf_logging.enable_progress_bar()
     return encoder, _tokenizer_from(folder)
+
+
+def freeze_lower_layers(encoder: torch.nn.Module, n_layers: int) -> None:
+    """Freeze an encoder's embeddings and its lowest ``n_layers`` layers (0: nothing): ours and transformers' BERT-,
+    MPNet- and RoBERTa-type encoders (``embeddings``, ``encoder.layer``) and XLNet (``word_embedding``, ``layer``).
+    Nothing below the first trained layer needs gradients, so training keeps no activations for it: a frozen lower
+    half saves about a third of a step's compute and most of its activation memory."""
+    if n_layers < 0:
+        raise ValueError(f"frozen_layers must be 0 or more, got {n_layers}")
+    if not n_layers:
+        return
+    embeddings = getattr(encoder, "embeddings", None) or getattr(encoder, "word_embedding", None)
+    layers = getattr(getattr(encoder, "encoder", None), "layer", None) or getattr(encoder, "layer", None)
+    if embeddings is None or layers is None:
+        raise ValueError(f"frozen_layers: cannot find the embeddings and layers of {type(encoder).__name__}")
+    if n_layers > len(layers):
+        raise ValueError(f"frozen_layers={n_layers} but the encoder has {len(layers)} layers")
+    for module in [embeddings, *layers[:n_layers]]:
+        module.requires_grad_(False)
 
 
 def load_tokenizer(name_or_path: str) -> Any:

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from turnformer.backbones.loading import load_auto_encoder
+from turnformer.backbones.loading import freeze_lower_layers, load_auto_encoder
 from turnformer.models.config_checks import check_config
 from turnformer.structure import LISTENER, OTHER_UTTERANCE, SAME_UTTERANCE, SPEAKER, MultiHeadAttention, TokenMeta
 from turnformer.structure.attention import inlined_names, keep_checkpoint_names
@@ -193,18 +193,7 @@ class MDFN(nn.Module):
         width = (2 * hidden if config.aggregation == "bigru" else hidden) * len(names) if names else hidden
         self.pooler = nn.Linear(width, hidden)
         self.score = nn.Linear(hidden, 1)
-        self._freeze(config.frozen_layers)
-
-    def _freeze(self, n_layers: int) -> None:
-        if not n_layers:
-            return
-        layers = getattr(getattr(self.encoder, "encoder", None), "layer", None)
-        if layers is None or not hasattr(self.encoder, "embeddings"):
-            raise ValueError(f"frozen_layers: cannot find the embeddings and layers of {type(self.encoder).__name__}")
-        if n_layers > len(layers):
-            raise ValueError(f"frozen_layers={n_layers} but the encoder has {len(layers)} layers")
-        for module in [self.encoder.embeddings, *layers[:n_layers]]:
-            module.requires_grad_(False)
+        freeze_lower_layers(self.encoder, config.frozen_layers)
 
     def pretrained_parameters(self):
         """The encoder's parameters: `train.head_lr` gives the layers above it their own learning rate."""
