@@ -1,0 +1,143 @@
+"""What the concatenated-context baseline costs to train, in its recipe's setting and in the cheaper ones of plan
+``concat-cpu``, side by side in one run on the same MELD training batches.
+
+    python benchmarks/concat_cpu_cost.py [--backbone all-MiniLM-L6-v2] [--batches 12] [--repeats 2] [--threads 1]
+
+-> ``concat-cpu-cost.json`` (``concat-cpu-cost-BACKBONE.json`` for another backbone). Per setting (`SETTINGS`: the
+recipe, 512 tokens and every layer trained; the backbone's lower half frozen; the history cut to 128 tokens; both):
+seconds of a training step (forward, backward, AdamW) over ``--batches`` batches evenly spaced over the epoch (batched
+as training batches them: 4 conversations, sorted by length), the sum scaled to the epoch's batch count; the tokens
+the rows encode over the whole epoch (every row re-encodes its history); and the activation memory a step keeps for
+its backward pass (the bytes autograd saves, each tensor counted once, parameters not counted), the largest over the
+batches. The settings alternate batch by batch (who goes first rotates); every setting starts from the same weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import timed_train_step  # noqa: E402
+from turnformer.data import load_split  # noqa: E402
+from turnformer.models.baselines import ConcatContext  # noqa: E402
+from turnformer.recipes import find_recipe, load_recipe  # noqa: E402
+from turnformer.results import make_result, write_result  # noqa: E402
+from turnformer.tasks.erc import build_erc_model, encode_conversations, make_batches  # noqa: E402
+from turnformer.training import build_optimizer  # noqa: E402
+
+MINILM = "all-MiniLM-L6-v2"
+
+
+def settings_for(layers: int) -> dict[str, dict]:
+    """The concat-cpu settings on a backbone of `layers` layers (its lower half: layers // 2)."""
+    half = {"frozen_layers": layers // 2}
+    return {"recipe": {}, "frozen-half": half, "len128": {"max_length": 128}, "frozen-half-len128": {**half, "max_length": 128}}
+
+
+def epoch_tokens(model: ConcatContext, batches) -> tuple[int, int]:
+    """(tokens the rows of `batches` encode, rows cut by max_length): what an epoch's forward passes read."""
+    tokens = cut = 0
+    for batch in batches:
+        for chunk in model.build_inputs(batch):
+            tokens += int(chunk.attention_mask.sum())
+            cut += sum(1 for n in chunk.truncated if n)
+    return tokens, cut
+
+
+def saved_activation_bytes(model: ConcatContext, batch) -> int:
+    """Bytes autograd keeps for the backward pass of one training loss (each tensor once, parameters left out)."""
+    params = {p.data_ptr() for p in model.parameters()}
+    seen: dict[tuple[int, int], int] = {}
+
+    def pack(tensor: torch.Tensor):
+        ptr = tensor.untyped_storage().data_ptr()
+        if ptr not in params:
+            seen[(ptr, tensor.untyped_storage().nbytes())] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = model.loss(batch)
+    del loss
+    return sum(seen.values())
+
+
+def spread(items: list, n: int) -> list:
+    """`n` items evenly spaced over `items` (all of them when n >= len)."""
+    if n >= len(items):
+        return list(items)
+    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)] if n > 1 else [items[len(items) // 2]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backbone", default=MINILM)
+    parser.add_argument("--batches", type=int, default=12, help="batches evenly spaced over the epoch")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    recipe = load_recipe(find_recipe("erc", "concat-context", "meld"))
+    split = load_split("meld", "train", args.data_dir)
+    labels = split.label_set(recipe.get("label_kind", "emotion"))
+    torch.manual_seed(args.seed)
+    base, tokenizer = build_erc_model("concat-context", recipe["model_config"], labels, args.backbone)
+    encoded, _ = encode_conversations(split.dialogues, tokenizer, recipe.get("label_kind", "emotion"), labels,
+                                      base.config.max_utterance_tokens)
+    all_batches = make_batches(encoded, int(recipe["train"]["batch_size"]), tokenizer.pad_token_id)
+    batches = spread(all_batches, args.batches)
+    settings = settings_for(base.encoder.num_layers)
+    models, optimizers = {}, {}
+    for name, changes in settings.items():
+        config = dataclasses.replace(base.config, **changes)
+        model = ConcatContext(config, copy.deepcopy(base.encoder), base.cls_id, base.sep_id, base.pad_id)
+        model.load_state_dict(base.state_dict())
+        models[name] = model
+        optimizers[name] = build_optimizer(model, float(recipe["train"]["lr"]), float(recipe["train"]["weight_decay"]))
+    start = time.perf_counter()
+    for name in settings:  # warm-up
+        timed_train_step(models[name], optimizers[name], batches[0])
+    seconds = {name: [[] for _ in range(args.repeats)] for name in settings}
+    names = list(settings)
+    for r in range(args.repeats):
+        for i, batch in enumerate(batches):
+            shift = (r + i) % len(names)
+            for name in names[shift:] + names[:shift]:
+                seconds[name][r].append(timed_train_step(models[name], optimizers[name], batch))
+    out = {}
+    for name in settings:
+        totals = [sum(run) for run in seconds[name]]
+        tokens, cut = epoch_tokens(models[name], all_batches)
+        out[name] = {"settings": settings[name], "seconds_per_repeat": totals,
+                     "epoch_minutes": statistics.median(totals) / len(batches) * len(all_batches) / 60,
+                     "epoch_tokens": tokens, "epoch_rows_cut": cut,
+                     "saved_activation_megabytes": max(saved_activation_bytes(models[name], b) for b in batches) / 2**20,
+                     "trained_parameters": sum(p.numel() for p in models[name].parameters() if p.requires_grad)}
+    for name in settings:
+        out[name]["time_vs_recipe"] = out[name]["epoch_minutes"] / out["recipe"]["epoch_minutes"]
+    suffix = "" if args.backbone == MINILM else f"-{args.backbone.rstrip('/').rsplit('/', 1)[-1]}"
+    record = make_result(
+        f"concat-cpu-cost{suffix}", task="erc", dataset="meld", split="train", model="concat-context", backbone=args.backbone,
+        metric="training_time_vs_recipe", scores=[out["frozen-half"]["time_vs_recipe"]], seeds=[args.seed],
+        config={"threads": args.threads, "batches": len(batches), "repeats": args.repeats, "batch_size": recipe["train"]["batch_size"]},
+        extra={"batches_of_epoch": len(all_batches), "rows_of_epoch": sum(sum(b.lengths) for b in all_batches),
+               "seconds": time.perf_counter() - start, **out})
+    for name, row in out.items():
+        print(f"{name}: {row['epoch_minutes']:.1f} min an epoch ({row['time_vs_recipe']:.2f} of the recipe), "
+              f"{row['epoch_tokens']} tokens, {row['epoch_rows_cut']} rows cut, "
+              f"{row['saved_activation_megabytes']:.0f} MB saved for backward at most")
+    print(write_result(record))
+
+
+if __name__ == "__main__":
+    main()
