@@ -16,6 +16,10 @@
   validation conversations held out of training instead of our 21), ``SPLIT_EPOCHS`` epochs, ``--grid-seeds``;
   each also scored on its first 3 epochs (``-e3``), the ``acts`` plan's SwDA schedule: the split alone, then the
   longer schedule.
+- ``acts-frozen``: the context models over all-mpnet-base-v2's frozen sentence vectors, and those vectors alone
+  (recipes ``dialogue-act-DATASET-MODEL-frozen-mpnet``, ``-frozen-mpnet-utterance``), on SwDA and DailyDialog, over
+  ``--seeds``. The first run of a dataset computes its vectors (SwDA's: about 70 minutes on one CPU thread) and caches
+  them; the others read them.
 - ``act-vectors``: LC Attention on SwDA (the ``acts`` plan's 3 epochs) with its word embeddings started elsewhere
   (``ACT_VECTORS``: a random draw, word2vec trained on the training split's word pieces, all-mpnet-base-v2's or
   SmolLM2-135M's input embeddings), ``--grid-seeds``; all-MiniLM-L6-v2's are the ``acts`` plan's row.
@@ -47,6 +51,8 @@ ACTS_OVERRIDES = {"swda": ("train.epochs=3",), "dailydialog": ()}
 # act-vectors: where the word embeddings start, against the recipes' all-MiniLM-L6-v2 input embeddings
 ACT_VECTORS = {"random": ("model_config.word_vectors=random",), "word2vec": ("model_config.word_vectors=word2vec",),
                "mpnet": ("backbone=all-mpnet-base-v2",), "smollm2": ("backbone=SmolLM2-135M",)}
+# acts-frozen: over all-mpnet-base-v2's frozen sentence vectors (every one of these reads the same cached vectors)
+FROZEN_MODELS = ("lstm-blstm-frozen-mpnet", "lc-attention-frozen-mpnet", "lstm-attention-frozen-mpnet", "frozen-mpnet-utterance")
 SPLIT_EPOCHS = 6  # act-split: twice the acts plan's SwDA schedule (the paper trains to convergence)
 
 
@@ -94,6 +100,8 @@ PLANS: dict[str, list[Experiment]] = {
         # the fine-tuned all-MiniLM-L6-v2 row keeps its recipe's 2 epochs (about 20 times slower per utterance than the LSTMs)
         *(Experiment(f"{TASK}-{dataset}-minilm-utterance", "minilm-utterance", dataset, SEEDS, task=TASK)
           for dataset in ("swda", "dailydialog"))],
+    "acts-frozen": [Experiment(f"{TASK}-{dataset}-{model}", model, dataset, SEEDS, task=TASK)
+                    for dataset in ("swda", "dailydialog") for model in FROZEN_MODELS],
     "act-grid": [grid_cell(dataset, model, w, p) for dataset, (windows, paddings) in GRIDS.items()
                  for model in CONTEXT_MODELS for w in windows for p in paddings],
     "act-batch": [batch_cell(dataset, model, predicted) for dataset in ("dailydialog", "swda")
