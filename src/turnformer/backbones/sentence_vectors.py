@@ -11,7 +11,7 @@ The encoder is frozen, so a split's vectors never change: `sentence_vectors` com
 ``~/.cache/turnformer/sentence-vectors/ENCODER/DATASET-SPLIT-CHECKSUM.safetensors`` (under ``$TURNFORMER_CACHE``
 instead of ``~/.cache/turnformer`` where it is set), the checksum over the split's texts and how they are encoded:
 a changed text is a new file, and a later run reads the vectors back in a second, without loading the encoder.
-An encoding cut short (SwDA's training split takes about an hour on two CPU cores) goes on where it stopped: what it
+An encoding cut short (SwDA's training split took 69 minutes on one CPU thread) goes on where it stopped: what it
 had done is in ``DATASET-SPLIT-CHECKSUM.partial.safetensors`` beside, written every two minutes.
 """
 
