@@ -2,6 +2,7 @@
 ``concat-cpu``, side by side in one run on the same MELD training batches.
 
     python benchmarks/concat_cpu_cost.py [--backbone all-MiniLM-L6-v2] [--batches 12] [--repeats 2] [--threads 1]
+    python benchmarks/concat_cpu_cost.py --count-only [--dataset emorynlp]
 
 -> ``concat-cpu-cost.json`` (``concat-cpu-cost-BACKBONE.json`` for another backbone). Per setting (`SETTINGS`: the
 recipe, 512 tokens and every layer trained; the backbone's lower half frozen; the history cut to 128 tokens; both):
@@ -10,6 +11,8 @@ as training batches them: 4 conversations, sorted by length), the sum scaled to 
 the rows encode over the whole epoch (every row re-encodes its history); and the activation memory a step keeps for
 its backward pass (the bytes autograd saves, each tensor counted once, parameters not counted), the largest over the
 batches. The settings alternate batch by batch (who goes first rotates); every setting starts from the same weights.
+``--count-only`` times nothing: the epoch's tokens and rows cut at 512, 256 and 128 tokens of history, beside the
+tokens of encoding every utterance once (``concat-cpu-tokens-DATASET.json``), on ``--dataset`` (MELD or EmoryNLP, the training split).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import timed_train_step  # noqa: E402
+from _timing import spread, timed_train_step  # noqa: E402
 from turnformer.data import load_split  # noqa: E402
 from turnformer.models.baselines import ConcatContext  # noqa: E402
 from turnformer.recipes import find_recipe, load_recipe  # noqa: E402
@@ -34,6 +37,7 @@ from turnformer.tasks.erc import build_erc_model, encode_conversations, make_bat
 from turnformer.training import build_optimizer  # noqa: E402
 
 MINILM = "all-MiniLM-L6-v2"
+COUNTED_LENGTHS = {"recipe": {}, "len256": {"max_length": 256}, "len128": {"max_length": 128}}  # --count-only
 
 
 def settings_for(layers: int) -> dict[str, dict]:
@@ -70,11 +74,22 @@ def saved_activation_bytes(model: ConcatContext, batch) -> int:
     return sum(seen.values())
 
 
-def spread(items: list, n: int) -> list:
-    """`n` items evenly spaced over `items` (all of them when n >= len)."""
-    if n >= len(items):
-        return list(items)
-    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)] if n > 1 else [items[len(items) // 2]]
+def count_tokens(base: ConcatContext, batches, encoded, args) -> None:
+    """The epoch's tokens and rows cut at each history length (`COUNTED_LENGTHS`; frozen layers change neither),
+    beside the tokens of encoding each utterance once, [CLS] and [SEP] included, cut as the model cuts it."""
+    once = sum(len(ids) for c in encoded for ids in c.turn_ids)
+    rows = sum(sum(b.lengths) for b in batches)
+    out = {}
+    for name, changes in COUNTED_LENGTHS.items():
+        model = ConcatContext(dataclasses.replace(base.config, **changes), base.encoder, base.cls_id, base.sep_id, base.pad_id)
+        tokens, cut = epoch_tokens(model, batches)
+        out[name] = {"settings": changes, "epoch_tokens": tokens, "epoch_rows_cut": cut, "times_once": tokens / once}
+        print(f"{name}: {tokens} tokens an epoch ({tokens / once:.1f} times {once} once), {cut} of {rows} rows cut")
+    record = make_result(
+        f"concat-cpu-tokens-{args.dataset}", task="erc", dataset=args.dataset, split="train", model="concat-context",
+        backbone=args.backbone, metric="epoch_tokens_vs_once", scores=[out["recipe"]["times_once"]], seeds=[args.seed],
+        extra={"tokens_once": once, "rows": rows, **out})
+    print(write_result(record))
 
 
 def main() -> None:
@@ -85,10 +100,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--dataset", default="meld", choices=("meld", "emorynlp"), help="--count-only's dataset")
+    parser.add_argument("--count-only", action="store_true", help="count the epoch's tokens per setting; time nothing")
     args = parser.parse_args()
+    if args.dataset != "meld" and not args.count_only:
+        parser.error("--dataset: the timed comparison runs on MELD; other datasets with --count-only")
     torch.set_num_threads(args.threads)
-    recipe = load_recipe(find_recipe("erc", "concat-context", "meld"))
-    split = load_split("meld", "train", args.data_dir)
+    recipe = load_recipe(find_recipe("erc", "concat-context", args.dataset))
+    split = load_split(args.dataset, "train", args.data_dir)
     labels = split.label_set(recipe.get("label_kind", "emotion"))
     torch.manual_seed(args.seed)
     base, tokenizer = build_erc_model("concat-context", recipe["model_config"], labels, args.backbone)
@@ -97,6 +116,9 @@ def main() -> None:
     all_batches = make_batches(encoded, int(recipe["train"]["batch_size"]), tokenizer.pad_token_id)
     batches = spread(all_batches, args.batches)
     settings = settings_for(base.encoder.num_layers)
+    if args.count_only:
+        count_tokens(base, all_batches, encoded, args)
+        return
     models, optimizers = {}, {}
     for name, changes in settings.items():
         config = dataclasses.replace(base.config, **changes)

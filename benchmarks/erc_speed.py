@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -36,14 +37,16 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from turnformer.backbones import load_backbone
-from turnformer.dialogue import Dialogue
-from turnformer.models.baselines import ConcatContext, ConcatContextConfig
-from turnformer.models.dialogxl import ConversationBatch, DialogXL, DialogXLConfig, DialogXLSession
-from turnformer.plots import save_figure
-from turnformer.results import make_result, write_result
-from turnformer.structure import pack_token_ids
-from turnformer.training import build_optimizer
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import spread  # noqa: E402
+from turnformer.backbones import load_backbone  # noqa: E402
+from turnformer.dialogue import Dialogue  # noqa: E402
+from turnformer.models.baselines import ConcatContext, ConcatContextConfig  # noqa: E402
+from turnformer.models.dialogxl import ConversationBatch, DialogXL, DialogXLConfig, DialogXLSession  # noqa: E402
+from turnformer.plots import save_figure  # noqa: E402
+from turnformer.results import make_result, write_result  # noqa: E402
+from turnformer.structure import pack_token_ids  # noqa: E402
+from turnformer.training import build_optimizer  # noqa: E402
 
 BACKBONE = "all-MiniLM-L6-v2"
 RANDOM_HEADS = "classifier heads randomly initialised (seeded): speed does not depend on training"
@@ -110,13 +113,6 @@ def training_overhead(model: DialogXL, batches: Sequence[ConversationBatch], rep
     )
     out["overhead_per_repeat"] = [d / b for d, b in zip(out["dialogxl"]["step_seconds_per_repeat"], out["bare"]["step_seconds_per_repeat"])]
     return out
-
-
-def spread(batches: Sequence, n: int) -> list:
-    """``n`` items evenly spaced over ``batches`` (all of them when n >= len)."""
-    if n >= len(batches):
-        return list(batches)
-    return [batches[round(i * (len(batches) - 1) / (n - 1))] for i in range(n)] if n > 1 else [batches[len(batches) // 2]]
 
 
 # --------------------------------------------------------------------------------------------
