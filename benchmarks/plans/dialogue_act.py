@@ -12,10 +12,10 @@
 - ``act-setup``: LC Attention and LSTM+BLSTM at their recipe's W and P with one of the settings the paper leaves open
   changed (``ACT_SETUP``: learning rate, dropout, width, heads), 3 epochs, ``--grid-seeds``: does LC Attention's place
   against the BLSTM depend on our choices? Beside them, the recipe's settings unchanged (``-recipe``).
-- ``act-split``: LC Attention and LSTM+BLSTM on SwDA in Lee and Dernoncourt's split (``swda-ld``: the paper's 112
-  validation conversations held out of training instead of our 21), ``SPLIT_EPOCHS`` epochs, ``--grid-seeds``;
-  each also scored on its first 3 epochs (``-e3``), the ``acts`` plan's SwDA schedule: the split alone, then the
-  longer schedule.
+- ``act-split``: LC Attention, LSTM+BLSTM and the single-utterance LSTM on SwDA in Lee and Dernoncourt's split
+  (``swda-ld``: the paper's 112 validation conversations held out of training instead of our 21), ``SPLIT_EPOCHS``
+  epochs, ``--grid-seeds``; each also scored on its first 3 epochs (``-e3``), the ``acts`` plan's SwDA schedule: the
+  split alone, then the longer schedule.
 - ``acts-frozen``: the context models over all-mpnet-base-v2's frozen sentence vectors, and those vectors alone
   (recipes ``dialogue-act-DATASET-MODEL-frozen-mpnet``, ``-frozen-mpnet-utterance``), on SwDA and DailyDialog, over
   ``--seeds``. The first run of a dataset computes its vectors (SwDA's: about 70 minutes on one CPU thread) and caches
@@ -53,6 +53,7 @@ ACT_VECTORS = {"random": ("model_config.word_vectors=random",), "word2vec": ("mo
                "mpnet": ("backbone=all-mpnet-base-v2",), "smollm2": ("backbone=SmolLM2-135M",)}
 # acts-frozen: over all-mpnet-base-v2's frozen sentence vectors (every one of these reads the same cached vectors)
 FROZEN_MODELS = ("lstm-blstm-frozen-mpnet", "lc-attention-frozen-mpnet", "lstm-attention-frozen-mpnet", "frozen-mpnet-utterance")
+SPLIT_MODELS = ("lc-attention", "lstm-blstm", "lstm")  # act-split: the single LSTM probes what every model shares
 SPLIT_EPOCHS = 6  # act-split: twice the acts plan's SwDA schedule (the paper trains to convergence)
 
 
@@ -109,7 +110,7 @@ PLANS: dict[str, list[Experiment]] = {
     # the 3-epoch views last: each reads its model's runs once they have finished (they are not trained twice)
     "act-split": [Experiment(f"{TASK}-swda-ld-{model}{suffix}", model, "swda-ld", GRID_SEEDS, (f"train.epochs={SPLIT_EPOCHS}",),
                              task=TASK, max_epoch=epochs, recipe_runs=f"{TASK}-swda-ld-{model}" if epochs else None)
-                  for suffix, epochs in (("", None), ("-e3", 3)) for model in ("lc-attention", "lstm-blstm")],
+                  for suffix, epochs in (("", None), ("-e3", 3)) for model in SPLIT_MODELS],
     "act-vectors": [Experiment(f"{TASK}-swda-lc-attention-vectors-{name}", "lc-attention", "swda", GRID_SEEDS,
                                (*ACTS_OVERRIDES["swda"], *settings), task=TASK, extra={"word_vectors": name})
                     for name, settings in ACT_VECTORS.items()],
