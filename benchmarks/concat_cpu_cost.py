@@ -4,13 +4,16 @@
     python benchmarks/concat_cpu_cost.py [--backbone all-MiniLM-L6-v2] [--batches 12] [--repeats 2] [--threads 1]
     python benchmarks/concat_cpu_cost.py --count-only [--dataset emorynlp]
 
--> ``concat-cpu-cost.json`` (``concat-cpu-cost-BACKBONE.json`` for another backbone). Per setting (`SETTINGS`: the
+-> ``concat-cpu-cost.json`` (``concat-cpu-cost-BACKBONE.json`` for another backbone). Per setting (`settings_for`: the
 recipe, 512 tokens and every layer trained; the backbone's lower half frozen; the history cut to 128 tokens; both):
 seconds of a training step (forward, backward, AdamW) over ``--batches`` batches evenly spaced over the epoch (batched
 as training batches them: 4 conversations, sorted by length), the sum scaled to the epoch's batch count; the tokens
-the rows encode over the whole epoch (every row re-encodes its history); and the activation memory a step keeps for
-its backward pass (the bytes autograd saves, each tensor counted once, parameters not counted), the largest over the
-batches. The settings alternate batch by batch (who goes first rotates); every setting starts from the same weights.
+the rows encode over the whole epoch (every row re-encodes its history). The settings alternate batch by batch (who
+goes first rotates); every setting starts from the same weights. Beside them the recipe without ``checkpoint``
+(``no-checkpoint``: every chunk's graph kept until backward). Then, each in a process of its own, one training step
+on the epoch's largest batch (the most padded tokens) per setting, and for the recipe as the model ran before its
+token budget and recompute (``before``: chunks of 32 rows, every graph kept): its seconds and the process's peak
+resident memory, beside the resident memory before the step.
 ``--count-only`` times nothing: the epoch's tokens and rows cut at 512, 256 and 128 tokens of history, beside the
 tokens of encoding every utterance once (``concat-cpu-tokens-DATASET.json``), on ``--dataset`` (MELD or EmoryNLP, the training split).
 """
@@ -20,7 +23,9 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,22 +61,22 @@ def epoch_tokens(model: ConcatContext, batches) -> tuple[int, int]:
     return tokens, cut
 
 
-def saved_activation_bytes(model: ConcatContext, batch) -> int:
-    """Bytes autograd keeps for the backward pass of one training loss (each tensor once, parameters left out)."""
-    params = {p.data_ptr() for p in model.parameters()}
-    seen: dict[tuple[int, int], int] = {}
+def largest_batch(model: ConcatContext, batches):
+    """The batch whose chunks hold the most padded tokens: the step with the highest memory."""
+    return max(batches, key=lambda b: sum(chunk.input_ids.numel() for chunk in model.build_inputs(b)))
 
-    def pack(tensor: torch.Tensor):
-        ptr = tensor.untyped_storage().data_ptr()
-        if ptr not in params:
-            seen[(ptr, tensor.untyped_storage().nbytes())] = tensor.untyped_storage().nbytes()
-        return tensor
 
-    model.train()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = model.loss(batch)
-    del loss
-    return sum(seen.values())
+def resident_gigabytes() -> tuple[float, float]:
+    """(resident memory now, the process's peak so far), in GB (Linux: /proc/self/status)."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 2**20, int(fields["VmHWM"].split()[0]) / 2**20
+
+
+def peak_step(model: ConcatContext, optimizer, batch) -> dict:
+    """One training step on `batch`: its seconds, resident memory before it and the peak after it (GB)."""
+    before, _ = resident_gigabytes()
+    seconds = timed_train_step(model, optimizer, batch)
+    return {"seconds": seconds, "resident_gb_before": before, "peak_resident_gb": resident_gigabytes()[1]}
 
 
 def count_tokens(base: ConcatContext, batches, encoded, args) -> None:
@@ -92,6 +97,30 @@ def count_tokens(base: ConcatContext, batches, encoded, args) -> None:
     print(write_result(record))
 
 
+# beside the plan's settings: the recipe without recomputing its chunks in backward, and as the model ran before it
+# had either the token budget or the recompute (chunks of 32 rows, every chunk's graph kept until backward)
+NO_CHECKPOINT = {"no-checkpoint": {"checkpoint": False}}
+BEFORE = {"before": {"checkpoint": False, "max_tokens_per_forward": 2**31}}
+
+
+def build_setting(base: ConcatContext, changes: dict, recipe: dict):
+    """A copy of `base` with `changes` to its config, the same weights, and its AdamW."""
+    model = ConcatContext(dataclasses.replace(base.config, **changes), copy.deepcopy(base.encoder), base.cls_id,
+                          base.sep_id, base.pad_id)
+    model.load_state_dict(base.state_dict())
+    return model, build_optimizer(model, float(recipe["train"]["lr"]), float(recipe["train"]["weight_decay"]))
+
+
+def peak_in_own_process(name: str, args) -> dict:
+    """`peak_step` of setting `name` on the largest batch, in a fresh process (its peak memory is the step's own)."""
+    command = [sys.executable, __file__, "--peak-of", name, "--threads", str(args.threads), "--backbone", args.backbone,
+               "--seed", str(args.seed), *(["--data-dir", args.data_dir] if args.data_dir else [])]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:  # e.g. killed for memory: say so in the results rather than lose the others
+        return {"error": f"exit status {done.returncode}: {done.stderr.strip()[-300:]}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backbone", default=MINILM)
@@ -102,6 +131,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--dataset", default="meld", choices=("meld", "emorynlp"), help="--count-only's dataset")
     parser.add_argument("--count-only", action="store_true", help="count the epoch's tokens per setting; time nothing")
+    parser.add_argument("--peak-of", default=None, help=argparse.SUPPRESS)  # one setting's peak step (a child process)
     args = parser.parse_args()
     if args.dataset != "meld" and not args.count_only:
         parser.error("--dataset: the timed comparison runs on MELD; other datasets with --count-only")
@@ -119,13 +149,14 @@ def main() -> None:
     if args.count_only:
         count_tokens(base, all_batches, encoded, args)
         return
+    if args.peak_of:
+        model, optimizer = build_setting(base, {**settings, **NO_CHECKPOINT, **BEFORE}[args.peak_of], recipe)
+        print(json.dumps(peak_step(model, optimizer, largest_batch(model, all_batches))))
+        return
+    settings = {**settings, **NO_CHECKPOINT}
     models, optimizers = {}, {}
     for name, changes in settings.items():
-        config = dataclasses.replace(base.config, **changes)
-        model = ConcatContext(config, copy.deepcopy(base.encoder), base.cls_id, base.sep_id, base.pad_id)
-        model.load_state_dict(base.state_dict())
-        models[name] = model
-        optimizers[name] = build_optimizer(model, float(recipe["train"]["lr"]), float(recipe["train"]["weight_decay"]))
+        models[name], optimizers[name] = build_setting(base, changes, recipe)
     start = time.perf_counter()
     for name in settings:  # warm-up
         timed_train_step(models[name], optimizers[name], batches[0])
@@ -143,21 +174,24 @@ def main() -> None:
         out[name] = {"settings": settings[name], "seconds_per_repeat": totals,
                      "epoch_minutes": statistics.median(totals) / len(batches) * len(all_batches) / 60,
                      "epoch_tokens": tokens, "epoch_rows_cut": cut,
-                     "saved_activation_megabytes": max(saved_activation_bytes(models[name], b) for b in batches) / 2**20,
                      "trained_parameters": sum(p.numel() for p in models[name].parameters() if p.requires_grad)}
     for name in settings:
         out[name]["time_vs_recipe"] = out[name]["epoch_minutes"] / out["recipe"]["epoch_minutes"]
+    del models, optimizers
+    largest = {name: peak_in_own_process(name, args) for name in (*settings, *BEFORE)}
     suffix = "" if args.backbone == MINILM else f"-{args.backbone.rstrip('/').rsplit('/', 1)[-1]}"
     record = make_result(
         f"concat-cpu-cost{suffix}", task="erc", dataset="meld", split="train", model="concat-context", backbone=args.backbone,
         metric="training_time_vs_recipe", scores=[out["frozen-half"]["time_vs_recipe"]], seeds=[args.seed],
         config={"threads": args.threads, "batches": len(batches), "repeats": args.repeats, "batch_size": recipe["train"]["batch_size"]},
         extra={"batches_of_epoch": len(all_batches), "rows_of_epoch": sum(sum(b.lengths) for b in all_batches),
-               "seconds": time.perf_counter() - start, **out})
+               "seconds": time.perf_counter() - start, **out, "largest_batch_step": largest})
     for name, row in out.items():
         print(f"{name}: {row['epoch_minutes']:.1f} min an epoch ({row['time_vs_recipe']:.2f} of the recipe), "
-              f"{row['epoch_tokens']} tokens, {row['epoch_rows_cut']} rows cut, "
-              f"{row['saved_activation_megabytes']:.0f} MB saved for backward at most")
+              f"{row['epoch_tokens']} tokens, {row['epoch_rows_cut']} rows cut")
+    for name, row in largest.items():
+        print(f"{name}, the largest batch: " + (row["error"] if "error" in row else
+              f"{row['seconds']:.1f} s, peak {row['peak_resident_gb']:.2f} GB resident ({row['resident_gb_before']:.2f} before)"))
     print(write_result(record))
 
 

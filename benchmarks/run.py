@@ -41,7 +41,7 @@ from collect_erc import collect, run_config  # noqa: E402
 from plans import PLANS, TASKS, Experiment  # noqa: E402
 
 from turnformer.recipes import load_recipe, recipe_for_dataset  # noqa: E402
-from turnformer.results import RESULTS_DIR, make_result, mean_std, paper_score, write_result  # noqa: E402
+from turnformer.results import RESULTS_DIR, machine_line, make_result, mean_std, paper_score, seed_machines, write_result  # noqa: E402
 
 
 def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swda_train: int,
@@ -178,12 +178,15 @@ def with_earlier_seeds(record: dict, earlier: dict) -> dict:
     rows.sort(key=lambda row: row[0])
     keys = [k for k in new if k in old]  # a measure the earlier runs did not record is dropped rather than left uneven
     seeds_read = ", ".join(str(earlier["seeds"][i]) for i in kept)
-    return make_result(
+    earlier_machines = seed_machines(earlier)
+    machines = {**{earlier["seeds"][i]: earlier_machines.get(earlier["seeds"][i], "") for i in kept}, **seed_machines(record)}
+    joined = make_result(
         record["experiment"], task=record["task"], dataset=record["dataset"], split=record["split"], model=record["model"],
         backbone=record["backbone"], config=record["config"], metric=record["metric"], paper=record["paper"],
         seeds=[row[0] for row in rows], scores=[row[1] for row in rows],
         extra={**{k: v for k, v in record["extra"].items() if k not in new}, **{k: [row[2][k] for row in rows] for k in keys}},
         command=f"{record['command']}; seed(s) {seeds_read} read from {record['experiment']}.json as collected at commit {earlier['commit']}")
+    return {**joined, "machine": machine_line(machines)}  # each seed's own machine
 
 
 def resolved_recipe(experiment: Experiment) -> dict:

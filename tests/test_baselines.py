@@ -30,9 +30,10 @@ def tiny_encoder(seed=0, type_vocab_size=2):
     return random_backbone(tiny_config(vocab_size=60, hidden=32, layers=2, heads=4, type_vocab_size=type_vocab_size), seed=seed)
 
 
-def concat_model(max_length=128, rows=32, seed=0, type_vocab_size=2) -> ConcatContext:
+def concat_model(max_length=128, rows=32, seed=0, type_vocab_size=2, tokens=4096, dropout=0.0, checkpoint=True) -> ConcatContext:
     torch.manual_seed(seed)
-    config = ConcatContextConfig(num_labels=3, max_length=max_length, max_rows_per_forward=rows, dropout=0.0)
+    config = ConcatContextConfig(num_labels=3, max_length=max_length, max_rows_per_forward=rows, dropout=dropout,
+                                 max_tokens_per_forward=tokens, checkpoint=checkpoint)
     return ConcatContext(config, tiny_encoder(seed, type_vocab_size), CLS, SEP, PAD).eval()
 
 
@@ -71,9 +72,9 @@ def concat_sequence(conv: EncodedConversation, t: int, max_length: int):
     return [CLS] + ids[cut:], [0] + types[cut:], cut
 
 
-@pytest.mark.parametrize("max_length, rows", [(128, 32), (9, 2)])
-def test_concat_context_equals_direct_encoder_call(max_length, rows):
-    model = concat_model(max_length, rows)
+@pytest.mark.parametrize("max_length, rows, tokens", [(128, 32, 4096), (9, 2, 4096), (128, 32, 30), (9, 32, 1)])
+def test_concat_context_equals_direct_encoder_call(max_length, rows, tokens):
+    model = concat_model(max_length, rows, tokens=tokens)
     convs = conversations()
     batch = make_batch(convs, PAD)
     with torch.no_grad():
@@ -90,6 +91,49 @@ def test_concat_context_equals_direct_encoder_call(max_length, rows):
     assert model.truncation["rows"] == sum(len(c.turn_ids) for c in convs)
     assert model.truncation["truncated_tokens"] == expected_cut
     assert (expected_cut > 0) == (max_length < 128)
+
+
+@pytest.mark.parametrize("rows, tokens", [(32, 4096), (3, 4096), (32, 40), (32, 1)])
+def test_concat_context_chunks_keep_to_their_row_and_token_budgets(rows, tokens):
+    """Every row once; a chunk holds at most `rows` rows and `tokens` padded tokens, unless it is one row alone; the
+    logits and gradients are those of one unbounded chunk."""
+    batch = make_batch(conversations(turns=(5, 2, 7, 9)), PAD)
+    model, whole = concat_model(rows=rows, tokens=tokens), concat_model(rows=10**6, tokens=10**9)
+    chunks = model.build_inputs(batch)
+    assert sorted(r for c in chunks for r in c.rows) == sorted(r for c in whole.build_inputs(batch) for r in c.rows)
+    for chunk in chunks:
+        rows_in, width = chunk.input_ids.shape
+        assert rows_in <= rows and (rows_in * width <= tokens or rows_in == 1)
+    assert len(chunks) > 1 or tokens == 4096 and rows == 32
+    model.loss(batch).backward()  # in eval mode: no dropout, whose masks would follow the chunks' shapes
+    whole.loss(batch).backward()
+    for (name, a), b in zip(model.named_parameters(), whole.parameters()):
+        assert (a.grad is None) == (b.grad is None) and (a.grad is None or torch.allclose(a.grad, b.grad, atol=1e-6)), name
+
+
+def test_concat_context_checkpoint_keeps_one_chunk_and_changes_nothing_else():
+    """With dropout on: the recomputed chunks draw the same masks, so loss, gradients and the random state after the
+    step are those of keeping every chunk's graph; what the step keeps for backward is the chunks' inputs only."""
+    batch = make_batch(conversations(turns=(5, 2, 7, 9)), PAD)
+    saved, grads, losses, states = {}, {}, {}, {}
+    for on in (True, False):
+        model = concat_model(rows=4, dropout=0.3, checkpoint=on).train()
+        sizes = []
+
+        def pack(t, sizes=sizes):
+            sizes.append(t.numel() * t.element_size())
+            return t
+
+        torch.manual_seed(7)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = model.loss(batch)
+        loss.backward()
+        saved[on], losses[on], states[on] = sum(sizes), loss.detach(), torch.get_rng_state()
+        grads[on] = [p.grad for p in model.parameters()]
+    assert torch.equal(losses[True], losses[False]) and torch.equal(states[True], states[False])
+    for a, b in zip(grads[True], grads[False]):
+        assert (a is None) == (b is None) and (a is None or torch.allclose(a, b, atol=1e-6))
+    assert saved[True] < saved[False] / 3
 
 
 def test_concat_context_truncation_counts_per_row():

@@ -366,12 +366,14 @@ def test_a_cut_run_joined_with_earlier_seeds_stays_marked_partial(tmp_path):
     info["seed"] = 2
     (cut / "run.json").write_text(json.dumps(info))
     record = collect("x", [cut], allow_partial=True)
-    earlier = {**record, "seeds": [1], "scores": [80.0], "commit": "abc",
+    h200 = "16 CPU cores (x86_64), NVIDIA H200, torch 2.11.0+cu130"
+    earlier = {**record, "seeds": [1], "scores": [80.0], "commit": "abc", "machine": h200,
                "extra": {**record["extra"], "validation": [81.0], "best_epoch": [4], "train_seconds": [9.0],
                          "accuracy": [80.0], "online_accuracy": [79.0], "partial": False}}
     joined = bench.with_earlier_seeds(record, earlier)
     # one seed, one cut run: its list of cut runs is not mistaken for a measure with one value a seed
     assert joined["seeds"] == [1, 2] and joined["scores"] == [80.0, 72]
+    assert joined["machine"] == f"seed 1: {h200}; seed 2: {record['machine']}"  # the earlier seed keeps its machine
     assert [p["run"] for p in joined["extra"]["partial"]] == [str(cut)]
 
 
@@ -461,3 +463,16 @@ def test_a_row_whose_seeds_ran_on_several_machines_names_each_gpu_once():
     assert device_of({"machine": f"seed 1: {h100}; seeds 2, 3: {h200}"}) == "GPU (NVIDIA H100 80GB HBM3, NVIDIA H200)"
     assert device_of({"machine": f"seeds 1, 2: {h200}; seed 3: {h200}"}) == "GPU (NVIDIA H200)"
     assert device_of({"machine": h100}) == "GPU (NVIDIA H100 80GB HBM3)"
+    cpu = "2 CPU cores (x86_64), no GPU, torch 2.13.0+cpu"
+    assert device_of({"machine": f"seed 1: {h200}; seeds 2, 3: {cpu}"}) == "GPU (NVIDIA H200), CPU (2 cores)"
+    assert device_of({"machine": cpu, "seeds": [1, 2]}) == "CPU (2 cores)" and device_of({}) == "CPU (? cores)"
+
+
+def test_a_machine_line_names_each_seeds_machine_and_reads_back():
+    from turnformer.results import machine_line, seed_machines
+
+    h200, cpu = "16 CPU cores (x86_64), NVIDIA H200, torch 2.11.0+cu130", "2 CPU cores (x86_64), no GPU, torch 2.13.0+cpu"
+    machines = {3: cpu, 1: h200, 2: cpu}
+    assert machine_line(machines) == f"seed 1: {h200}; seeds 2, 3: {cpu}"
+    assert seed_machines({"machine": machine_line(machines), "seeds": [1, 2, 3]}) == machines
+    assert machine_line({1: cpu, 2: cpu}) == cpu and seed_machines({"machine": cpu, "seeds": [1, 2]}) == {1: cpu, 2: cpu}

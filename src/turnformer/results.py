@@ -190,16 +190,42 @@ SAME_SIZE_PUBLISHED: dict[str, str] = {
 }
 
 
+def seed_machines(result: dict[str, Any]) -> dict[int, str]:
+    """Seed -> the machine its run came from: a results file's machine line is one machine, or, where its seeds ran on
+    several, "seed 1: MACHINE; seeds 2, 3: MACHINE" (`machine_line`)."""
+    line = result.get("machine") or ""
+    if not line.startswith("seed"):
+        return dict.fromkeys(result.get("seeds") or [0], line)
+    out = {}
+    for part in line.split("; "):
+        head, _, name = part.partition(": ")
+        for seed in head.removeprefix("seeds ").removeprefix("seed ").split(", "):
+            out[int(seed)] = name
+    return out
+
+
+def machine_line(machines: dict[int, str]) -> str:
+    """The machine line of seeds that ran on `machines` (seed -> machine): one machine, or each with its seeds."""
+    by_machine: dict[str, list[int]] = {}
+    for seed in sorted(machines):
+        by_machine.setdefault(machines[seed], []).append(seed)
+    if len(by_machine) == 1:
+        return next(iter(by_machine))
+    return "; ".join(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {name}"
+                     for name, seeds in by_machine.items())
+
+
 def device_of(result: dict[str, Any]) -> str:
-    """"GPU (NVIDIA H100 ...)" or "CPU (2 cores)", from the results file's machine line."""
-    machine = result.get("machine") or ""
-    if "no GPU" in machine or not machine:
-        cores = machine.split(" CPU cores")[0] if " CPU cores" in machine else "?"
-        return f"CPU ({cores} cores)"
-    # seeds run on several machines: "seed 1: MACHINE; seeds 2, 3: MACHINE"
-    parts = [part.partition(": ")[2] if part.startswith("seed") else part for part in machine.split("; ")]
-    gpus = dict.fromkeys(part.split(", ")[1] for part in parts if ", " in part)
-    return "GPU (" + ", ".join(gpus) + ")" if gpus else "GPU"
+    """"GPU (NVIDIA H100 ...)" or "CPU (2 cores)", from the results file's machine line (both where seeds ran on each)."""
+    gpus, cpus = {}, {}
+    for name in seed_machines(result).values():
+        if "no GPU" in name or not name:
+            cores = name.split(" CPU cores")[0] if " CPU cores" in name else "?"
+            cpus[f"CPU ({cores} cores)"] = None
+        else:
+            gpus[name.split(", ")[1] if ", " in name else ""] = None
+    named = [gpu for gpu in gpus if gpu]
+    return ", ".join([*(["GPU (" + ", ".join(named) + ")" if named else "GPU"] if gpus else []), *cpus])
 
 
 def _ours(r: dict[str, Any]) -> str:

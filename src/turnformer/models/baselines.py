@@ -10,8 +10,13 @@ training loop, `turnformer.tasks.erc.evaluate` and CLI can drive them, and the s
     are 0 for [CLS] and the history, 1 for the query utterance and its [SEP] (BERT's two-segment
     convention), or all 0 on a backbone with a single token type. Every (conversation, t) pair
     whose utterance exists is one row; rows are sorted by length and encoded in chunks of at most
-    ``max_rows_per_forward`` rows (this bounds the size of one attention call and the padding per
-    chunk; in training every chunk's graph is still kept until ``backward``). Dropped tokens are
+    ``max_rows_per_forward`` rows and ``max_tokens_per_forward`` padded tokens (rows x the chunk's
+    longest row; a row longer than that goes alone). This bounds one attention call and the padding per
+    chunk. In training with ``checkpoint`` (the default) a chunk keeps only its inputs and [CLS]
+    states for the backward pass and its encoder forward runs again there, one chunk at a time: a
+    step's activation memory is one chunk's, whatever the conversations' length, for about a quarter
+    more time (without it, every chunk's graph is kept until ``backward``: on MELD's largest batch,
+    95 rows of up to 512 tokens, 13 GB on all-MiniLM-L6-v2 in chunks of 32 rows). Dropped tokens are
     counted in ``truncation``. ``frozen_layers`` freezes the embeddings and the lowest layers: the
     rows re-encode every history, and a frozen lower half trains on them at about two thirds of the cost.
 
@@ -47,6 +52,7 @@ from typing import Iterable, Sequence
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from turnformer.backbones import StructuredEncoder, freeze_lower_layers, load_backbone
 from turnformer.models.config_checks import check_config
@@ -158,11 +164,13 @@ class ConcatContextConfig(_Config):
     max_length: int = 512
     max_utterance_tokens: int = 128
     max_rows_per_forward: int = 32
+    max_tokens_per_forward: int = 4096  # padded tokens of one chunk (rows x its longest row)
+    checkpoint: bool = True  # training: recompute each chunk's encoder forward in backward (memory of one chunk)
     classifier_hidden: int = 300
     dropout: float = 0.1
     frozen_layers: int = 0  # freeze the embeddings and the lowest N encoder layers (0: fine-tune all)
 
-    runtime_keys = ("max_rows_per_forward",)
+    runtime_keys = ("max_rows_per_forward", "max_tokens_per_forward", "checkpoint")
 
 
 @dataclass
@@ -186,8 +194,8 @@ class ConcatContext(_ERCModel):
         limit = encoder.max_positions
         if limit is not None and config.max_length > limit:
             raise ValueError(f"max_length {config.max_length} exceeds the backbone's {limit} positions")
-        if config.max_rows_per_forward < 1:
-            raise ValueError("max_rows_per_forward must be at least 1")
+        if config.max_rows_per_forward < 1 or config.max_tokens_per_forward < 1:
+            raise ValueError("max_rows_per_forward and max_tokens_per_forward must be at least 1")
         self.config = config
         self.encoder = encoder
         freeze_lower_layers(encoder, config.frozen_layers)
@@ -203,7 +211,7 @@ class ConcatContext(_ERCModel):
 
     def build_inputs(self, batch: ConversationBatch) -> list[ConcatInputs]:
         """Pack every (conversation, t) row of a batch, shortest first, in chunks of at most
-        ``max_rows_per_forward`` rows (CPU tensors)."""
+        ``max_rows_per_forward`` rows and ``max_tokens_per_forward`` padded tokens (CPU tensors)."""
         words = batch_words(batch, self.cls_id, self.sep_id, self.pad_id)
         speakers = batch.speakers.tolist()
         rows = [(b, t) for b, n in enumerate(batch.lengths) for t in range(n)]
@@ -212,11 +220,10 @@ class ConcatContext(_ERCModel):
         for b, turns in enumerate(words):
             for w in turns:
                 prefix[b].append(prefix[b][-1] + len(w) + 1)
-        rows.sort(key=lambda r: min(1 + prefix[r[0]][r[1] + 1], self.config.max_length))
+        length = {r: min(1 + prefix[r[0]][r[1] + 1], self.config.max_length) for r in rows}
+        rows.sort(key=length.__getitem__)
         chunks = []
-        step = self.config.max_rows_per_forward
-        for start in range(0, len(rows), step):
-            chunk = rows[start : start + step]
+        for chunk in self._chunks(rows, length):
             packed = pack_token_ids(
                 [words[b][: t + 1] for b, t in chunk], [speakers[b][: t + 1] for b, t in chunk], self.special,
                 max_length=self.config.max_length,
@@ -231,17 +238,36 @@ class ConcatContext(_ERCModel):
             chunks.append(ConcatInputs(packed.input_ids, types, real, chunk, packed.truncated))
         return chunks
 
+    def _chunks(self, rows: list[tuple[int, int]], length: dict) -> list[list[tuple[int, int]]]:
+        """Rows (sorted by length) cut into runs of at most max_rows_per_forward rows whose padded size (rows x the
+        last, longest row) stays within max_tokens_per_forward; a row over it on its own goes alone."""
+        chunks: list[list[tuple[int, int]]] = []
+        for row in rows:
+            last = chunks[-1] if chunks else None
+            if (last is None or len(last) == self.config.max_rows_per_forward
+                    or (len(last) + 1) * length[row] > self.config.max_tokens_per_forward):
+                chunks.append([row])
+            else:
+                last.append(row)
+        return chunks
+
+    def _encode_cls(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """[R, hidden] final [CLS] states of one chunk."""
+        out = self.encoder(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
+        return out.last_hidden_state[:, 0]
+
     def cls_states(self, batch: ConversationBatch) -> torch.Tensor:
         """[B, N, hidden] final [CLS] states (zeros where a conversation has no utterance t)."""
         n_turns = len(batch.steps)
         hidden = self.encoder.config.hidden_size
         states, index = [], []
+        recompute = self.config.checkpoint and self.training and torch.is_grad_enabled()
         for chunk in self.build_inputs(batch):
-            out = self.encoder(
-                chunk.input_ids.to(self.device), token_type_ids=chunk.token_type_ids.to(self.device),
-                attention_mask=chunk.attention_mask.to(self.device),
-            )
-            states.append(out.last_hidden_state[:, 0])
+            inputs = (chunk.input_ids.to(self.device), chunk.token_type_ids.to(self.device),
+                      chunk.attention_mask.to(self.device))
+            # with recompute, the chunk's activations are freed now and rebuilt (same dropout masks) in backward
+            states.append(checkpoint(self._encode_cls, *inputs, use_reentrant=False) if recompute
+                          else self._encode_cls(*inputs))
             index += [b * n_turns + t for b, t in chunk.rows]
             self.truncation["rows"] += len(chunk.rows)
             self.truncation["truncated_rows"] += sum(1 for n in chunk.truncated if n)
