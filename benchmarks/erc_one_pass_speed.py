@@ -2,7 +2,7 @@
 
     python benchmarks/erc_one_pass_speed.py training [--batches 24] [--repeats 3] [--threads 2] [--device cpu]
     python benchmarks/erc_one_pass_speed.py encoder  [--repeats 3] [--threads 2]
-    python benchmarks/erc_one_pass_speed.py memory   [--lengths 50,200] [--threads 2]
+    python benchmarks/erc_one_pass_speed.py memory   [--lengths 50,200] [--threads 2] [--model concat-context] [--no-checkpoint]
 
 ``training`` -> ``erc-one-pass-speed[-DEVICE].json``: tokens per second of a whole training step (forward,
 backward, AdamW step) on real MELD training conversations, batched as training batches them (batch size 4,
@@ -26,7 +26,9 @@ padding masked), forward and backward: target 0.9 or more of its throughput.
 ``memory`` -> ``erc-one-pass-memory.json``: peak resident memory of DialogXL training (all-MiniLM-L6-v2, batch
 4, the MELD recipe's settings) on conversations of each length, MELD utterances chained in file order,
 each length in a fresh process (the peak of a process never goes down): it must not grow with the length
-beyond the chunk.
+beyond the chunk. ``--model concat-context`` or ``segment-recurrence``: the same for a baseline (its MELD recipe;
+``erc-memory-MODEL[-no-checkpoint].json``), ``--no-checkpoint`` keeping every chunk's or segment's graph until
+backward; a length whose process fails (killed for memory) is recorded as such and the longer ones not tried.
 
 Classifier heads are randomly initialised (seeded): speed does not depend on training.
 """
@@ -51,17 +53,18 @@ BACKBONE = "all-MiniLM-L6-v2"
 HF_LIMIT = 512
 
 
-def setup(threads: int, device: str, seed: int = 0, data_dir=None):
+def setup(threads: int, device: str, seed: int = 0, data_dir=None, model_id: str = "dialogxl", changes: dict | None = None):
+    """The MELD recipe of `model_id` (DialogXL or a baseline) with `changes` to its model_config, on BACKBONE."""
     from turnformer.data import load_split
     from turnformer.recipes import find_recipe, load_recipe
     from turnformer.tasks.erc import build_erc_model
 
     torch.set_num_threads(threads)
-    recipe = load_recipe(find_recipe("erc", "dialogxl", "meld"))
+    recipe = load_recipe(find_recipe("erc", model_id, "meld"))
     split = load_split("meld", "train", data_dir)
     labels = split.label_set(recipe.get("label_kind", "emotion"))
     torch.manual_seed(seed)
-    model, tokenizer = build_erc_model("dialogxl", recipe["model_config"], labels, BACKBONE)
+    model, tokenizer = build_erc_model(model_id, {**recipe["model_config"], **(changes or {})}, labels, BACKBONE)
     return recipe, split, labels, model.to(device), tokenizer
 
 
@@ -208,7 +211,8 @@ def memory_child(args) -> None:
     from turnformer.tasks.erc import encode_conversations, make_batches
     from turnformer.training import build_optimizer
 
-    recipe, split, labels, model, tokenizer = setup(args.threads, "cpu", data_dir=args.data_dir)
+    recipe, split, labels, model, tokenizer = setup(args.threads, "cpu", data_dir=args.data_dir, model_id=args.model,
+                                                    changes={"checkpoint": False} if args.no_checkpoint else None)
     turns = [t for d in split.dialogues for t in d.turns]
     conversations = [Dialogue(tuple(turns[i * args.length: (i + 1) * args.length]), id=f"chain-{i}") for i in range(args.batch_size)]
     encoded, _ = encode_conversations(conversations, tokenizer, "emotion", labels, model.config.max_utterance_tokens)
@@ -222,7 +226,7 @@ def memory_child(args) -> None:
         peaks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"utterances": args.length, "tokens_per_conversation": int(batch.turn_lengths.sum(1).max()),
-                      "chunks": len(model.chunks(batch)), "peak_rss_mib": peak / 1024, "rss_before_training_mib": before / 1024,
+                      **({"chunks": len(model.chunks(batch))} if args.model == "dialogxl" else {}), "peak_rss_mib": peak / 1024, "rss_before_training_mib": before / 1024,
                       "step_seconds": steps, "peak_rss_mib_after_each_step": peaks}))
 
 
@@ -230,11 +234,16 @@ def memory(args) -> dict:
     rows = []
     for length in [int(x) for x in args.lengths.split(",")]:
         command = [sys.executable, __file__, "memory-child", "--length", str(length), "--threads", str(args.threads),
-                   "--batch-size", str(args.batch_size), "--steps", str(args.steps)] + (["--data-dir", args.data_dir] if args.data_dir else [])
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
+                   "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--model", args.model,
+                   *(["--no-checkpoint"] if args.no_checkpoint else [])] + (["--data-dir", args.data_dir] if args.data_dir else [])
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:  # e.g. killed for memory: recorded, and the longer lengths are not tried
+            rows.append({"utterances": length, "error": f"exit status {done.returncode}: {done.stderr.strip()[-300:]}"})
+            print(rows[-1], flush=True)
+            break
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
-    return {"rows": rows, "peak_rss_mib": [r["peak_rss_mib"] for r in rows], "batch_size": args.batch_size}
+    return {"rows": rows, "peak_rss_mib": [r["peak_rss_mib"] for r in rows if "peak_rss_mib" in r], "batch_size": args.batch_size}
 
 
 def main() -> None:
@@ -248,6 +257,10 @@ def main() -> None:
     parser.add_argument("--lengths", default="50,200")
     parser.add_argument("--length", type=int, default=50)
     parser.add_argument("--steps", type=int, default=4, help="memory: training steps at each length")
+    parser.add_argument("--model", default="dialogxl", choices=["dialogxl", "concat-context", "segment-recurrence"],
+                        help="memory: the model whose MELD recipe trains (the baselines too)")
+    parser.add_argument("--no-checkpoint", action="store_true",
+                        help="memory, a baseline: keep every chunk's (segment's) graph until backward")
     parser.add_argument("--skip-recurrent", action="store_true", help="training: leave the recurrent path out")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--results-dir", default=None)
@@ -275,8 +288,11 @@ def main() -> None:
               f"{out['tokens_per_second']['transformers']:.0f}: ratio {out['ratio']:.2f}")
     else:
         out = memory(args)
-        record = make_result("erc-one-pass-memory", metric="peak_rss_mib_longest", scores=out["peak_rss_mib"][-1:],
-                             config=config, extra={"target_under_mib": 4096, "lengths": args.lengths, **out}, **common)
+        name = "erc-one-pass-memory" if args.model == "dialogxl" else f"erc-memory-{args.model}"
+        common["model"] = args.model
+        record = make_result(name + ("-no-checkpoint" if args.no_checkpoint else ""), metric="peak_rss_mib_longest",
+                             scores=out["peak_rss_mib"][-1:], config={**config, "steps": args.steps},
+                             extra={"target_under_mib": 4096, "lengths": args.lengths, **out}, **common)
     record["extra"]["seconds"] = time.perf_counter() - start
     kwargs = {"results_dir": Path(args.results_dir)} if args.results_dir else {}
     print("->", write_result(record, **kwargs))

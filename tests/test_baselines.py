@@ -37,9 +37,10 @@ def concat_model(max_length=128, rows=32, seed=0, type_vocab_size=2, tokens=4096
     return ConcatContext(config, tiny_encoder(seed, type_vocab_size), CLS, SEP, PAD).eval()
 
 
-def segment_model(segment_len=8, mem_len=8, seed=0) -> SegmentRecurrence:
+def segment_model(segment_len=8, mem_len=8, seed=0, dropout=0.0, checkpoint=True) -> SegmentRecurrence:
     torch.manual_seed(seed)
-    config = SegmentRecurrenceConfig(num_labels=3, segment_len=segment_len, mem_len=mem_len, dropout=0.0)
+    config = SegmentRecurrenceConfig(num_labels=3, segment_len=segment_len, mem_len=mem_len, dropout=dropout,
+                                     checkpoint=checkpoint)
     return SegmentRecurrence(config, tiny_encoder(seed), CLS, SEP, PAD).eval()
 
 
@@ -111,13 +112,16 @@ def test_concat_context_chunks_keep_to_their_row_and_token_budgets(rows, tokens)
         assert (a.grad is None) == (b.grad is None) and (a.grad is None or torch.allclose(a.grad, b.grad, atol=1e-6)), name
 
 
-def test_concat_context_checkpoint_keeps_one_chunk_and_changes_nothing_else():
-    """With dropout on: the recomputed chunks draw the same masks, so loss, gradients and the random state after the
-    step are those of keeping every chunk's graph; what the step keeps for backward is the chunks' inputs only."""
+@pytest.mark.parametrize("build", [lambda on: concat_model(rows=4, dropout=0.3, checkpoint=on),
+                                   lambda on: segment_model(segment_len=6, mem_len=8, dropout=0.3, checkpoint=on)],
+                         ids=["concat-context", "segment-recurrence"])
+def test_checkpoint_keeps_one_chunk_or_segment_and_changes_nothing_else(build):
+    """With dropout on: the recomputed chunks (segments) draw the same masks, so loss, gradients and the random state
+    after the step are those of keeping every graph; what the step keeps for backward is their inputs only."""
     batch = make_batch(conversations(turns=(5, 2, 7, 9)), PAD)
     saved, grads, losses, states = {}, {}, {}, {}
     for on in (True, False):
-        model = concat_model(rows=4, dropout=0.3, checkpoint=on).train()
+        model = build(on).train()
         sizes = []
 
         def pack(t, sizes=sizes):

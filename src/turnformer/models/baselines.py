@@ -18,7 +18,7 @@ training loop, `turnformer.tasks.erc.evaluate` and CLI can drive them, and the s
     more time (without it, every chunk's graph is kept until ``backward``: on MELD's largest batch,
     95 rows of up to 512 tokens, 13 GB on all-MiniLM-L6-v2 in chunks of 32 rows). Dropped tokens are
     counted in ``truncation``. ``frozen_layers`` freezes the embeddings and the lowest layers: the
-    rows re-encode every history, and a frozen lower half trains on them at about two thirds of the cost.
+    rows re-encode every history, and a frozen lower half trains on them in about three quarters of the time.
 
 `SegmentRecurrence` (model id ``segment-recurrence``, XLNet / Transformer-XL style)
     A conversation becomes one token stream ``u_0 [SEP] u_1 [SEP] ...`` (no [CLS]), cut into
@@ -29,7 +29,10 @@ training loop, `turnformer.tasks.erc.evaluate` and CLI can drive them, and the s
     ``mem_len`` token states that entered that layer in earlier segments (detached), padding
     included: padding is stored in memory (masked out of attention, so it costs space and compute,
     not accuracy). Positions restart at 0 in every segment (the backbone has absolute positions;
-    memory states keep the positions they were computed with, as in DialogXL here).
+    memory states keep the positions they were computed with, as in DialogXL here). In training with
+    ``checkpoint`` (the default) a segment keeps only its inputs (its tokens and the detached memory)
+    for the backward pass and runs again there: a step's activation memory is one segment's, not the
+    whole stream's.
     Utterance t is classified from the final state of the [SEP] that ends it: there is no
     per-utterance [CLS] in the stream, and the closing [SEP] is the first token that has seen the
     whole utterance whichever segment it falls in. Attention inside a segment is bidirectional, as
@@ -292,8 +295,11 @@ class SegmentRecurrenceConfig(_Config):
     segment_len: int = 64
     mem_len: int = 400
     max_utterance_tokens: int = 128
+    checkpoint: bool = True  # training: recompute each segment's encoder forward in backward (memory of one segment)
     classifier_hidden: int = 300
     dropout: float = 0.1
+
+    runtime_keys = ("checkpoint",)
 
 
 @dataclass
@@ -375,6 +381,14 @@ class SegmentRecurrence(_ERCModel):
             real[b, : len(r)] = True
         return ids, real, torch.tensor(ends, dtype=torch.long).view(len(rows), len(batch.steps))
 
+    def _segment(self, ids: torch.Tensor, positions: torch.Tensor, real: torch.Tensor, memory_real: torch.Tensor,
+                 *memory: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One segment through the encoder over the memory (one tensor a layer, or none): its final states
+        [B, segment_len, hidden], then the states entering each layer (for the next segment's memory) when mem_len > 0."""
+        out = self.encoder(ids, position_ids=positions, attention_mask=real, memory=list(memory) or None,
+                           memory_mask=memory_real if memory else None, output_hidden_states=self.config.mem_len > 0)
+        return (out.last_hidden_state, *(out.hidden_states[:-1] if self.config.mem_len > 0 else ()))
+
     def encode_stream(self, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """Final states [B, S * segment_len] of padded streams, segment by segment with memory."""
         batch = ids.shape[0]
@@ -383,18 +397,17 @@ class SegmentRecurrence(_ERCModel):
         memory: list[torch.Tensor] | None = None
         memory_real = real.new_zeros(batch, 0)
         outputs = []
+        recompute = self.config.checkpoint and self.training and torch.is_grad_enabled()
         for start in range(0, ids.shape[1], sl):
             seg_ids, seg_real = ids[:, start : start + sl], real[:, start : start + sl]
             if memory_real.shape[1]:
                 self.waste.add(int((~memory_real).sum()), memory_real.numel())
-            out = self.encoder(
-                seg_ids, position_ids=positions, attention_mask=seg_real,
-                memory=memory, memory_mask=memory_real if memory is not None else None,
-                output_hidden_states=mem_len > 0,
-            )
-            outputs.append(out.last_hidden_state)
+            inputs = (seg_ids, positions, seg_real, memory_real, *(memory or ()))
+            # with recompute, the segment's activations are freed now and rebuilt (same dropout masks) in backward
+            last, *layer_inputs = (checkpoint(self._segment, *inputs, use_reentrant=False) if recompute
+                                   else self._segment(*inputs))
+            outputs.append(last)
             if mem_len > 0:
-                layer_inputs = out.hidden_states[:-1]
                 if memory is None:
                     memory = [h.detach()[:, -mem_len:] for h in layer_inputs]
                 else:
