@@ -9,6 +9,9 @@
   sweep at that size (0..5, 10 context turns, the first seed).
 - ``generation-smollm2``: SmolLM2-135M-Instruct fine-tuned, plain and with PHAED's speaker tokens and turn-relative
   attention (recipes generation-dailydialog-smollm2[-phaed]) over ``--seeds``: a GPU job (an epoch is 76K instances).
+- ``generation-smollm2-cpu``: the same two fine-tuned on the ``generation-cpu`` rows' data (``GENERATION_CPU``'s first
+  1,000 training and 100 validation / test conversations), one epoch, seed 1 (``SMOLLM2_CPU``): what the 2-core CPU
+  fine-tunes (scoring the test instances alone takes about half an hour a run on two threads).
 - ``generation-full-cpu``: the main rows at the recipes' size (width 256, 3 + 3 layers) on all of DailyDialog,
   trained for one epoch (``GENERATION_FULL_CPU``): the papers' claims measured on full data on the 2-core CPU, where
   an epoch takes 45-75 minutes of one core.
@@ -28,6 +31,11 @@ CMAX_OVERRIDES = ("data.max_context_turns=10",)
 GENERATION_CPU = {"train": 1000, "eval": 100, "settings": {
     "model_config.d_model": 128, "model_config.heads": 4, "model_config.layers": 2, "model_config.ff": 512,
     "train.epochs": 2, "train.warmup_steps": 50, "train.lr": "1e-3", "train.batch_size": 32}}
+
+# SmolLM2 on the CPU: GENERATION_CPU's conversations, the recipes' optimiser (AdamW at 5e-5, batches of 32), one epoch
+# of 200 updates (so 20 warm-up steps, not the recipes' 200)
+SMOLLM2_CPU = {"train": GENERATION_CPU["train"], "eval": GENERATION_CPU["eval"],
+               "settings": {"train.epochs": 1, "train.warmup_steps": 20}}
 
 # The recipes' sizes and all the data, one epoch (the linear schedule decays to zero over it): what trains on the
 # 2-core CPU, two runs at a time, in one to two hours each
@@ -69,6 +77,12 @@ PLANS: dict[str, list[Experiment]] = {
     # the pretrained decoder fine-tuned, plain and with PHAED's two ideas (a GPU job)
     "generation-smollm2": [Experiment(f"{TASK}-dailydialog-{model}", model, "dailydialog", SEEDS, task=TASK)
                            for model in ("smollm2", "smollm2-phaed")],
+    # the pretrained decoder fine-tuned on the CPU size's conversations
+    "generation-smollm2-cpu": [
+        Experiment(f"{TASK}-dailydialog-{model}-cpu", model, "dailydialog", FIRST_SEED,
+                   tuple(f"{k}={v}" for k, v in SMOLLM2_CPU["settings"].items()), limit_train=SMOLLM2_CPU["train"],
+                   limit_eval=SMOLLM2_CPU["eval"], task=TASK, extra={"scale": SMOLLM2_CPU})
+        for model in ("smollm2", "smollm2-phaed")],
     # the main rows at the recipes' size on all the data, one epoch: the papers' directions on full data on the CPU
     "generation-full-cpu": [
         Experiment(f"{TASK}-dailydialog-{model}-full-cpu", model, "dailydialog", FIRST_SEED,
