@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from turnformer.results import make_result, paper_score, write_result
+from turnformer.tasks.generation import pretrained_start
 from turnformer.tasks.metrics import primary_metric
 
 
@@ -84,7 +85,7 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
     metric = {"dialogue-act": "accuracy", "response-selection": "R4@1", "generation": "perplexity"}.get(task) or primary_metric(recipe["dataset"])
     return make_result(
         experiment, task=task, dataset=recipe["dataset"], split=split, model=recipe["model"],
-        backbone=recipe.get("backbone", "none (trained from scratch)"), config=run_config(recipe),
+        backbone=recipe.get("backbone") or pretrained_start(recipe["model"]), config=run_config(recipe),
         metric=metric, scores=scores, seeds=seeds, paper=paper_score(task, recipe["dataset"], recipe["model"]),
         extra={**({"accuracy": accuracy} if accuracy else {}), **ranking, "validation": validation, "best_epoch": best_epochs, "train_seconds": seconds,
                "partial": partial_runs or False, **({"online_accuracy": online} if online else {}),

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from turnformer.results import DRA_VALIDATION, RESULTS_DIR, make_result, write_result
-from turnformer.tasks.generation import evaluate_split, load_trained
+from turnformer.tasks.generation import evaluate_split, load_trained, pretrained_start
 from turnformer.tasks.generation_metrics import minilm_word_vectors
 
 REPLY_METRICS = ("bleu_1", "bleu_2", "bleu_3", "bleu_4", "distinct_1", "distinct_2")
@@ -52,7 +52,7 @@ def validation_record(model_id: str, experiment: str, seeds: list[int], scored: 
     return make_result(
         f"{experiment}-validation", task="generation", dataset="dailydialog", split="validation", model=model_id,
         metric="perplexity", scores=[m["perplexity"] for m in scored], seeds=seeds, paper=paper[0] if paper else None,
-        backbone="none (trained from scratch)", config={"limit_dialogues": args.limit_dialogues, "runs": str(args.runs_dir / experiment)},
+        backbone=pretrained_start(model_id), config={"limit_dialogues": args.limit_dialogues, "runs": str(args.runs_dir / experiment)},
         extra={**{k: [m[k] for m in scored] for k in REPLY_METRICS + EMBEDDING_METRICS},
                "instances": scored[0]["instances"], "sample": scored[0]["sample"],
                "paper_bleu_2": paper[1] if paper else None, "paper_distinct_2": paper[2] if paper else None,

@@ -17,7 +17,7 @@ import time
 import torch
 
 from turnformer.data import load_split
-from turnformer.models.smollm2 import GGUF_FILE, evaluate_pretrained_lm, load_smollm2
+from turnformer.models.smollm2 import PRETRAINED, evaluate_pretrained_lm, load_smollm2
 from turnformer.results import make_result, write_result
 from turnformer.tasks.generation import Vocabulary, make_instances
 from turnformer.tasks.generation_metrics import available_word_vectors
@@ -47,7 +47,7 @@ def main() -> None:
     record = make_result(
         "generation-dailydialog-smollm2-zeroshot-cpu", task="generation", dataset="dailydialog", split="test",
         model="smollm2-zeroshot", metric="perplexity", scores=[metrics["perplexity"]], seeds=[0],
-        backbone=f"SmolLM2-135M-Instruct ({GGUF_FILE}, dequantised to float32)",
+        backbone=PRETRAINED,
         config={"eval_dialogues": args.eval_dialogues, "instances": len(instances), "max_new_tokens": args.max_new_tokens,
                 "vocabulary_from_train_dialogues": args.train_dialogues, "threads": args.threads},
         extra={**{k: v for k, v in metrics.items() if k.startswith(("bleu", "distinct", "embedding"))}, "sample": metrics["sample"],

@@ -1,6 +1,7 @@
 """The Transformer response generator, its batches, training, decoding and commands (tiny sizes)."""
 
 import json
+import sys
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from turnformer.models.transformer_generator import IGNORE, GeneratorConfig, Tra
 from turnformer.tasks.generation import (EOU, SOU, SPEAKER_R, Vocabulary, build_generator, encode_instance, make_generation_batches,
                                          make_instances)
 
+from _benchmark_scripts import load_benchmark_script
 from _generation_checks import (assert_learns_its_training_responses, assert_loss_projects_only_the_targets_as_the_full_logits_would,
                                 id_settings, train_on_files_from_the_command_line)
 
@@ -203,3 +205,24 @@ def test_generator_takes_turns_in_every_form_and_checks_the_speakers(vocab_and_b
         bot.respond_all([pairs, pairs], ["A"])
     with pytest.raises(DialogueError, match=r"dialogue: turns\[1\]: expected a \(speaker, text\) pair"):
         bot.respond([("A", "hi"), "ok"])
+
+
+def test_the_samples_page_takes_each_model_from_the_first_folder_and_suffix_that_holds_it(tmp_path, monkeypatch):
+    """benchmarks/generation_samples.py over several run folders: a model's row is its run in the first folder and
+    suffix (in the order given) holding a best checkpoint, and names that run's experiment."""
+    samples = load_benchmark_script("generation_samples")
+    for model_id, folder, suffix in (("transformer", "a", "-full"), ("gpt2-scratch", "b", "-cpu"), ("transformer", "b", "-cpu")):
+        (tmp_path / f"{folder}-{model_id}").mkdir()
+        _, out = train_on_files_from_the_command_line(model_id, DIALOGUES, tmp_path / f"{folder}-{model_id}")
+        run = tmp_path / folder / f"generation-dailydialog-{model_id}{suffix}" / "seed1"
+        run.parent.mkdir(parents=True)
+        out.rename(run)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    monkeypatch.setattr(sys, "argv", ["generation_samples.py", "--runs-dir", str(tmp_path / "a"), str(tmp_path / "b"),
+                                      "--suffix=-full", "--suffix=-cpu", "--out", str(docs)])
+    samples.main()
+    page = (docs / "generation-samples.md").read_text()
+    rows = [line.split(" | ")[:2] for line in page.splitlines() if line.startswith("| transformer |") or line.startswith("| gpt2")]
+    assert rows == [["| transformer", "generation-dailydialog-transformer-full"], ["| gpt2-scratch", "generation-dailydialog-gpt2-scratch-cpu"]] * 2
+    assert "--suffix=-full --suffix=-cpu" in page and (docs / "generation-attention-dra.png").exists()

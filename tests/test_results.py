@@ -212,6 +212,24 @@ def _fake_run(out, validation: list[float], test: list[float], stop_reason: str 
     return out
 
 
+def test_a_generation_row_names_the_pretrained_decoder_it_started_from(tmp_path):
+    collect = load_benchmark_script("collect_erc").collect
+    backbones = {}
+    for model in ("smollm2-phaed", "transformer"):
+        out = tmp_path / model
+        out.mkdir()
+        recipe = {"task": "generation", "model": model, "dataset": "dailydialog", "model_config": {}, "train": {"epochs": 1}}
+        (out / "run.json").write_text(json.dumps({"seed": 1, "recipe": recipe}))
+        entry = {"epoch": 1, "complete": True, "seconds": 1.0, "validation": {"perplexity": 20.0}, "test": {"perplexity": 18.0}}
+        (out / "result.json").write_text(json.dumps({"best_epoch": 1, "train_seconds": 1.0, "stopped_early": False,
+                                                     "stop_reason": None, "history": [entry]}))
+        record = collect("x", [out])
+        assert record["scores"] == [18.0]
+        backbones[model] = record["backbone"]
+    assert backbones == {"smollm2-phaed": "SmolLM2-135M-Instruct (SmolLM2-135M-Instruct.Q4_1.gguf, dequantised to float32)",
+                         "transformer": "none (trained from scratch)"}
+
+
 def test_runs_are_scored_on_their_first_epochs_at_the_best_validation_epoch_among_them(tmp_path):
     collect = load_benchmark_script("collect_erc").collect
     run = _fake_run(tmp_path / "five-epochs", validation=[70, 75, 75, 74, 80], test=[71, 72, 90, 73, 85])

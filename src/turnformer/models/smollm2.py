@@ -60,6 +60,7 @@ from turnformer.structure.masks import CAUSAL
 from turnformer.structure.packing import token_meta
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PRETRAINED = f"SmolLM2-135M-Instruct ({GGUF_FILE}, dequantised to float32)"  # what every SmolLM2 row starts from
 END_OF_TURN = "<|im_end|>"
 SYSTEM_PROMPT = "You are taking part in an everyday conversation. Reply to the last message with one short, natural utterance."
 

@@ -36,7 +36,7 @@ from turnformer.models.dra import TransformerDRA
 from turnformer.models.generator_base import IGNORE, GenerationBatch
 from turnformer.models.gpt2_generator import GPT2Generator
 from turnformer.models.phaed import PHAED
-from turnformer.models.smollm2 import SmolLM2Config, SmolLM2Generator
+from turnformer.models.smollm2 import PRETRAINED, SmolLM2Config, SmolLM2Generator
 from turnformer.models.transformer_generator import TransformerGenerator
 from turnformer.parsing import DependencyParser
 from turnformer.recipes import recipe_train_config
@@ -111,6 +111,12 @@ MODELS: dict[str, ModelBuilder] = {
     **dict.fromkeys(("smollm2", "smollm2-phaed"), lambda config, vocab: SmolLM2Generator(SmolLM2Config.from_dict(config), vocab)),
 }
 GENERATION_MODELS = MODELS
+
+
+def pretrained_start(model_id: str) -> str:
+    """What the generator `model_id` starts from, as results files name a backbone: the word generators are trained
+    from scratch."""
+    return PRETRAINED if model_id.startswith("smollm2") else "none (trained from scratch)"
 
 
 def build_generator(model_id: str, model_config: dict, vocab: Vocabulary):
@@ -412,4 +418,5 @@ __all__ = ["EOU", "GENERATION_MODELS", "MODELS", "PAD", "SOU", "SPEAKER_Q", "SPE
            "GenerationInstance", "GenerationReport", "ResponseGenerator", "Utterance", "Vocabulary", "build_generator",
            "build_word_generator", "encode_instance", "encode_instances", "evaluate_generation", "evaluate_perplexity",
            "evaluate_split", "generate_replies", "generate_responses", "instance_batches", "load_generation_data", "load_trained",
-           "make_generation_batches", "make_instances", "prepare_generation", "train_generation", "WORD_GENERATORS", "words"]
+           "make_generation_batches", "make_instances", "prepare_generation", "pretrained_start", "train_generation",
+           "WORD_GENERATORS", "words"]
