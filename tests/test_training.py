@@ -558,3 +558,7 @@ def test_progress_counts_units_and_logs_where_no_bar_is_drawn(caplog):
     with caplog.at_level(logging.INFO, logger="turnformer.training"):
         assert list(progress(["a", "b"], "predict", unit="utterance", sizes=[3, 400], every_s=0.0)) == ["a", "b"]
     assert "predict: 3/403 utterances" in caplog.text and "predict: 403/403 utterances" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="turnformer.training"):
+        assert list(progress(["a"], "perplexity", every_s=0.0)) == ["a"]
+    assert "perplexity: 1/1 batches" in caplog.text

@@ -175,7 +175,7 @@ MAIN_ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
         *(f"generation-dailydialog-{model}" for model in ("smollm2", "smollm2-phaed")),
         *(f"generation-dailydialog-{model}{scale}" for scale in ("-full-cpu", "-cpu")
           for model in ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")),
-        "generation-dailydialog-smollm2-zeroshot-cpu")),
+        *(f"generation-dailydialog-{model}-cpu" for model in ("smollm2", "smollm2-phaed", "smollm2-zeroshot")))),
 )
 
 

@@ -84,7 +84,7 @@ def progress(items, desc: str, unit: str = "batch", sizes: Sequence[int] | None 
     bar = tqdm(total=total, desc=desc, unit=unit, leave=False, dynamic_ncols=True, disable=None if first_process else True)
     lines = first_process and bar.disable  # no bar where stderr is no terminal: lines
     done, start = 0, time.monotonic()
-    shown = start
+    shown, units = start, unit + ("es" if unit.endswith(("s", "x", "ch", "sh")) else "s")
     try:
         for item, size in zip(items, sizes):
             yield item
@@ -92,6 +92,6 @@ def progress(items, desc: str, unit: str = "batch", sizes: Sequence[int] | None 
             bar.update(size)
             if lines and time.monotonic() - shown >= every_s:
                 shown = time.monotonic()
-                logger.info("%s: %d/%d %ss, %.0f s", desc, done, total, unit, shown - start)
+                logger.info("%s: %d/%d %s, %.0f s", desc, done, total, units, shown - start)
     finally:
         bar.close()

@@ -356,7 +356,7 @@ class _Trainer:
         mean, lr = window.loss.item() / window.batches, self.scheduler.get_last_lr()[0]
         bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.2e}", refresh=False)
         if self.acc.is_main_process and bar.disable:   # the bar, where drawn, shows them already
-            logger.info("epoch %d/%d, batch %d/%d (step %d): loss %.4f, lr %.3g, %.1f batches/s", epoch + 1,
+            logger.info("epoch %d/%d, batch %d/%d (step %d): loss %.4f, lr %.3g, %.3g batches/s", epoch + 1,
                         self.config.epochs, st.batch_in_epoch, self.per_process, st.global_step, mean, lr,
                         window.batches / max(time.monotonic() - window.start, 1e-9))
         window.restart()
