@@ -154,6 +154,16 @@ def test_two_conversations_with_one_id_are_refused_by_reader_and_writer(tmp_path
     assert write_jsonl([Dialogue(turns=(Turn("A", "Hi"),))] * 2, tmp_path / "out.jsonl") == 2   # no id: no clash
 
 
+def test_a_conversation_whose_turns_share_an_id_is_not_written(tmp_path):
+    """The reader refuses two turns with one id (the round-trip property found it): the writer writes no such file."""
+    clash = Dialogue(turns=(Turn("A", "Hi", id="u1"), Turn("B", "Hey", id="u1")), id="d")
+    with pytest.raises(DialogueError, match=r"dialogue 1 \('d'\): turns\[1\]\.id 'u1' is already the id of turns\[0\]"):
+        write_jsonl([Dialogue(turns=(Turn("A", "Hi"),)), clash], tmp_path / "out.jsonl")
+    assert not (tmp_path / "out.jsonl").exists()
+    fine = Dialogue(turns=(Turn("A", "Hi", id="u1"), Turn("B", "Hey", id="u2"), Turn("A", "Bye")), id="d")
+    assert write_jsonl([fine], tmp_path / "out.jsonl") == 1 and read_jsonl(tmp_path / "out.jsonl")[0] == fine
+
+
 def test_unknown_label_names_allowed_set(tmp_path):
     sets = {"emotion": ["joy", "sad", "neutral"]}
     path = write_lines(tmp_path / "conv.jsonl", conv({**HI, "labels": {"emotion": "joy", "act": "anything"}}),
@@ -257,7 +267,7 @@ _turn = st.builds(
 )
 _dialogue = st.builds(
     Dialogue,
-    turns=st.lists(_turn, min_size=1, max_size=5).map(tuple),
+    turns=st.lists(_turn, min_size=1, max_size=5, unique_by=lambda t: t.id if t.id is not None else id(t)).map(tuple),
     id=st.none() | _text,
     meta=st.dictionaries(st.text(max_size=8), _json, max_size=3),
 )

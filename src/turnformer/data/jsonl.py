@@ -262,6 +262,13 @@ def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str
             if dialogue.id in index_of_id:
                 raise DialogueError(f"dialogue {i}: id {dialogue.id!r} is already the id of dialogue {index_of_id[dialogue.id]}")
             index_of_id[dialogue.id] = i
+        turn_of_id: dict[str, int] = {}
+        for j, turn in enumerate(dialogue.turns):  # nor one whose turns share an id
+            if turn.id is not None:
+                if turn.id in turn_of_id:
+                    raise DialogueError(f"dialogue {i} ({dialogue.id!r}): turns[{j}].id {turn.id!r} is already the id of "
+                                        f"turns[{turn_of_id[turn.id]}]")
+                turn_of_id[turn.id] = j
         line = dumps_dialogue(dialogue)
         try:
             lines.append(line.encode("utf-8"))
