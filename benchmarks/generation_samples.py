@@ -53,6 +53,9 @@ def main() -> None:
         run = next((r for r in runs if (r / "best").exists()), None)
         if run is not None:
             bots[model_id], experiments[model_id] = ResponseGenerator.from_checkpoint(run), run.parent.name
+    if not bots and not args.smollm2:
+        raise SystemExit(f"no trained generator: no {'|'.join(map(str, args.runs_dir))}/generation-dailydialog-MODEL"
+                         f"{{{','.join(suffixes)}}}/seed{args.seed} holds a best/ checkpoint")
     replies = {m: bot.respond_all(dialogues) for m, bot in bots.items()}
     if args.smollm2:
         from turnformer.models.smollm2 import PretrainedLMGenerator, load_smollm2

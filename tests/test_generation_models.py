@@ -226,3 +226,6 @@ def test_the_samples_page_takes_each_model_from_the_first_folder_and_suffix_that
     rows = [line.split(" | ")[:2] for line in page.splitlines() if line.startswith("| transformer |") or line.startswith("| gpt2")]
     assert rows == [["| transformer", "generation-dailydialog-transformer-full"], ["| gpt2-scratch", "generation-dailydialog-gpt2-scratch-cpu"]] * 2
     assert "--suffix=-full --suffix=-cpu" in page and (docs / "generation-attention-dra.png").exists()
+    monkeypatch.setattr(sys, "argv", ["generation_samples.py", "--runs-dir", str(tmp_path / "a"), "--suffix=-none"])
+    with pytest.raises(SystemExit, match=r"no trained generator: no .*/generation-dailydialog-MODEL\{-none\}/seed1 holds a best/"):
+        samples.main()
