@@ -23,7 +23,7 @@ from torch import nn
 from transformers import BertConfig
 from transformers.activations import ACT2FN
 
-from turnformer.structure.attention import masked_attention, project_live_and_past
+from turnformer.structure.attention import memory_attention
 
 __all__ = ["BertConfig", "EncoderOutput", "StructuredEncoder", "bert_init", "build_attention_mask", "check_attention_bias", "check_detached_keys",
            "check_memory"]
@@ -104,14 +104,10 @@ class SelfAttention(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.num_heads = config.num_attention_heads
-        self.head_size = config.hidden_size // config.num_attention_heads
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
-
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [B, L, hidden] -> [B, H, L, d]
-        return x.view(x.shape[0], x.shape[1], self.num_heads, self.head_size).transpose(1, 2)
 
     def forward(
         self,
@@ -122,30 +118,10 @@ class SelfAttention(nn.Module):
         bias: torch.Tensor | None = None,
         detached_keys: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`hidden` [B, T, hidden]; `memory` [B, M, hidden] or None; `mask` bool, broadcastable to
-        [B, H, T, M+T]; `bias` float, broadcastable to the same, added to the scaled scores;
-        `detached_keys` bool [B, 1, T, T]: (query, current key) pairs read as memory (`masked_attention`'s `past`).
-        Returns the context [B, T, hidden] (before the output projection) and, when asked, the
-        attention probabilities [B, H, T, M+T]."""
-        q = self._heads(self.query(hidden))
-        past = None
-        if detached_keys is None:
-            k, v = self.key(hidden), self.value(hidden)
-        else:  # pairs read as memory see the states detached (masked_attention's `past`)
-            (k, k_past), (v, v_past) = (project_live_and_past(hidden, m.weight, m.bias) for m in (self.key, self.value))
-            past = (self._heads(k_past), self._heads(v_past), detached_keys)
-        if memory is not None:
-            # Projected apart from the current tokens: memory is usually detached, and a joint
-            # projection would make backward compute its (discarded) input gradient.
-            k, v = torch.cat([self.key(memory), k], dim=1), torch.cat([self.value(memory), v], dim=1)
-        k, v = self._heads(k), self._heads(v)
-        dropout_p = self.dropout_p if self.training else 0.0
-
-        # Empty rows attend to nothing (zero output), the project-wide policy.
-        context, probs = masked_attention(q, k, v, mask, bias=bias, dropout_p=dropout_p, return_probs=output_attentions,
-                                          past=past)
-        context = context.transpose(1, 2).reshape(hidden.shape)
-        return context, probs
+        """`memory_attention` with this layer's projections: the context [B, T, hidden] (before the output
+        projection) and, when asked, the attention probabilities [B, H, T, M+T]."""
+        return memory_attention(hidden, self.query, self.key, self.value, self.num_heads, mask, memory, bias,
+                                self.dropout_p if self.training else 0.0, output_attentions, detached_keys)
 
 
 class SelfOutput(nn.Module):

@@ -53,7 +53,7 @@ from turnformer.backbones.bert import (
     check_detached_keys,
     check_memory,
 )
-from turnformer.structure.attention import masked_attention, project_live_and_past
+from turnformer.structure.attention import memory_attention
 
 __all__ = ["MPNetConfig", "MPNetStructuredEncoder", "relative_position_bucket"]
 
@@ -122,34 +122,17 @@ class SelfAttention(nn.Module):
     def __init__(self, config: MPNetConfig):
         super().__init__()
         self.num_heads = config.num_attention_heads
-        self.head_size = config.hidden_size // config.num_attention_heads
         self.q = nn.Linear(config.hidden_size, config.hidden_size)
         self.k = nn.Linear(config.hidden_size, config.hidden_size)
         self.v = nn.Linear(config.hidden_size, config.hidden_size)
         self.o = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [B, L, hidden] -> [B, H, L, d]
-        return x.view(x.shape[0], x.shape[1], self.num_heads, self.head_size).transpose(1, 2)
-
     def forward(self, hidden, bias, mask=None, memory=None, output_attentions=False, detached_keys=None):
-        q = self._heads(self.q(hidden))
-        past = None
-        if detached_keys is None:
-            k, v = self.k(hidden), self.v(hidden)
-        else:  # pairs read as memory see the states detached (masked_attention's `past`)
-            (k, k_past), (v, v_past) = (project_live_and_past(hidden, m.weight, m.bias) for m in (self.k, self.v))
-            past = (self._heads(k_past), self._heads(v_past), detached_keys)
-        if memory is not None:
-            # Projected apart from the current tokens (as in bert.py): memory is usually detached, and
-            # a joint projection would make backward compute its (discarded) input gradient.
-            k, v = torch.cat([self.k(memory), k], dim=1), torch.cat([self.v(memory), v], dim=1)
-        k, v = self._heads(k), self._heads(v)
-        dropout_p = self.dropout_p if self.training else 0.0
         # MPNet adds the bias to the already scaled scores, as masked_attention does.
-        context, probs = masked_attention(q, k, v, mask, bias=bias, dropout_p=dropout_p, return_probs=output_attentions,
-                                          past=past)
-        return self.o(context.transpose(1, 2).reshape(hidden.shape)), probs
+        context, probs = memory_attention(hidden, self.q, self.k, self.v, self.num_heads, mask, memory, bias,
+                                          self.dropout_p if self.training else 0.0, output_attentions, detached_keys)
+        return self.o(context), probs
 
 
 class Attention(nn.Module):

@@ -121,6 +121,34 @@ def project_live_and_past(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     return _LiveAndPast.apply(x, weight, bias)
 
 
+def memory_attention(
+    hidden: torch.Tensor, query: nn.Linear, key: nn.Linear, value: nn.Linear, heads: int,
+    mask: torch.Tensor | None = None, memory: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+    dropout_p: float = 0.0, return_probs: bool = False, detached_keys: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A pretrained encoder layer's attention (BERT's, MPNet's): queries from the current tokens `hidden`
+    [B, T, d], keys and values from [memory ; current] (`memory` [B, M, d] or None), through `masked_attention`.
+    `mask` bool and `bias` float broadcastable to [B, H, T, M+T]; `detached_keys` bool [B, 1, T, T]: the (query,
+    current key) pairs read as memory (`masked_attention`'s `past`). Returns the context [B, T, d] before the output
+    projection and, when asked, the attention probabilities [B, H, T, M+T]."""
+    def split(x: torch.Tensor) -> torch.Tensor:  # [B, L, d] -> [B, H, L, d / H]
+        return x.unflatten(-1, (heads, -1)).transpose(1, 2)
+
+    past = None
+    if detached_keys is None:
+        k, v = key(hidden), value(hidden)
+    else:  # pairs read as memory see the states detached
+        (k, k_past), (v, v_past) = (project_live_and_past(hidden, m.weight, m.bias) for m in (key, value))
+        past = (split(k_past), split(v_past), detached_keys)
+    if memory is not None:
+        # Projected apart from the current tokens: memory is usually detached, and a joint
+        # projection would make backward compute its (discarded) input gradient.
+        k, v = torch.cat([key(memory), k], dim=1), torch.cat([value(memory), v], dim=1)
+    # Empty rows attend to nothing (zero output), the project-wide policy.
+    context, probs = masked_attention(split(query(hidden)), split(k), split(v), mask, bias, dropout_p, return_probs, past)
+    return context.transpose(1, 2).flatten(2), probs
+
+
 class _ReadWithPast(torch.autograd.Function):
     """``a @ b`` where ``b`` [..., K, D] ends with T current rows that some pairs read live and the others through a
     detached copy (``b_past`` [..., T, D], equal in value): one product forward; backward, ``a``'s gradient as usual,
