@@ -12,6 +12,9 @@
 #   paper-attention  DialogXL as in the paper (no memory bias) on MELD and EmoryNLP, LR, seeds 1-3.
 #   memory-grad      DialogXL with the memory bias and gradients into earlier utterances of a chunk, LR, seeds 1-3.
 #   baselines        the concatenated context on MELD, seeds 2 and 3; segment recurrence on MELD and EmoryNLP, seed 1.
+#   dailydialog      DailyDialog (about 9 times MELD's size), LR: DialogXL with the memory bias, seeds 1-3; segment
+#                    recurrence and the concatenated context (2 epochs, as on all-MiniLM-L6-v2), seed 1; then DialogXL
+#                    with the paper's attention and with memory_grad, seeds 1-3; the concatenated context, seeds 2-3.
 #   selection        the plain encoder and MDFN on MuTual, SELECTION_LR (default 2e-5), seeds 1-3.
 #   selection-plus   the same on MuTual-plus.
 #   selection-ablations  MDFN's five ablations (Tables 7-9) on MuTual, seed 1.
@@ -26,6 +29,7 @@
 #                    5 s once the card was free): run acts-vectors before the other plans, not beside them.
 #   acts-vectors     the first run of acts-frozen alone.
 # EXTRA: more `turnformer train` options for every run (a quick check: EXTRA="--limit-dialogues 2 --set train.epochs=1").
+# LIST=1: print the runs the plans name (experiment task model dataset lr seed [precision [setting...]]), start none.
 # On an 80 GB H100, 8 runs at a time take about 5 minutes (4 epochs each, MELD or EmoryNLP); the concatenated context on
 # MELD (up to 512 tokens of history an utterance) needs the most memory: two of them beside six other runs ran out of it.
 # On a 141 GB H200, `baselines selection` (10 runs: 4 ERC, 6 MuTual) peaked at 91 GB; MuTual's 3 epochs need about
@@ -54,6 +58,14 @@ runs() {  # one line a run: experiment task model dataset lr seed [precision]; l
     baselines)
         for seed in 2 3; do echo "erc-meld-concat-context-mpnet-lr$lr erc concat-context meld $lr $seed"; done
         for dataset in meld emorynlp; do echo "erc-$dataset-segment-recurrence-mpnet-lr$lr erc segment-recurrence $dataset $lr 1"; done ;;
+    dailydialog)
+        concat="erc-dailydialog-concat-context-mpnet-lr$lr erc concat-context dailydialog $lr"
+        for seed in 1 2 3; do echo "erc-dailydialog-dialogxl-memory-bias-mpnet-lr$lr erc dialogxl-memory-bias dailydialog $lr $seed"; done
+        echo "erc-dailydialog-segment-recurrence-mpnet-lr$lr erc segment-recurrence dailydialog $lr 1"
+        echo "$concat 1 $ACCELERATE_MIXED_PRECISION train.epochs=2"
+        for model in dialogxl dialogxl-memory-grad; do for seed in 1 2 3; do
+            echo "erc-dailydialog-$model-mpnet-lr$lr erc $model dailydialog $lr $seed"; done; done
+        for seed in 2 3; do echo "$concat $seed $ACCELERATE_MIXED_PRECISION train.epochs=2"; done ;;
     selection|selection-plus)
         dataset=mutual; [[ $plan == selection-plus ]] && dataset=mutual-plus
         for seed in 1 2 3; do for model in plain-encoder mdfn; do
@@ -66,7 +78,7 @@ runs() {  # one line a run: experiment task model dataset lr seed [precision]; l
         for dataset in ${ACT_DATASETS:-swda}; do for seed in 1 2 3; do
             for model in lc-attention-frozen-mpnet lstm-attention-frozen-mpnet lstm-blstm-frozen-mpnet frozen-mpnet-utterance; do
                 echo "dialogue-act-$dataset-$model dialogue-act $model $dataset recipe $seed no"
-                [[ $plan == acts-vectors ]] && break 3
+                if [[ $plan == acts-vectors ]]; then break 3; fi
             done; done; done ;;
     *) echo "unknown plan $plan" >&2; exit 2 ;;
     esac; done
@@ -76,6 +88,7 @@ one() {
     local experiment=$1 task=$2 model=$3 dataset=$4 lr=$5 seed=$6 precision=${7:-$ACCELERATE_MIXED_PRECISION}
     local out=$RUNS/$experiment/seed$seed resume=() settings=(--set backbone=all-mpnet-base-v2 --set train.lr="$lr")
     [[ $lr == recipe ]] && settings=()
+    for setting in "${@:8}"; do settings+=(--set "$setting"); done  # the run's own settings, after the rate
     if [[ -f $out/result.json ]] && grep -q '"stopped_early": false' "$out/result.json"; then return; fi
     local left=$(( DEADLINE_AT - $(date +%s) ))
     if (( left < 60 )); then echo "$experiment seed $seed: not started, ${left}s left"; return; fi
@@ -89,6 +102,7 @@ one() {
     flock "$RUNS/.archive.lock" sh -c 'tar -czf "$1.part" --warning=no-file-changed --exclude=last --exclude=best --exclude="*.tmp" --exclude="*.old" -C "$2" .;
         mv "$1.part" "$1"' _ "$ARCHIVE" "$RUNS"
 }
+if [[ -n ${LIST:-} ]]; then runs; exit; fi
 export -f one
 mkdir -p "$RUNS"
 runs | xargs -P "${WORKERS:-8}" -L 1 bash -c 'one "$@"' _

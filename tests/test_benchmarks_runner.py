@@ -39,6 +39,34 @@ def test_every_plan_resolves_to_recipes_that_load_with_their_overrides():
         bench.plan("nope", (1,), (1,), 120)
 
 
+GPU_MPNET_PLANS = ("lr-sweep", "seeds", "paper-attention", "memory-grad", "baselines", "dailydialog", "selection",
+                   "selection-plus", "selection-ablations", "submission", "acts-frozen")
+
+
+def test_the_gpu_mpnet_script_names_runs_whose_recipes_load_with_its_settings():
+    """benchmarks/gpu_mpnet.sh LIST=1: every run of every plan is a shipped recipe that loads with the settings the
+    script passes (all-mpnet-base-v2, the plan's rate, the run's own settings); an unknown plan is refused."""
+    script = Path(__file__).parents[1] / "benchmarks" / "gpu_mpnet.sh"
+    env = {"PATH": "/usr/bin:/bin", "LIST": "1", "LR": "3e-5"}
+    listed = subprocess.run(["bash", str(script), *GPU_MPNET_PLANS], env=env, capture_output=True, text=True, check=True)
+    runs = [line.split() for line in listed.stdout.splitlines()]
+    assert len(runs) == 74  # `baselines` repeats two runs of `seeds`: a run that has finished is not started again
+    for experiment, task, model, dataset, lr, seed, *rest in runs:
+        overrides = [] if lr == "recipe" else ['backbone="all-mpnet-base-v2"', f"train.lr={lr}"]
+        recipe = load_recipe(find_recipe(task, model, dataset), overrides + rest[1:])
+        assert (recipe["task"], recipe["model"], recipe["dataset"]) == (task, model, dataset), experiment
+        assert int(seed) in (1, 2, 3) and experiment.startswith(f"{task}-{dataset}-{model}"), experiment
+        if lr != "recipe":
+            assert recipe["train"]["lr"] == float(lr) and experiment.endswith(f"-mpnet-lr{lr}"), experiment
+    assert {run[4] for run in runs if run[2] in ("dialogxl", "dialogxl-memory-grad")} == {"3e-5"}  # LR sets the rate
+    dailydialog = [run for run in runs if run[3] == "dailydialog"]
+    assert len(dailydialog) == len({tuple(run[:6]) for run in dailydialog}) == 13
+    assert [run[2] for run in dailydialog[:5]] == ["dialogxl-memory-bias"] * 3 + ["segment-recurrence", "concat-context"]
+    assert {run[-1] for run in dailydialog if run[2] == "concat-context"} == {"train.epochs=2"}
+    refused = subprocess.run(["bash", str(script), "nope"], env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "unknown plan nope" in refused.stderr
+
+
 # The recipes on a paper's benchmark that have no score of the papers, and why. Any other recipe on a benchmark is a
 # row a paper ran, and its number is in turnformer.results.
 NO_PAPER_SCORE = {
