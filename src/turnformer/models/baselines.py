@@ -59,7 +59,7 @@ from torch.utils.checkpoint import checkpoint
 
 from turnformer.backbones import StructuredEncoder, freeze_lower_layers, load_backbone
 from turnformer.models.config_checks import check_config
-from turnformer.models.dialogxl import ConversationBatch, DialogXL
+from turnformer.models.dialogxl import ConversationBatch, DialogXL, UtteranceClassifier
 from turnformer.structure import SpecialTokens, pack_token_ids
 
 __all__ = [
@@ -122,34 +122,11 @@ class _Config:
         return cls(**data)
 
 
-class _ERCModel(nn.Module):
-    """Loss / predict / probabilities from a ``logits(batch) -> [B, N, labels]`` method."""
-
-    def logits(self, batch: ConversationBatch) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
+class _ERCModel(UtteranceClassifier):
+    """A baseline: `UtteranceClassifier` with its config and device."""
 
     def config_dict(self) -> dict:
         return self.config.architecture_dict()
-
-    def pretrained_parameters(self):
-        """The backbone's parameters: `train.head_lr` gives the classifier its own learning rate."""
-        return self.encoder.parameters()
-
-    def loss(self, batch: ConversationBatch) -> torch.Tensor:
-        logits = self.logits(batch)
-        return nn.functional.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=-100)
-
-    @torch.no_grad()
-    def predict(self, batch: ConversationBatch) -> tuple[list[int], list[int]]:
-        logits = self.logits(batch)
-        labelled = batch.labels != -100
-        return batch.labels[labelled].tolist(), logits.argmax(-1)[labelled].tolist()
-
-    @torch.no_grad()
-    def probabilities(self, batch: ConversationBatch) -> torch.Tensor:
-        """[B, N, labels] class probabilities of every utterance (rows past a conversation's end
-        are the classifier applied to a zero state)."""
-        return self.logits(batch).softmax(-1)
 
     @property
     def device(self) -> torch.device:

@@ -197,7 +197,37 @@ class ConversationBatch:
                                  self.lengths, self.ids, move(self.input_ids), move(self.turn_lengths))
 
 
-class DialogXL(nn.Module):
+class UtteranceClassifier(nn.Module):
+    """What every emotion-recognition model here shares (DialogXL and the baselines on its backbone): the loss,
+    predictions and probabilities of every utterance from its ``logits(batch)`` [B, N, labels], and its backbone
+    ``encoder``."""
+
+    def logits(self, batch: ConversationBatch) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def pretrained_parameters(self):
+        """The backbone's parameters: `train.head_lr` gives the new layers (classifier, speaker-role embeddings,
+        memory bias) their own learning rate."""
+        return self.encoder.parameters()
+
+    def loss(self, batch: ConversationBatch) -> torch.Tensor:
+        logits = self.logits(batch)  # [B, N, labels]
+        return nn.functional.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=-100)
+
+    @torch.no_grad()
+    def predict(self, batch: ConversationBatch) -> tuple[list[int], list[int]]:
+        logits = self.logits(batch)
+        labelled = batch.labels != -100
+        return batch.labels[labelled].tolist(), logits.argmax(-1)[labelled].tolist()
+
+    @torch.no_grad()
+    def probabilities(self, batch: ConversationBatch) -> torch.Tensor:
+        """[B, N, labels] class probabilities of every utterance (rows past a conversation's end: the classifier
+        applied to whatever state the model leaves there)."""
+        return self.logits(batch).softmax(-1)
+
+
+class DialogXL(UtteranceClassifier):
     def __init__(
         self, config: DialogXLConfig, encoder: StructuredEncoder | XLNetStructuredEncoder, cls_id: int, sep_id: int, pad_id: int
     ):
@@ -233,11 +263,6 @@ class DialogXL(nn.Module):
 
     def config_dict(self) -> dict:
         return self.config.to_dict()
-
-    def pretrained_parameters(self):
-        """The backbone's parameters: `train.head_lr` gives the new layers (classifier, speaker-role embeddings)
-        their own learning rate."""
-        return self.encoder.parameters()
 
     def empty_memory(self, batch: int) -> Memory:
         device = next(self.parameters()).device
@@ -427,21 +452,6 @@ class DialogXL(nn.Module):
             cls_state, memory, _ = self.step(input_ids, t, batch.speakers[:, t], memory)
             logits.append(self.classifier(cls_state))
         return logits
-
-    def loss(self, batch: ConversationBatch) -> torch.Tensor:
-        logits = self.logits(batch)  # [B, N, labels]
-        return nn.functional.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=-100)
-
-    @torch.no_grad()
-    def predict(self, batch: ConversationBatch) -> tuple[list[int], list[int]]:
-        logits = self.logits(batch)
-        labelled = batch.labels != -100
-        return batch.labels[labelled].tolist(), logits.argmax(-1)[labelled].tolist()
-
-    @torch.no_grad()
-    def probabilities(self, batch: ConversationBatch) -> torch.Tensor:
-        """[B, N, labels] class probabilities of every utterance."""
-        return self.logits(batch).softmax(-1)
 
 
 class DialogXLSession:
