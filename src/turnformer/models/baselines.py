@@ -58,7 +58,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from turnformer.backbones import StructuredEncoder, freeze_lower_layers, load_backbone
-from turnformer.models.config_checks import check_config
+from turnformer.models.config_checks import ModelConfig, check_config
 from turnformer.models.dialogxl import ConversationBatch, DialogXL, UtteranceClassifier
 from turnformer.structure import SpecialTokens, pack_token_ids
 
@@ -99,27 +99,16 @@ def batch_words(batch: ConversationBatch, cls_id: int, sep_id: int, pad_id: int)
     return [[strip_special(steps[t][b], cls_id, sep_id, pad_id) for t in range(n)] for b, n in enumerate(batch.lengths)]
 
 
-class _Config:
-    """to_dict / from_dict shared by the baseline configurations."""
+class _Config(ModelConfig):
+    """What the baseline configurations share: their checks, and the settings that change cost only."""
 
     runtime_keys: tuple[str, ...] = ()  # settings that change cost, not results: left out of config_dict
 
     def __post_init__(self) -> None:  # mem_len and frozen_layers may be 0; every other size must be 1 or more
         check_config(self, positive=[f.name for f in fields(self) if f.name not in ("mem_len", "frozen_layers")])
 
-    def to_dict(self) -> dict:
-        return asdict(self)  # type: ignore[call-overload]
-
     def architecture_dict(self) -> dict:
         return {k: v for k, v in self.to_dict().items() if k not in self.runtime_keys}
-
-    @classmethod
-    def from_dict(cls, data: dict):
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} keys: {sorted(unknown)}")
-        return cls(**data)
 
 
 class _ERCModel(UtteranceClassifier):

@@ -4,8 +4,23 @@ writes it (``model_config.mem_len``), so that a bad ``--set`` is caught where th
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Iterable
+
+
+class ModelConfig:
+    """`to_dict` and `from_dict` of a model's config dataclass; `from_dict` refuses a setting the config has not."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} settings {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**data)
 
 
 def check_config(config, positive: Iterable[str] = ()) -> None:

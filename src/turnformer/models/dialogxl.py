@@ -40,7 +40,7 @@ from __future__ import annotations
 import inspect
 import math
 from functools import partial
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import torch
@@ -49,13 +49,13 @@ from torch.utils.checkpoint import checkpoint
 
 from turnformer.backbones import StructuredEncoder, XLNetStructuredEncoder
 from turnformer.dialogue import as_turn
-from turnformer.models.config_checks import check_config
+from turnformer.models.config_checks import ModelConfig, check_config
 from turnformer.structure import MEMORY, TokenMeta, dialogxl_layout, token_meta
 from turnformer.structure.packing import truncate_keeping_end_specials
 
 
 @dataclass
-class DialogXLConfig:
+class DialogXLConfig(ModelConfig):
     num_labels: int
     backbone: str = "all-MiniLM-L6-v2"
     heads: tuple[int, int, int, int] = (5, 5, 1, 1)  # local, global, speaker, listener
@@ -93,21 +93,14 @@ class DialogXLConfig:
         if bias is not None and (isinstance(bias, bool) or not isinstance(bias, int | float) or not math.isfinite(bias)):
             raise ValueError(f"model_config.memory_bias = {bias!r}: expected a finite number (the start of the learned logit), or no setting")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, data: dict) -> "DialogXLConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown DialogXL config keys: {sorted(unknown)}")
         data = dict(data)
         if data.get("positions", "conversation") not in ("conversation", "utterance"):
             raise ValueError(f"positions must be 'conversation' or 'utterance', got {data['positions']!r}")
         if "heads" in data:
             data["heads"] = tuple(data["heads"])
-        return cls(**data)
+        return super().from_dict(data)
 
 
 @dataclass

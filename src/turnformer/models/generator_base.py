@@ -16,18 +16,18 @@ A model's settings are a `GeneratorConfig`, or a subclass adding its own fields.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 
 import torch
 from torch import nn
 
-from turnformer.models.config_checks import check_config
+from turnformer.models.config_checks import ModelConfig, check_config
 
 IGNORE = -100  # target id left out of the loss and of perplexity
 
 
 @dataclass
-class GeneratorConfig:
+class GeneratorConfig(ModelConfig):
     vocab_size: int
     d_model: int = 256
     heads: int = 4
@@ -45,17 +45,6 @@ class GeneratorConfig:
                                      "max_response_words"))
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "GeneratorConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} settings {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**data)
 
 
 @dataclass

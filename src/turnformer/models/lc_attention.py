@@ -32,7 +32,7 @@ they are config fields, the bias is shared by all heads (one K_mean per sub-dial
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from turnformer.backbones.loading import load_auto_encoder, load_backbone
-from turnformer.models.config_checks import check_config
+from turnformer.models.config_checks import ModelConfig, check_config
 from turnformer.structure import GLOBAL, MultiHeadAttention, lc_attention_bias, sequence_meta
 
 CONTEXTS = ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")
@@ -53,7 +53,7 @@ SMOLLM2 = "SmolLM2-135M"  # a decoder whose input embeddings can start the word 
 
 
 @dataclass
-class LCConfig:
+class LCConfig(ModelConfig):
     num_labels: int
     context: str = "lc-attention"
     vocab_size: int = 30522
@@ -95,16 +95,6 @@ class LCConfig:
             raise ValueError("model_config.sentence_encoder names the frozen utterance encoder: set both or neither")
         if self.hidden % self.heads or self.hidden % 2:
             raise ValueError(f"hidden ({self.hidden}) must be even and divisible by heads ({self.heads})")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "LCConfig":
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown LC Attention config keys: {sorted(unknown)}")
-        return cls(**data)
 
 
 @dataclass

@@ -32,13 +32,13 @@ a sigmoid per candidate).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from turnformer.backbones.loading import freeze_lower_layers, load_auto_encoder
-from turnformer.models.config_checks import check_config
+from turnformer.models.config_checks import ModelConfig, check_config
 from turnformer.structure import LISTENER, OTHER_UTTERANCE, SAME_UTTERANCE, SPEAKER, MultiHeadAttention, TokenMeta
 from turnformer.structure.attention import inlined_names, keep_checkpoint_names
 
@@ -55,7 +55,7 @@ CHANNEL_MASKS = {"utterance": (SAME_UTTERANCE, OTHER_UTTERANCE), "speaker": (SPE
 
 
 @dataclass
-class MDFNConfig:
+class MDFNConfig(ModelConfig):
     channels: str = "both"  # "both", "utterance", "speaker", or "none" (the plain encoder)
     aggregation: str = "bigru"  # turn vectors -> dialogue vector: "bigru", "max", "mean"
     fusion: str = "gate"  # "gate" (equation 2) or "linear"
@@ -78,16 +78,6 @@ class MDFNConfig:
     @property
     def channel_names(self) -> tuple[str, ...]:
         return {"both": ("utterance", "speaker"), "none": ()}.get(self.channels, (self.channels,))
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "MDFNConfig":
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown MDFN config keys: {sorted(unknown)}")
-        return cls(**data)
 
 
 @dataclass

@@ -53,6 +53,7 @@ from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
 from turnformer.data.generation_scores import generation_metrics, perplexity
 from turnformer.data.generation_vocab import SPEAKER_Q, SPEAKER_R, UNK, GenerationInstance, Vocabulary, words
 from turnformer.dialogue import DialogueError
+from turnformer.models.config_checks import ModelConfig
 from turnformer.models.generator_base import IGNORE
 from turnformer.structure.attention import pretrained_layer_attention
 from turnformer.structure.biases import turn_relative_distance
@@ -186,7 +187,7 @@ AttentionInterface.register(STRUCTURE_ATTENTION, pretrained_layer_attention)
 
 
 @dataclasses.dataclass
-class SmolLM2Config:
+class SmolLM2Config(ModelConfig):
     speaker_tokens: bool = False  # PHAED's [SPEAKER-Q] / [SPEAKER-R] as the messages' roles (else user / assistant)
     turn_attention: bool = False  # PHAED's turn-level relative attention: a learned bias per layer, head and distance
     r_max: int = 4  # largest turn distance with a bias of its own
@@ -197,17 +198,6 @@ class SmolLM2Config:
     def __post_init__(self) -> None:
         if self.r_max < 0 or self.max_new_tokens < 1 or self.max_tokens < 1:
             raise ValueError(f"need r_max >= 0, max_new_tokens >= 1 and max_tokens >= 1: {self}")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "SmolLM2Config":
-        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown SmolLM2Config settings {sorted(unknown)}; known: "
-                             f"{sorted(f.name for f in dataclasses.fields(cls))}")
-        return cls(**data)
 
 
 @dataclasses.dataclass
