@@ -56,7 +56,7 @@ def main() -> None:
     if not bots and not args.smollm2:
         raise SystemExit(f"no trained generator: no {'|'.join(map(str, args.runs_dir))}/generation-dailydialog-MODEL"
                          f"{{{','.join(suffixes)}}}/seed{args.seed} holds a best/ checkpoint")
-    replies = {m: bot.respond_all(dialogues) for m, bot in bots.items()}
+    replies = {m: [" ".join(w) for w in bot.reply_words(dialogues)] for m, bot in bots.items()}
     if args.smollm2:
         from turnformer.models.smollm2 import PretrainedLMGenerator, load_smollm2
 

@@ -203,6 +203,21 @@ def test_generator_takes_turns_in_every_form_and_checks_the_speakers(vocab_and_b
     assert bot.respond(pairs) == bot.respond(mappings) == bot.respond(Dialogue.from_turns(pairs))
     with pytest.raises(DialogueError, match="speakers: expected a list of 2 speakers"):
         bot.respond_all([pairs, pairs], ["A"])
+
+
+def test_replies_are_ordinary_text_made_of_the_models_words(vocab_and_batch):
+    """`respond` glues punctuation back and capitalises what the model says in lower-cased words; `reply_words` gives
+    the words themselves (what the metrics score)."""
+    from turnformer.data.generation_vocab import detokenize
+    from turnformer.tasks.generation import ResponseGenerator
+
+    vocab = vocab_and_batch[0]
+    bot = ResponseGenerator(tiny(vocab), vocab, 4, 50)
+    pairs = [("A", "hi , how are you ?"), ("B", "fine , thanks . and you ?")]
+    (said,) = bot.reply_words([pairs])
+    assert said and bot.respond(pairs) == detokenize(said)
+    assert detokenize(["well", ",", "i", "don't", "know", ".", "and", "you", "?"]) == "Well, I don't know. And you?"
+    assert detokenize(["i'm", "sure", "it", "will", "be", "."]) == "I'm sure it will be."
     with pytest.raises(DialogueError, match=r"dialogue: turns\[1\]: expected a \(speaker, text\) pair"):
         bot.respond([("A", "hi"), "ok"])
 

@@ -28,6 +28,13 @@ def words(text: str) -> list[str]:
     return _WORDS.findall(text.lower())
 
 
+def detokenize(tokens: Sequence[str]) -> str:
+    """``["i", "'m", "fine", ",", "thanks", "."]``-style words as ordinary text: "I'm fine, thanks."."""
+    text = re.sub(r" ([.,!?;:%)])", r"\1", " ".join(tokens))
+    text = re.sub(r"\bi\b", "I", text)
+    return re.sub(r"(^|[.!?] )([a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
+
+
 @dataclass(frozen=True)
 class Utterance:
     words: tuple[str, ...]
@@ -103,4 +110,4 @@ class Vocabulary:
 
 
 __all__ = ["EOU", "PAD", "SOU", "SPEAKER_Q", "SPEAKER_R", "SPECIALS", "UNK", "GenerationInstance", "Utterance", "Vocabulary",
-           "words"]
+           "detokenize", "words"]

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import re
 from pathlib import Path
 from typing import Sequence
 
@@ -51,7 +50,7 @@ from tqdm.auto import tqdm
 from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from turnformer.data.generation_scores import generation_metrics, perplexity
-from turnformer.data.generation_vocab import SPEAKER_Q, SPEAKER_R, UNK, GenerationInstance, Vocabulary, words
+from turnformer.data.generation_vocab import SPEAKER_Q, SPEAKER_R, UNK, GenerationInstance, Vocabulary, detokenize, words
 from turnformer.dialogue import DialogueError
 from turnformer.models.config_checks import ModelConfig
 from turnformer.models.generator_base import IGNORE
@@ -85,13 +84,6 @@ def load_smollm2(dtype: torch.dtype = torch.float32):
     path = smollm2_gguf_path()
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
     return model.eval(), load_smollm2_tokenizer()
-
-
-def detokenize(tokens: Sequence[str]) -> str:
-    """``["i", "'m", "fine", ",", "thanks", "."]``-style words as ordinary text: "I'm fine, thanks."."""
-    text = re.sub(r" ([.,!?;:%)])", r"\1", " ".join(tokens))
-    text = re.sub(r"\bi\b", "I", text)
-    return re.sub(r"(^|[.!?] )([a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
 
 
 class PretrainedLMGenerator:

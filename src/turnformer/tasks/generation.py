@@ -29,7 +29,7 @@ import torch
 
 from turnformer.data import load_split
 from turnformer.data.generation_vocab import (EOU, PAD, SOU, SPEAKER_Q, SPEAKER_R, SPECIALS, UNK, GenerationInstance,
-                                              Utterance, Vocabulary, words)
+                                              Utterance, Vocabulary, detokenize, words)
 from turnformer.dialogue import Dialogue, DialogueError, Turn, as_dialogue, next_speaker, output_names
 from turnformer.models.dialogbert import DialogBERTGenerator
 from turnformer.models.dra import TransformerDRA
@@ -348,7 +348,12 @@ class ResponseGenerator:
         return self.respond_all([dialogue], [speaker])[0]
 
     def respond_all(self, dialogues, speakers=None) -> list[str]:
-        """One reply per dialogue (a Dialogue or a list of turns), spoken by ``speakers[i]`` (None: `next_speaker`)."""
+        """One reply per dialogue (a Dialogue or a list of turns), spoken by ``speakers[i]`` (None: `next_speaker`), as
+        ordinary text: the model's lower-cased words with punctuation glued back and sentences capitalised."""
+        return [detokenize(reply) for reply in self.reply_words(dialogues, speakers)]
+
+    def reply_words(self, dialogues, speakers=None) -> list[list[str]]:
+        """`respond_all`'s replies as the model's words (what the metrics score)."""
         dialogues = [as_dialogue(d) for d in dialogues]
         speakers = [None] * len(dialogues) if speakers is None else speakers
         if isinstance(speakers, str) or len(speakers) != len(dialogues):
@@ -364,9 +369,8 @@ class ResponseGenerator:
         batches = instance_batches(self.model, instances, self.vocab, 64, sort_by_length=False)
         if hasattr(self.model, "generate_words"):  # a sub-word decoder's replies keep their rare words
             device = next(self.model.parameters()).device
-            return [" ".join(h) for batch in batches for h in self.model.generate_words(batch.to(device))]
-        _, hypotheses = generate_responses(self.model, batches, self.vocab, self.beam_size)
-        return [" ".join(h) for h in hypotheses]
+            return [list(h) for batch in batches for h in self.model.generate_words(batch.to(device))]
+        return [list(h) for h in generate_responses(self.model, batches, self.vocab, self.beam_size)[1]]
 
 
 def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=None, speaker: str | None = None,
