@@ -1,7 +1,7 @@
 """One-pass DialogXL against the true limit: `transformers`' own model on the same tokens, packed.
 
-    python benchmarks/erc_one_pass_speed.py training [--batches 24] [--repeats 3] [--threads 2] [--device cpu]
-    python benchmarks/erc_one_pass_speed.py encoder  [--repeats 3] [--threads 2]
+    python benchmarks/erc_one_pass_speed.py training [--batches 24] [--repeats 3] [--threads 2] [--device cpu] [--backbone NAME]
+    python benchmarks/erc_one_pass_speed.py encoder  [--repeats 3] [--threads 2] [--backbone NAME]
     python benchmarks/erc_one_pass_speed.py memory   [--lengths 50,200] [--threads 2] [--model concat-context] [--no-checkpoint]
 
 ``training`` -> ``erc-one-pass-speed[-DEVICE].json``: tokens per second of a whole training step (forward,
@@ -30,6 +30,9 @@ beyond the chunk. ``--model concat-context`` or ``segment-recurrence``: the same
 ``erc-memory-MODEL[-no-checkpoint].json``), ``--no-checkpoint`` keeping every chunk's or segment's graph until
 backward; a length whose process fails (killed for memory) is recorded as such and the longer ones not tried.
 
+``--backbone all-mpnet-base-v2`` (``training``, ``encoder``): the same against `transformers.MPNetModel`
+(results files ``...-mpnet[-DEVICE].json``); the default is all-MiniLM-L6-v2 against `BertModel`.
+
 Classifier heads are randomly initialised (seeded): speed does not depend on training.
 """
 
@@ -53,8 +56,9 @@ BACKBONE = "all-MiniLM-L6-v2"
 HF_LIMIT = 512
 
 
-def setup(threads: int, device: str, seed: int = 0, data_dir=None, model_id: str = "dialogxl", changes: dict | None = None):
-    """The MELD recipe of `model_id` (DialogXL or a baseline) with `changes` to its model_config, on BACKBONE."""
+def setup(threads: int, device: str, seed: int = 0, data_dir=None, model_id: str = "dialogxl", changes: dict | None = None,
+          backbone: str = BACKBONE):
+    """The MELD recipe of `model_id` (DialogXL or a baseline) with `changes` to its model_config, on `backbone`."""
     from turnformer.data import load_split
     from turnformer.recipes import find_recipe, load_recipe
     from turnformer.tasks.erc import build_erc_model
@@ -64,20 +68,21 @@ def setup(threads: int, device: str, seed: int = 0, data_dir=None, model_id: str
     split = load_split("meld", "train", data_dir)
     labels = split.label_set(recipe.get("label_kind", "emotion"))
     torch.manual_seed(seed)
-    model, tokenizer = build_erc_model(model_id, {**recipe["model_config"], **(changes or {})}, labels, BACKBONE)
+    model, tokenizer = build_erc_model(model_id, {**recipe["model_config"], **(changes or {})}, labels, backbone)
     return recipe, split, labels, model.to(device), tokenizer
 
 
-def hf_model(device: str) -> nn.Module:
-    from transformers import BertModel
+def hf_model(device: str, backbone: str = BACKBONE) -> nn.Module:
+    """`transformers`' own model of `backbone` (BertModel, MPNetModel), without its pooler."""
+    from transformers import AutoModel
 
     from turnformer.backbones import resolve_backbone
 
-    return BertModel.from_pretrained(str(resolve_backbone(BACKBONE)), dtype=torch.float32, add_pooling_layer=False).to(device)
+    return AutoModel.from_pretrained(str(resolve_backbone(backbone)), dtype=torch.float32, add_pooling_layer=False).to(device)
 
 
 class HFPacked(nn.Module):
-    """`transformers.BertModel` over whole conversations, one a row, with DialogXL's classifier on each [CLS]."""
+    """`transformers`' model over whole conversations, one a row, with DialogXL's classifier on each [CLS]."""
 
     def __init__(self, encoder: nn.Module, classifier: nn.Module, cls_id: int):
         super().__init__()
@@ -123,13 +128,13 @@ def training(args) -> dict:
     from turnformer.tasks.erc import encode_conversations, make_batches
     from turnformer.training import build_optimizer
 
-    recipe, split, labels, model, tokenizer = setup(args.threads, args.device, data_dir=args.data_dir)
+    recipe, split, labels, model, tokenizer = setup(args.threads, args.device, data_dir=args.data_dir, backbone=args.backbone)
     encoded, _ = encode_conversations(split.dialogues, tokenizer, "emotion", labels, model.config.max_utterance_tokens)
     all_batches = make_batches(encoded, args.batch_size, tokenizer.pad_token_id)
     batches = [b.to(args.device) for b in spread(all_batches, args.batches)]
     biased = DialogXL(DialogXLConfig.from_dict({**model.config.to_dict(), "memory_bias": -4.0}), model.encoder,
                       tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id).to(args.device)
-    hf = HFPacked(hf_model(args.device), model.classifier, tokenizer.cls_token_id).to(args.device)
+    hf = HFPacked(hf_model(args.device, args.backbone), model.classifier, tokenizer.cls_token_id).to(args.device)
     recurrent_loss = lambda b: nn.functional.cross_entropy(  # noqa: E731
         torch.stack(model.logits_per_step(b), 1).flatten(0, 1), b.labels.flatten(), ignore_index=-100)
     sides = {"hf_packed": (hf, hf.loss), "one_pass": (model, model.loss), "one_pass_memory_bias": (biased, biased.loss),
@@ -173,8 +178,8 @@ def encoder_speed(args) -> dict:
     from turnformer.data import load_split
 
     torch.set_num_threads(args.threads)
-    ours, tokenizer = load_backbone(BACKBONE)
-    ours, theirs = ours.to(args.device).train(), hf_model(args.device).train()
+    ours, tokenizer = load_backbone(args.backbone)
+    ours, theirs = ours.to(args.device).train(), hf_model(args.device, args.backbone).train()
     for p in list(ours.parameters()) + list(theirs.parameters()):
         p.requires_grad_(True)
     texts = [t.text for d in load_split("meld", "train", args.data_dir).dialogues for t in d.turns]
@@ -262,13 +267,17 @@ def main() -> None:
     parser.add_argument("--no-checkpoint", action="store_true",
                         help="memory, a baseline: keep every chunk's (segment's) graph until backward")
     parser.add_argument("--skip-recurrent", action="store_true", help="training: leave the recurrent path out")
+    parser.add_argument("--backbone", default=BACKBONE, choices=[BACKBONE, "all-mpnet-base-v2"],
+                        help="training, encoder: the backbone, against transformers' own model of it")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--results-dir", default=None)
     args = parser.parse_args()
     if args.part == "memory-child":
         return memory_child(args)
-    suffix = "" if args.device == "cpu" else f"-{args.device.split(':')[0]}"
-    common = dict(task="erc", dataset="meld", split="train", model="dialogxl", backbone=BACKBONE, seeds=[0])
+    if args.backbone != BACKBONE and args.part not in ("training", "encoder"):
+        parser.error(f"--backbone {args.backbone}: for training and encoder only")
+    suffix = ("" if args.backbone == BACKBONE else "-mpnet") + ("" if args.device == "cpu" else f"-{args.device.split(':')[0]}")
+    common = dict(task="erc", dataset="meld", split="train", model="dialogxl", backbone=args.backbone, seeds=[0])
     config = {"threads": args.threads, "device": args.device, "batch_size": args.batch_size, "repeats": args.repeats}
     start = time.perf_counter()
     if args.part == "training":
