@@ -21,6 +21,9 @@
 #   submission       after the selection plan in the same job: MuTual test's submission file from the MDFN seed best on
 #                    the held-out training items (SUBMISSION, default $RUNS/mutual-test-submission.txt); it reads that
 #                    run's checkpoint, so it runs in the job that trains it.
+#   speed            before any run, alone on the card: one-pass DialogXL on all-mpnet-base-v2 against transformers'
+#                    MPNetModel on the same tokens, packed (benchmarks/erc_one_pass_speed.py training and encoder,
+#                    results erc-one-pass-speed-mpnet-cuda.json and erc-encoder-vs-transformers-mpnet-cuda.json in RUNS).
 #   acts-frozen      dialogue acts over all-mpnet-base-v2's frozen sentence vectors on SwDA (ACT_DATASETS, default swda):
 #                    LC Attention, LSTM+Attention, LSTM+BLSTM and the utterance alone, seeds 1-3, each recipe's own
 #                    learning rate, float32. The first run computes and caches the vectors, the others read them: run
@@ -73,7 +76,7 @@ runs() {  # one line a run: experiment task model dataset lr seed [precision]; l
     selection-ablations)
         for model in mdfn-ua-only mdfn-sa-only mdfn-maxpool mdfn-meanpool mdfn-linear-fusion; do
             echo "response-selection-mutual-$model-mpnet-lr$slr response-selection $model mutual $slr 1"; done ;;
-    submission) ;;  # after the runs, below
+    submission|speed) ;;  # after the runs / before them, below
     acts-frozen|acts-vectors)
         for dataset in ${ACT_DATASETS:-swda}; do for seed in 1 2 3; do
             for model in lc-attention-frozen-mpnet lstm-attention-frozen-mpnet lstm-blstm-frozen-mpnet frozen-mpnet-utterance; do
@@ -105,6 +108,12 @@ one() {
 if [[ -n ${LIST:-} ]]; then runs; exit; fi
 export -f one
 mkdir -p "$RUNS"
+if [[ " ${plans[*]} " == *" speed "* ]]; then
+    for part in training encoder; do
+        python3 benchmarks/erc_one_pass_speed.py $part --backbone all-mpnet-base-v2 --device cuda --skip-recurrent \
+            --results-dir "$RUNS" >> "$RUNS/speed.log" 2>&1; echo "speed $part: exit $?"
+    done
+fi
 runs | xargs -P "${WORKERS:-8}" -L 1 bash -c 'one "$@"' _
 if [[ " ${plans[*]} " == *" submission "* ]]; then
     # the MDFN seed best on the held-out training items (not on dev, the reported set), among those with a checkpoint

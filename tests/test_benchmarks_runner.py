@@ -40,7 +40,7 @@ def test_every_plan_resolves_to_recipes_that_load_with_their_overrides():
 
 
 GPU_MPNET_PLANS = ("lr-sweep", "seeds", "paper-attention", "memory-grad", "baselines", "dailydialog", "selection",
-                   "selection-plus", "selection-ablations", "submission", "acts-frozen")
+                   "selection-plus", "selection-ablations", "submission", "speed", "acts-frozen")
 
 
 def test_the_gpu_mpnet_script_names_runs_whose_recipes_load_with_its_settings():
