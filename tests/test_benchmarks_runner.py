@@ -52,7 +52,7 @@ def test_the_gpu_mpnet_script_names_runs_whose_recipes_load_with_its_settings():
     runs = [line.split() for line in listed.stdout.splitlines()]
     assert len(runs) == 74  # `baselines` repeats two runs of `seeds`: a run that has finished is not started again
     for experiment, task, model, dataset, lr, seed, *rest in runs:
-        overrides = [] if lr == "recipe" else ['backbone="all-mpnet-base-v2"', f"train.lr={lr}"]
+        overrides = [] if lr == "recipe" else ["backbone=all-mpnet-base-v2", f"train.lr={lr}"]  # as the script writes them
         recipe = load_recipe(find_recipe(task, model, dataset), overrides + rest[1:])
         assert (recipe["task"], recipe["model"], recipe["dataset"]) == (task, model, dataset), experiment
         assert int(seed) in (1, 2, 3) and experiment.startswith(f"{task}-{dataset}-{model}"), experiment
