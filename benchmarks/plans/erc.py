@@ -20,6 +20,10 @@
 - ``concat-cpu``: the concatenated-context baseline on MELD in what a CPU affords (``CONCAT_CPU``): its backbone's
   lower half frozen (3 of all-MiniLM-L6-v2's 6 layers), or its history cut to 128 tokens, or both, over
   ``--baseline-seeds``: what each costs in score against the recipe (512 tokens, every layer trained).
+- ``mpnet-cpu``: DialogXL with the paper's attention and with ``memory_grad`` on all-mpnet-base-v2 (``MPNET_CPU``: the rate
+  the GPU sweep chose), MELD and EmoryNLP, over ``--seeds``: the rows of ``benchmarks/gpu_mpnet.sh paper-attention
+  memory-grad`` where a 2-core CPU trains them (one-pass DialogXL on this backbone: about 20 minutes a MELD epoch on one
+  thread, ``erc-one-pass-speed-mpnet.json``), in float32; resumable, a run at a time per core.
 - ``table3``: the five ablations of DialogXL on MELD.
 - ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
 - ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
@@ -59,6 +63,9 @@ TABLE2_OVERRIDES = {("dailydialog", "concat-context"): ("train.epochs=2",)}
 CONCAT_CPU = {"frozen-half": ("model_config.frozen_layers=3",), "len128": ("model_config.max_length=128",),
               "frozen-half-len128": ("model_config.frozen_layers=3", "model_config.max_length=128")}
 
+# mpnet-cpu: all-mpnet-base-v2 at the rate its sweep chose on the GPU (erc-mpnet-lr-sweep-dialogxl-memory-bias.json)
+MPNET_CPU = ("backbone=all-mpnet-base-v2", "train.lr=2e-5")
+
 PLANS: dict[str, list[Experiment]] = {
     "lr-sweep": [
         Experiment(f"lr-{dataset}-{model}-{lr}", model, dataset, FIRST_SEED, (f"train.lr={lr}",), extra={"lr": lr})
@@ -87,6 +94,8 @@ PLANS: dict[str, list[Experiment]] = {
                              ('model_config.positions="utterance"',), extra={"positions": "utterance"})],
     "concat-cpu": [Experiment(f"erc-meld-concat-context-{name}", "concat-context", "meld", BASELINE_SEEDS, settings,
                               extra={"settings": list(settings)}) for name, settings in CONCAT_CPU.items()],
+    "mpnet-cpu": [Experiment(f"erc-{dataset}-{model}-mpnet", model, dataset, SEEDS, MPNET_CPU, extra={"settings": list(MPNET_CPU)})
+                  for model in ("dialogxl", "dialogxl-memory-grad") for dataset in ("meld", "emorynlp")],
     "table3": [Experiment(f"erc-meld-dialogxl-{ablation}", f"dialogxl-{ablation}", "meld", SEEDS) for ablation in ABLATIONS],
     "table4": [Experiment(f"erc-{dataset}-dialogxl-speaker-emb", "dialogxl-speaker-emb", dataset, SEEDS)
                for dataset in ("meld", "dailydialog")],
