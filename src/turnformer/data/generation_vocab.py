@@ -29,7 +29,7 @@ def words(text: str) -> list[str]:
 
 
 def detokenize(tokens: Sequence[str]) -> str:
-    """``["i", "'m", "fine", ",", "thanks", "."]``-style words as ordinary text: "I'm fine, thanks."."""
+    """`words`' lower-cased words as ordinary text: ``["i", "don't", "know", ",", "thanks", "."]`` -> "I don't know, thanks."."""
     text = re.sub(r" ([.,!?;:%)])", r"\1", " ".join(tokens))
     text = re.sub(r"\bi\b", "I", text)
     return re.sub(r"(^|[.!?] )([a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
