@@ -43,6 +43,7 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
     """The results record of `runs` (one per seed), or of their first `max_epoch` epochs; raises SystemExit naming a
     run that cannot count."""
     seeds, scores, accuracy, online, validation, best_epochs, seconds, commands = [], [], [], [], [], [], [], []
+    precisions = []  # accelerate's mixed precision each run trained under (runs before it was recorded: None)
     ranking: dict[str, list[float]] = {}  # response selection: the other ranking metrics; generation: BLEU, Distinct
     recipe = None
     partial_runs = []
@@ -70,6 +71,7 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
             online.append(best["test"]["online_accuracy"])
         validation.append(best["validation"]["perplexity"] if generation else best["validation"]["primary"])
         best_epochs.append(best["epoch"])
+        precisions.append(info.get("mixed_precision"))
         seconds.append(result["train_seconds"] if max_epoch is None
                        else sum(h["seconds"] for h in result["history"] if h.get("complete") and h["epoch"] <= max_epoch))
         limits = info.get("limits") or {}
@@ -89,7 +91,8 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
         metric=metric, scores=scores, seeds=seeds, paper=paper_score(task, recipe["dataset"], recipe["model"]),
         extra={**({"accuracy": accuracy} if accuracy else {}), **ranking, "validation": validation, "best_epoch": best_epochs, "train_seconds": seconds,
                "partial": partial_runs or False, **({"online_accuracy": online} if online else {}),
-               **({"max_epoch": max_epoch} if max_epoch is not None else {}), **(extra or {})},
+               **({"max_epoch": max_epoch} if max_epoch is not None else {}),
+               **({"mixed_precision": precisions} if any(precisions) else {}), **(extra or {})},
         command="; ".join(commands) + " (recipe values as in config)",
     )
 

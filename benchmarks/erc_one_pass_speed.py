@@ -1,6 +1,7 @@
 """One-pass DialogXL against the true limit: `transformers`' own model on the same tokens, packed.
 
     python benchmarks/erc_one_pass_speed.py training [--batches 24] [--repeats 3] [--threads 2] [--device cpu] [--backbone NAME]
+                                                     [--precision bf16]
     python benchmarks/erc_one_pass_speed.py encoder  [--repeats 3] [--threads 2] [--backbone NAME]
     python benchmarks/erc_one_pass_speed.py memory   [--lengths 50,200] [--threads 2] [--model concat-context] [--no-checkpoint]
 
@@ -33,12 +34,17 @@ backward; a length whose process fails (killed for memory) is recorded as such a
 ``--backbone all-mpnet-base-v2`` (``training``, ``encoder``): the same against `transformers.MPNetModel`
 (results files ``...-mpnet[-DEVICE].json``); the default is all-MiniLM-L6-v2 against `BertModel`.
 
+``--precision bf16`` (``training``): every side's forward under bfloat16 autocast, as ``train.mixed_precision = "bf16"``
+trains (``...-bf16[-DEVICE].json``), with a fifth side, ``one_pass_float32`` (one-pass DialogXL without autocast,
+interleaved like the others): what mixed precision itself gains on this machine.
+
 Classifier heads are randomly initialised (seeded): speed does not depend on training.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import resource
 import statistics
@@ -107,11 +113,15 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def timed(step, optimizer, batch, device: str) -> float:
+def timed(step, optimizer, batch, device: str, precision: str = "float32") -> float:
+    """Seconds of one training step; ``precision="bf16"``: its forward under bfloat16 autocast, as accelerate's
+    mixed precision runs it."""
     optimizer.zero_grad(set_to_none=True)
     sync(device)
     start = time.perf_counter()
-    step(batch).backward()
+    with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=precision == "bf16"):
+        loss = step(batch)
+    loss.backward()
     optimizer.step()
     sync(device)
     return time.perf_counter() - start
@@ -141,11 +151,16 @@ def training(args) -> dict:
              "recurrent": (model, recurrent_loss)}
     if args.skip_recurrent:
         del sides["recurrent"]
+    precision = dict.fromkeys(sides, args.precision)
+    if args.precision != "float32":  # the gain of mixed precision itself, measured beside it
+        float32 = DialogXL(model.config, copy.deepcopy(model.encoder), tokenizer.cls_token_id, tokenizer.sep_token_id,
+                           tokenizer.pad_token_id).to(args.device)
+        sides["one_pass_float32"], precision["one_pass_float32"] = (float32, float32.loss), "float32"
     optimizers = {name: build_optimizer(module, 2e-5, 0.01) for name, (module, _) in sides.items()}
     for module, _ in sides.values():
         module.train()
     for name, (_, step) in sides.items():  # warm-up
-        timed(step, optimizers[name], batches[0], args.device)
+        timed(step, optimizers[name], batches[0], args.device, precision[name])
     seconds = {name: [] for name in sides}
     for r in range(args.repeats):
         totals = dict.fromkeys(sides, 0.0)
@@ -153,7 +168,7 @@ def training(args) -> dict:
             names = list(sides)
             shift = (r + i) % len(names)
             for name in names[shift:] + names[:shift]:
-                totals[name] += timed(sides[name][1], optimizers[name], batch, args.device)
+                totals[name] += timed(sides[name][1], optimizers[name], batch, args.device, precision[name])
         for name in sides:
             seconds[name].append(totals[name])
         print(f"repeat {r + 1}/{args.repeats}: " + ", ".join(f"{n} {s:.1f} s" for n, s in totals.items()), flush=True)
@@ -170,6 +185,8 @@ def training(args) -> dict:
     }
     if "recurrent" in rate:
         out["speedup_over_recurrent"] = rate["one_pass"] / rate["recurrent"]
+    if "one_pass_float32" in rate:
+        out[f"speedup_{args.precision}_over_float32"] = rate["one_pass"] / rate["one_pass_float32"]
     return out
 
 
@@ -269,6 +286,9 @@ def main() -> None:
     parser.add_argument("--skip-recurrent", action="store_true", help="training: leave the recurrent path out")
     parser.add_argument("--backbone", default=BACKBONE, choices=[BACKBONE, "all-mpnet-base-v2"],
                         help="training, encoder: the backbone, against transformers' own model of it")
+    parser.add_argument("--precision", default="float32", choices=["float32", "bf16"],
+                        help="training: every side under bfloat16 autocast (accelerate's mixed precision), with "
+                             "one-pass DialogXL in float32 beside them")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--results-dir", default=None)
     args = parser.parse_args()
@@ -276,9 +296,13 @@ def main() -> None:
         return memory_child(args)
     if args.backbone != BACKBONE and args.part not in ("training", "encoder"):
         parser.error(f"--backbone {args.backbone}: for training and encoder only")
-    suffix = ("" if args.backbone == BACKBONE else "-mpnet") + ("" if args.device == "cpu" else f"-{args.device.split(':')[0]}")
+    if args.precision != "float32" and args.part != "training":
+        parser.error(f"--precision {args.precision}: for training only")
+    suffix = (("" if args.backbone == BACKBONE else "-mpnet") + ("" if args.precision == "float32" else f"-{args.precision}")
+              + ("" if args.device == "cpu" else f"-{args.device.split(':')[0]}"))
     common = dict(task="erc", dataset="meld", split="train", model="dialogxl", backbone=args.backbone, seeds=[0])
-    config = {"threads": args.threads, "device": args.device, "batch_size": args.batch_size, "repeats": args.repeats}
+    config = {"threads": args.threads, "device": args.device, "batch_size": args.batch_size, "repeats": args.repeats,
+              "precision": args.precision}
     start = time.perf_counter()
     if args.part == "training":
         out = training(args)
@@ -287,8 +311,10 @@ def main() -> None:
                              extra={"target_at_least": 0.8, **out}, **common)
         print(f"one pass {out['tokens_per_second']['one_pass']:.0f} tokens/s, transformers packed "
               f"{out['tokens_per_second']['hf_packed']:.0f}: ratio {out['ratio_one_pass_vs_hf_packed']:.2f} "
-              f"(memory bias {out['ratio_memory_bias_vs_hf_packed']:.2f}); speedup over the recurrence "
-              f"{out.get('speedup_over_recurrent', float('nan')):.1f}x")
+              f"(memory bias {out['ratio_memory_bias_vs_hf_packed']:.2f})"
+              + (f"; speedup over the recurrence {out['speedup_over_recurrent']:.1f}x" if "speedup_over_recurrent" in out else "")
+              + (f"; {args.precision} over float32 {out[f'speedup_{args.precision}_over_float32']:.2f}x"
+                 if args.precision != "float32" else ""))
     elif args.part == "encoder":
         out = encoder_speed(args)
         record = make_result(f"erc-encoder-vs-transformers{suffix}", metric="tokens_per_second_vs_transformers",

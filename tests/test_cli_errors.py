@@ -105,6 +105,7 @@ def test_file_options_with_a_benchmark_are_refused(files, tmp_path):
     ("train.batch_size=0", "train.batch_size = 0; expected a whole number, 1 or more"),
     ("train.epoch=3", "unknown setting train.epoch; known: batch_size, epochs"),
     ('train.scheduler="cosine"', "train.scheduler = 'cosine'; known: linear, constant"),
+    ('train.mixed_precision="fp8"', "train.mixed_precision = 'fp8'; known: no, bf16, fp16"),
     ("trian.epochs=3", "unknown recipe key 'trian'; known: backbone"),
     ("holdout=-1", "holdout = -1; expected a whole number, 0 or more"),
     ("model_config.mem_len=-5", "model_config.mem_len = -5: must be 0 or more"),

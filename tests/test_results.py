@@ -230,6 +230,16 @@ def test_a_generation_row_names_the_pretrained_decoder_it_started_from(tmp_path)
                          "transformer": "none (trained from scratch)"}
 
 
+def test_a_results_file_says_which_mixed_precision_its_runs_trained_under(tmp_path):
+    collect = load_benchmark_script("collect_erc").collect
+    old = _fake_run(tmp_path / "old", validation=[70], test=[71])   # written before run.json recorded it
+    assert "mixed_precision" not in collect("x", [old])["extra"]
+    new = _fake_run(tmp_path / "new", validation=[70], test=[72])
+    info = json.loads((new / "run.json").read_text())
+    (new / "run.json").write_text(json.dumps({**info, "seed": 2, "mixed_precision": "bf16"}))
+    assert collect("x", [old, new])["extra"]["mixed_precision"] == [None, "bf16"]
+
+
 def test_runs_are_scored_on_their_first_epochs_at_the_best_validation_epoch_among_them(tmp_path):
     collect = load_benchmark_script("collect_erc").collect
     run = _fake_run(tmp_path / "five-epochs", validation=[70, 75, 75, 74, 80], test=[71, 72, 90, 73, 85])

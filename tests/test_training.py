@@ -220,6 +220,35 @@ def test_every_batch_trains_in_training_mode_even_from_a_model_handed_over_in_ev
     assert seen_in_evaluation and not any(seen_in_evaluation)
 
 
+class AutocastRecorder(TinyClassifier):
+    """Records, at each training batch, the autocast type its loss ran under (None: none)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.autocast: list[torch.dtype | None] = []
+
+    def loss(self, batch: dict) -> torch.Tensor:
+        self.autocast.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+        return super().loss(batch)
+
+
+def test_mixed_precision_runs_the_loss_under_autocast_and_is_recorded(tmp_path, monkeypatch):
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    for setting, expected, recorded in (("no", None, "no"), ("bf16", torch.bfloat16, "bf16")):
+        set_seed(0)
+        model, out = AutocastRecorder(), tmp_path / str(setting)
+        result = train(model, TRAIN, accuracy_eval(SPLITS), config(out, epochs=1, mixed_precision=setting),
+                       label_map=LABELS, run_info={"what": "a run"})
+        assert model.autocast == [expected] * len(TRAIN)
+        assert json.loads((out / "run.json").read_text()) == {"what": "a run", "mixed_precision": recorded}
+        assert result.history[0]["complete"] and all(p.dtype == torch.float32 for p in model.parameters())
+    model = AutocastRecorder()   # back to float32 in the same process (accelerate keeps one state a process)
+    train(model, TRAIN, accuracy_eval(SPLITS), config(tmp_path / "no", epochs=1, mixed_precision="no"), label_map=LABELS)
+    assert model.autocast == [None] * len(TRAIN)
+    with pytest.raises(ValueError, match="mixed_precision must be one of no, bf16, fp16"):
+        config(tmp_path, mixed_precision="fp8")
+
+
 def test_resume_of_a_finished_run_trains_no_more(tmp_path, uninterrupted):
     out, reference, expected = uninterrupted
     copy = tmp_path / "run"
@@ -399,6 +428,8 @@ def test_every_task_reads_the_same_train_settings(tmp_path):
     tuned = recipe_train_config(settings, defaults, seed=1, out_dir=tmp_path, resume=True, time_budget_s=60.0)
     assert (tuned.epochs, tuned.scheduler, tuned.warmup_steps, tuned.head_lr, tuned.resume, tuned.time_budget_s) == (
         2, "linear", 10, 1e-3, True, 60.0)
+    assert plain.mixed_precision is None   # left to accelerate
+    assert recipe_train_config({"mixed_precision": "bf16"}, defaults, seed=1, out_dir=tmp_path).mixed_precision == "bf16"
 
 
 def test_dialogxl_and_the_baselines_name_their_pretrained_parameters(tiny_backbone_dir):

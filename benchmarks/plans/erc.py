@@ -21,9 +21,10 @@
   lower half frozen (3 of all-MiniLM-L6-v2's 6 layers), or its history cut to 128 tokens, or both, over
   ``--baseline-seeds``: what each costs in score against the recipe (512 tokens, every layer trained).
 - ``mpnet-cpu``: DialogXL with the paper's attention and with ``memory_grad`` on all-mpnet-base-v2 (``MPNET_CPU``: the rate
-  the GPU sweep chose), MELD and EmoryNLP, over ``--seeds``: the rows of ``benchmarks/gpu_mpnet.sh paper-attention
-  memory-grad`` where a 2-core CPU trains them (one-pass DialogXL on this backbone: about 20 minutes a MELD epoch on one
-  thread, ``erc-one-pass-speed-mpnet.json``), in float32; resumable, a run at a time per core.
+  the GPU sweep chose, bf16 mixed precision as on the GPU), MELD and EmoryNLP, over ``--seeds``: the rows of
+  ``benchmarks/gpu_mpnet.sh paper-attention memory-grad`` where a 2-core CPU trains them (one-pass DialogXL on this
+  backbone: about 20 minutes a MELD epoch on one thread in float32, 1.7 times faster in bf16 on a CPU with bfloat16
+  instructions, ``erc-one-pass-speed-mpnet[-bf16].json``); resumable, a run at a time per core.
 - ``table3``: the five ablations of DialogXL on MELD.
 - ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
 - ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
@@ -63,8 +64,9 @@ TABLE2_OVERRIDES = {("dailydialog", "concat-context"): ("train.epochs=2",)}
 CONCAT_CPU = {"frozen-half": ("model_config.frozen_layers=3",), "len128": ("model_config.max_length=128",),
               "frozen-half-len128": ("model_config.frozen_layers=3", "model_config.max_length=128")}
 
-# mpnet-cpu: all-mpnet-base-v2 at the rate its sweep chose on the GPU (erc-mpnet-lr-sweep-dialogxl-memory-bias.json)
-MPNET_CPU = ("backbone=all-mpnet-base-v2", "train.lr=2e-5")
+# mpnet-cpu: all-mpnet-base-v2 at the rate its sweep chose on the GPU (erc-mpnet-lr-sweep-dialogxl-memory-bias.json), in
+# the GPU runs' bf16 mixed precision
+MPNET_CPU = ("backbone=all-mpnet-base-v2", "train.lr=2e-5", "train.mixed_precision=bf16")
 
 PLANS: dict[str, list[Experiment]] = {
     "lr-sweep": [

@@ -147,6 +147,7 @@ TRAIN_SETTINGS: dict[str, tuple[type, float]] = {
     "weight_decay": (float, 0), "grad_clip": (float, 0),
 }
 SCHEDULERS = ("linear", "constant")
+MIXED_PRECISIONS = ("no", "bf16", "fp16")  # accelerate's (TrainConfig.mixed_precision)
 
 
 def check_train_settings(train: dict[str, Any], source: str) -> None:
@@ -154,12 +155,14 @@ def check_train_settings(train: dict[str, Any], source: str) -> None:
     if not isinstance(train, dict):
         raise DialogueError(f"{source}: [train] must be a table of settings")
     for key, value in train.items():
-        if key == "scheduler":
-            if value not in SCHEDULERS:
-                raise DialogueError(f"{source}: train.scheduler = {value!r}; known: {', '.join(SCHEDULERS)}")
+        if key in ("scheduler", "mixed_precision"):
+            known = SCHEDULERS if key == "scheduler" else MIXED_PRECISIONS
+            if value not in known:
+                raise DialogueError(f"{source}: train.{key} = {value!r}; known: {', '.join(known)}")
             continue
         if key not in TRAIN_SETTINGS:
-            raise DialogueError(f"{source}: unknown setting train.{key}; known: {', '.join(sorted([*TRAIN_SETTINGS, 'scheduler']))}")
+            known = sorted([*TRAIN_SETTINGS, "scheduler", "mixed_precision"])
+            raise DialogueError(f"{source}: unknown setting train.{key}; known: {', '.join(known)}")
         kind, least = TRAIN_SETTINGS[key]
         numeric = isinstance(value, int | float) and not isinstance(value, bool)
         if key == "head_lr" and value is None:
@@ -182,6 +185,7 @@ def recipe_train_config(settings: dict, defaults: dict, *, seed: int, out_dir, r
         weight_decay=float(merged["weight_decay"]), grad_clip=float(merged["grad_clip"]), resume=resume,
         time_budget_s=time_budget_s, save_every_steps=merged.get("save_every_steps"), scheduler=merged["scheduler"],
         warmup_steps=int(merged["warmup_steps"]), head_lr=float(head_lr) if head_lr is not None else None,
+        mixed_precision=merged.get("mixed_precision"),
     )
 
 

@@ -10,6 +10,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 
 
+MIXED_PRECISIONS = ("no", "bf16", "fp16")
+
+
 @runtime_checkable
 class TrainableModel(Protocol):
     """What `train` needs from a model.
@@ -47,7 +50,9 @@ class TrainConfig:
     whole run (across resumes); `time_budget_s` counts wall-clock seconds of this call of `train`.
     Either one stops the run at the next update boundary: `last/` is saved, the history gets an entry
     for the unfinished epoch (`"complete": False`, not evaluated) and the result says
-    `stopped_early=True` with the reason; run again with `resume=True` to continue.
+    `stopped_early=True` with the reason; run again with `resume=True` to continue. `mixed_precision` ("no", "bf16",
+    "fp16") is accelerate's: the loss under autocast in that type, the weights and optimizer in float32 (bf16 also
+    speeds a CPU with bfloat16 instructions); None leaves it to accelerate (``ACCELERATE_MIXED_PRECISION``, else "no").
     """
 
     epochs: int
@@ -67,6 +72,7 @@ class TrainConfig:
     # learning rate of the layers a model adds on top of its pretrained encoder (the model says which
     # parameters are pretrained with `pretrained_parameters()`); None: `lr` for every parameter
     head_lr: float | None = None
+    mixed_precision: Literal["no", "bf16", "fp16"] | None = None
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -91,6 +97,8 @@ class TrainConfig:
             problems.append(f"time_budget_s must be > 0 or None (got {self.time_budget_s})")
         if self.scheduler not in ("constant", "linear"):
             problems.append(f"scheduler must be 'constant' or 'linear' (got {self.scheduler!r})")
+        if self.mixed_precision not in (None, *MIXED_PRECISIONS):
+            problems.append(f"mixed_precision must be one of {', '.join(MIXED_PRECISIONS)} or None (got {self.mixed_precision!r})")
         if self.warmup_steps < 0:
             problems.append(f"warmup_steps must be >= 0 (got {self.warmup_steps})")
         if self.gradient_accumulation_steps < 1:

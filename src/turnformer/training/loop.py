@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import send_to_device
 from torch import nn
 from tqdm.auto import tqdm
@@ -69,7 +70,13 @@ def train(
     if not isinstance(model, nn.Module) or not callable(getattr(model, "loss", None)):
         raise TypeError(f"train() needs an nn.Module with a loss(batch) method, got {type(model).__name__}")
     if accelerator is None:
-        accelerator = Accelerator()
+        state = AcceleratorState._shared_state  # one per process: an earlier run's here may hold another precision
+        if config.mixed_precision is not None and state and state.get("_mixed_precision") != config.mixed_precision:
+            AcceleratorState._reset_state()
+        accelerator = Accelerator(mixed_precision=config.mixed_precision)
+    elif config.mixed_precision is not None and config.mixed_precision != accelerator.mixed_precision:
+        raise ValueError(f"TrainConfig.mixed_precision={config.mixed_precision!r} but the Accelerator given runs "
+                         f"{accelerator.mixed_precision!r}: set it in one place")
     if accelerator.gradient_accumulation_steps != 1:
         raise ValueError(
             "pass gradient accumulation through TrainConfig.gradient_accumulation_steps, not through the "
@@ -78,6 +85,7 @@ def train(
     trainer = _Trainer(model, train_batches, eval_fn, config, label_map, accelerator)  # checks last/ on resume
     if run_info is not None and accelerator.is_main_process:
         config.out_dir.mkdir(parents=True, exist_ok=True)
+        run_info = {**run_info, "mixed_precision": accelerator.mixed_precision}  # what trained it, however it was set
         (config.out_dir / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
     return trainer.run()
 
@@ -213,7 +221,8 @@ class _Trainer:
                     )
         changed = [
             f"{k}: {saved_train.get(k)!r} -> {getattr(config, k)!r}"
-            for k in ("lr", "head_lr", "weight_decay", "grad_clip", "scheduler", "warmup_steps", "gradient_accumulation_steps", "seed")
+            for k in ("lr", "head_lr", "weight_decay", "grad_clip", "scheduler", "warmup_steps", "gradient_accumulation_steps", "seed",
+                      "mixed_precision")
             if k in saved_train and saved_train[k] != getattr(config, k)
         ]
         if changed and self.acc.is_main_process:
