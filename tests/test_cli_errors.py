@@ -3,6 +3,7 @@ or setting at fault, before any long work; nothing is lost or half-written."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -119,6 +120,16 @@ def test_bad_settings_name_the_key(files, tmp_path, setting, message):
                                  "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), "--set", setting])
     assert result.exit_code == 2 and message in result.output, result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_a_run_folder_that_cannot_be_made_is_named(files, tmp_path):
+    blocking = tmp_path / "notes.txt"
+    blocking.write_text("keep me")
+    data = ["--train-file", str(files["train"]), "--validation-file", str(files["validation"]), "--test-file", str(files["test"])]
+    for out, why in ((blocking, "a file; give a folder for the run"), (blocking / "run", f"{blocking} is a file, not a folder")):
+        result = runner.invoke(app, ["train", *data, "--out", str(out)])
+        assert result.exit_code == 2 and f"--out {out}: {why}" in result.output and "Errno" not in result.output
+    assert blocking.read_text() == "keep me"
 
 
 @pytest.mark.parametrize("option", ["--limit-train", "--limit-dialogues", "--limit-eval"])
@@ -274,6 +285,14 @@ def test_predict_outputs_and_inputs(trained_run, files, tmp_path):
         # checked before the split is read (there is no data in --data-dir)
         result = runner.invoke(app, ["data", "convert", "meld", "--split", "test", "--out", str(out), "--data-dir", str(tmp_path / "none")])
         assert result.exit_code == 2 and f"--out {out}: {why}" in result.output
+    same = tmp_path / "same.jsonl"   # --out that is --input: refused, the conversations kept
+    same.write_text(files["test"].read_text())
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(same), "--out", str(same)])
+    assert result.exit_code == 2 and f"--out {same}: it is the --input file" in result.output
+    assert same.read_text() == files["test"].read_text()
+    packed = tmp_path / "predictions.jsonl.gz"   # a .gz name is written compressed, as the readers read it
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", str(packed)])
+    assert result.exit_code == 0 and gzip.decompress(packed.read_bytes()).decode() == nested.read_text()
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", "meld:"])
     assert result.exit_code == 2 and "meld:: give a split after the colon: meld:train, meld:validation or meld:test" in result.output
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--task", "emotions"])
@@ -324,6 +343,8 @@ def test_generation_needs_two_turn_conversations(tmp_path):
     assert result.exit_code == 2 and "a TransformerGenerator run; attention plots need a DialogXL run" in result.output
     result = runner.invoke(app, ["generate", "--checkpoint", str(out), "--input", str(two_turns), "--speaker", "  "])
     assert result.exit_code == 2 and "--speaker '  ': empty" in result.output and "Traceback" not in result.output
+    result = runner.invoke(app, ["generate", "--checkpoint", str(out), "--input", str(two_turns), "--beam", "1000"])
+    assert result.exit_code == 2 and "--beam" in result.output and "less than or equal to 32" in result.output
 
 
 def test_response_selection_files(tmp_path):

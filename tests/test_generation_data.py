@@ -109,3 +109,22 @@ def test_minilm_word_vectors_average_the_word_pieces():
     pieces = tokenizer("unbelievably", add_special_tokens=False)["input_ids"]
     assert len(pieces) > 1 and np.allclose(vectors("unbelievably"), table[pieces].mean(0))
     assert vectors("hello").shape == (384,)
+
+
+def test_a_scored_split_mostly_outside_the_vocabulary_is_warned_about(tmp_path, caplog):
+    from turnformer.data import write_jsonl
+    from turnformer.tasks.generation import prepare_generation
+
+    known = [Dialogue.from_turns([("A", "how are you"), ("B", "fine thanks and you")]) for _ in range(4)]
+    unseen = [Dialogue.from_turns([("A", "quel temps fait il"), ("B", "il pleut beaucoup")])]
+    files = {}
+    for split, dialogues in (("train", known), ("validation", unseen), ("test", known)):
+        files[f"{split}_file"] = str(tmp_path / f"{split}.jsonl")
+        write_jsonl(dialogues, files[f"{split}_file"])
+    recipe = {"task": "generation", "model": "transformer", "dataset": "file", **files, "data": {"min_count": 1},
+              "model_config": {"d_model": 16, "ff": 32, "layers": 1}}
+    with caplog.at_level("WARNING", logger="turnformer"):
+        _, _, _, reports = prepare_generation(recipe)
+    assert reports["validation"]["unknown_rate"] == 1.0 and reports["test"]["unknown_rate"] == 0.0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith("validation split: 100% of its response words are not in the training vocabulary")

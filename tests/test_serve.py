@@ -5,6 +5,7 @@ answer checked against the same model called in-process, the limits, the errors 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -236,6 +237,13 @@ def test_the_command_serves_its_checkpoints(runs):
     assert bad.exit_code == 2 and "the name 'a' is taken" in bad.output
     bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", str(runs["erc"]), "--worker", "a b"])
     assert bad.exit_code == 2 and "--worker 'a b'" in bad.output
+    with socket.create_server(("127.0.0.1", 0)) as taken:   # an address that cannot serve: refused before the models load
+        used = taken.getsockname()[1]
+        bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", str(runs["erc"]), "--port", str(used)])
+        assert bad.exit_code == 2 and f"--port {used}: already in use on 127.0.0.1" in bad.output
+        assert "erc model" not in bad.output
+    bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", str(runs["erc"]), "--host", "999.1.1.1"])
+    assert bad.exit_code == 2 and "--host 999.1.1.1: not an address this machine knows" in bad.output
 
     port = load_benchmark_script("serve_load").free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}

@@ -579,6 +579,8 @@ def test_epoch_lines_name_their_metric_on_one_scale():
     assert metric_text({"primary": 53.77, "weighted_f1": 53.77, "accuracy": 60.1}) == "weighted_f1 53.77%"
     assert metric_text({"primary": 0.6132, "R4@1": 0.6132, "MRR": 0.77, "unit": "fraction"}) == "R4@1 61.32%"
     assert metric_text({"primary": -90.85, "perplexity": 90.85}) == "perplexity 90.85"
+    # a count equal to the score is not named as the metric (a model that ranks nothing right, no item skipped)
+    assert metric_text({"primary": 0.0, "skipped": 0, "groups": 4, "R4@1": 0.0, "unit": "fraction"}) == "R4@1 0.00%"
 
 
 def test_progress_counts_units_and_logs_where_no_bar_is_drawn(caplog):

@@ -140,10 +140,20 @@ def load_input(spec: str, data_dir: Optional[Path]) -> list[Dialogue]:
     return load_conversations(spec, data_dir)
 
 
-def check_output_file(path: Optional[Path], option: str = "--out") -> None:
-    """Fail before any work when an output file cannot be written; create its folder."""
-    if path is not None:
-        check_file(path, option)
+# beam search costs about `beam` times greedy decoding; dialogue replies rarely gain past a few
+MAX_BEAM = 32
+
+
+def check_output_file(path: Optional[Path], option: str = "--out", source: Optional[str] = None) -> None:
+    """Fail before any work when an output file cannot be written, or is the file `source` (--input) that the command
+    reads: writing it would replace the conversations with the command's output. Creates its folder."""
+    if path is None:
+        return
+    if source is not None and str(path) != "-" and Path(path).exists() and Path(source).exists() \
+            and os.path.samefile(path, source):
+        raise DialogueError(f"{option} {path}: it is the --input file; writing there would replace the conversations "
+                            "it holds: give another file")
+    check_file(path, option)
 
 
 def check_counts(options: dict[str, Optional[int]]) -> None:
@@ -422,6 +432,10 @@ def train(
         fail(f"--{given_files[0].replace('_', '-')} is for your own data: drop --dataset {dataset}, or write --dataset file")
     if resume and overwrite:
         fail("--resume continues the run in --out, --overwrite replaces it: give one of them")
+    try:
+        check_run_folder(out)
+    except DialogueError as e:
+        fail(str(e))
     held = [name for name in RUN_ENTRIES if (out / name).exists()]
     if held and not (resume or overwrite):
         fail(f"{out} holds a run ({', '.join(held)}): --resume continues it, --overwrite replaces it (the old run is kept "
@@ -449,6 +463,19 @@ def train(
     }
     (out / "result.json").write_text(json.dumps({**summary, "history": result.history}, indent=2, default=str) + "\n")
     console.print_json(data=summary)
+
+
+def check_run_folder(out: Path) -> None:
+    """Fail, naming --out, before any work where the run folder cannot be made: a file in its place or in place of a
+    folder above it, or a nearest existing folder that cannot be written. Creates nothing (a refused run leaves no
+    folder behind)."""
+    if out.exists() and not out.is_dir():
+        raise DialogueError(f"--out {out}: a file; give a folder for the run (checkpoints, run.json, result.json)")
+    existing = next(folder for folder in (out, *out.parents) if folder.exists())
+    if not existing.is_dir():
+        raise DialogueError(f"--out {out}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise DialogueError(f"--out {out}: cannot be written: {existing} is not writable")
 
 
 def training_limits(limit_dialogues: Optional[int], limit_train: Optional[int], limit_eval: Optional[int]) -> dict[str, int]:
@@ -526,7 +553,7 @@ def evaluate(
     confusion: Optional[Path] = typer.Option(None, help="Write a confusion-matrix figure here (PNG, or .svg, .pdf, ...)."),
     limit_dialogues: Optional[int] = typer.Option(None, help="Score only the first N conversations of the split "
                                                   "(items, for response selection)."),
-    beam: int = typer.Option(1, "--beam", min=1, help="Generation: beam size of the scored responses (1 = greedy)."),
+    beam: int = typer.Option(1, "--beam", min=1, max=MAX_BEAM, help="Generation: beam size of the scored responses (1 = greedy)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Score a trained model on a split of its recipe's dataset, or on a labelled file of your own (--input)."""
@@ -573,8 +600,8 @@ def predict(
     from turnformer.tasks.registry import TASKS  # torch: loaded only when the command runs
 
     try:
-        check_output_file(out)
-        check_output_file(submission, "--submission")
+        check_output_file(out, source=input)
+        check_output_file(submission, "--submission", source=input)
         task, model, tokenizer, run = load_trained(checkpoint)
         if task_ is not None and task_ not in TASKS:
             raise DialogueError(f"--task {task_}: unknown task; known: {', '.join(TASKS)}")
@@ -613,7 +640,7 @@ def generate(
                                         "without it, an interactive chat on the terminal."),
     out: Optional[Path] = typer.Option(None, help="Write JSONL here (id, speaker, response; - for standard output); default a table."),
     speaker: Optional[str] = typer.Option(None, help="Who replies (default: the speaker before the last one)."),
-    beam: int = typer.Option(1, "--beam", min=1, help="Beam size (1 = greedy decoding)."),
+    beam: int = typer.Option(1, "--beam", min=1, max=MAX_BEAM, help="Beam size (1 = greedy decoding)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Continue every conversation of a file with one generated reply (greedy decoding, or beam search
@@ -621,7 +648,7 @@ def generate(
     from turnformer.tasks.registry import read_run  # torch: loaded only when the command runs
 
     try:
-        check_output_file(out)
+        check_output_file(out, source=input)
         if speaker is not None and not speaker.strip():
             raise DialogueError(f"--speaker {speaker!r}: empty; give a name, or leave it out for the speaker before the last one")
         task, _ = read_run(checkpoint)
@@ -677,7 +704,7 @@ def serve(
     from turnformer.serve.app import create_app
     from turnformer.serve.models import NAME, load_models
     from turnformer.serve.schemas import Limits
-    from turnformer.serve.server import run
+    from turnformer.serve.server import listen, run
 
     token = os.environ.get("TURNFORMER_TOKEN") or None
     try:
@@ -685,6 +712,7 @@ def serve(
             raise DialogueError(f"--worker {worker!r}: use letters, digits, '_', '.' and '-' (at most 64)")
         limits = Limits(max_body_bytes=max_body, max_text_chars=max_text, max_turns=max_turns, max_sessions=max_sessions,
                         idle_seconds=idle_timeout)
+        sock = listen(host, port)  # before the models load: a port in use fails at once
         models = load_models(checkpoint)
     except USER_ERRORS as e:
         fail(describe(e))
@@ -694,7 +722,7 @@ def serve(
     for m in models.values():
         said(f"{m.name}: {m.task.name} model {m.run['recipe']['model']} from {m.checkpoint} ({', '.join(sorted(m.serves))})")
     said(f"the page: http://{host}:{port}/   the API: http://{host}:{port}/docs")
-    run(create_app(models, limits, token, f"{worker}-" if worker else ""), host, port)
+    run(create_app(models, limits, token, f"{worker}-" if worker else ""), sock)
 
 
 def main() -> None:

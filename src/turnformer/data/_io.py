@@ -44,12 +44,15 @@ def check_output_file(path: Path, what: str = "") -> Path:
 def write_file(path: Path, data: bytes) -> None:
     """Write `data` to `path` whole: to a temporary file in the same folder, then renamed over `path`, so a crash
     never leaves half a file. ``-`` is standard output. A path that is a link or not a regular file (``/dev/stdout``,
-    a named pipe) is written through as it is: renaming over it would put a file in its place."""
+    a named pipe) is written through as it is: renaming over it would put a file in its place. A name ending in
+    ``.gz`` is written gzip-compressed, as the readers read such a name."""
     path = Path(path)
     if str(path) == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
     if path.is_symlink() or (path.exists() and not path.is_file()):
         with open(path, "wb") as fh:
             fh.write(data)

@@ -3,16 +3,38 @@ of 127.0.0.1 for tests, benchmarks and screenshots (`BackgroundServer`)."""
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import time
 
 import uvicorn
 
+from turnformer.dialogue import DialogueError
 
-def run(app, host: str, port: int) -> None:
-    """Serve `app` until Ctrl-C or SIGTERM. One process: its sessions live in its memory."""
-    uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to (`host`, `port`), taken before the models load, so that an address that cannot serve fails at
+    once: a DialogueError naming --host or --port."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)[0]
+    except socket.gaierror as error:
+        raise DialogueError(f"--host {host}: not an address this machine knows ({error.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise DialogueError(f"--port {port}: already in use on {host}; give another --port") from None
+        raise DialogueError(f"--host {host} --port {port}: cannot listen there ({error.strerror or error})") from None
+    return sock
+
+
+def run(app, sock: socket.socket) -> None:
+    """Serve `app` on `sock` (`listen`) until Ctrl-C or SIGTERM. One process: its sessions live in its memory."""
+    uvicorn.Server(uvicorn.Config(app, log_level="info", server_header=False)).run(sockets=[sock])
 
 
 class BackgroundServer:

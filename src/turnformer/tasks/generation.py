@@ -20,6 +20,7 @@ instances and the vocabulary are `turnformer.data.generation_vocab`'s, which the
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -38,6 +39,10 @@ from turnformer.models.gpt2_generator import GPT2Generator
 from turnformer.models.phaed import PHAED
 from turnformer.models.smollm2 import PRETRAINED, SmolLM2Config, SmolLM2Generator
 from turnformer.models.transformer_generator import TransformerGenerator
+
+logger = logging.getLogger(__name__)
+# a scored split whose responses have more unknown words than this says little: [UNK] is one cheap word to predict
+UNKNOWN_RATE_WARNING = 0.2
 from turnformer.parsing import DependencyParser
 from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import GENERATE, ModelBuilder, Predictions
@@ -264,6 +269,10 @@ def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | Non
         batches[split] = instance_batches(model, instances, vocab, size)
         reports[split] = {"dialogues": len(convs), "instances": report.instances, "cut_utterances": report.cut_utterances,
                           "empty_utterances": report.empty_utterances, "unknown_rate": vocab.unknown_rate(instances)}
+        if split != "train" and reports[split]["unknown_rate"] > UNKNOWN_RATE_WARNING:
+            logger.warning("%s split: %.0f%% of its response words are not in the training vocabulary (%d words, "
+                           "data.min_count %s): each counts as [UNK], one cheap word, so its perplexity says little",
+                           split, 100 * reports[split]["unknown_rate"], len(vocab), data.get("min_count", 3))
     return model, vocab, batches, reports
 
 

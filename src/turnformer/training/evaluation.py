@@ -67,7 +67,8 @@ def metric_text(metrics: dict[str, Any] | None) -> str:
     primary = metrics.get("primary", float("nan"))
     if "perplexity" in metrics and primary == -metrics["perplexity"]:
         return f"perplexity {metrics['perplexity']:.2f}"
-    name = next((k for k, v in metrics.items() if k != "primary" and isinstance(v, int | float) and v == primary), "score")
+    # the metric whose value the primary is: a rate, never a count that happens to equal it (no item skipped: 0)
+    name = next((k for k, v in metrics.items() if k != "primary" and isinstance(v, float) and v == primary), "score")
     value = primary * 100 if metrics.get("unit") == "fraction" else primary
     return f"{name} {value:.2f}%"
 
