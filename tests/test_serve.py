@@ -172,6 +172,10 @@ def test_bodies_that_are_not_json_objects_are_4xx(client):
     assert surrogate.status_code == 422 and surrogate.json()["error"] == "turns[0].speaker: not valid Unicode (surrogates not allowed at character 0)"
     named = client.post("/v1/sessions", content=b'{"models": ["\\udfff"]}', headers=json_type)
     assert named.status_code == 422 and "no model" in named.json()["error"]  # the name, escaped, in valid JSON
+    latin1 = client.post("/v1/annotate", content='{"turns": [{"speaker": "A", "text": "café"}]}'.encode("latin-1"), headers=json_type)
+    assert latin1.status_code == 400 and latin1.json()["error"].startswith("body: not UTF-8 text (byte 40: invalid continuation byte)")
+    deep = client.post("/v1/annotate", content=b"[" * 50000 + b"]" * 50000, headers=json_type)
+    assert deep.status_code in (400, 422) and deep.json()["error"].startswith("body: ")
     too_big = client.post("/v1/annotate", content=b" " * (2 << 20), headers=json_type)
     assert too_big.status_code == 413 and "over 1048576 bytes" in too_big.json()["error"]
 

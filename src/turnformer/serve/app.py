@@ -114,6 +114,15 @@ def problem(e: dict) -> dict:
     return {"field": field_of(tuple(e["loc"])), "message": e["msg"]}
 
 
+def unreadable(cause: BaseException) -> str:
+    """Why a request body could not be read as JSON, where FastAPI says only that it could not."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {cause.start}: {cause.reason}); send JSON in UTF-8"
+    if isinstance(cause, RecursionError):
+        return "nested too deeply to read"
+    return f"cannot be read as JSON ({type(cause).__name__})"
+
+
 def add_error_handlers(app: FastAPI) -> None:
     async def invalid(_, exc: RequestValidationError):
         problems = [problem(e) for e in exc.errors()]
@@ -121,6 +130,8 @@ def add_error_handlers(app: FastAPI) -> None:
         return error(422, f"{problems[0]['field']}: {problems[0]['message']}{more}", problems=problems)
 
     async def http_error(_, exc: StarletteHTTPException):
+        if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not read the body: say why
+            return error(400, f"body: {unreadable(exc.__cause__)}")
         return error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
 
     async def bad_input(_, exc: DialogueError):
