@@ -324,6 +324,31 @@ def test_resume_on_other_data_warns(tiny_backbone_dir, files, tmp_path):
     assert "limits: None -> {'train': 1}" in other.output
 
 
+def test_a_data_file_changed_since_the_run_read_it_is_warned_about(tiny_backbone_dir, files, tmp_path):
+    own = {split: tmp_path / path.name for split, path in files.items()}   # copies: the module's files stay as they are
+    for split, path in files.items():
+        own[split].write_text(path.read_text())
+    out = tmp_path / "run"
+    common = ["--train-file", str(own["train"]), "--validation-file", str(own["validation"]), "--test-file", str(own["test"]),
+              "--out", str(out), *_tiny(tiny_backbone_dir)]
+    assert runner.invoke(app, ["train", *common]).exit_code == 0
+    recorded = json.loads((out / "run.json").read_text())["recipe"]["file_sha256"]
+    assert sorted(recorded) == ["test_file", "train_file", "validation_file"] and all(len(d) == 64 for d in recorded.values())
+    unchanged = runner.invoke(app, ["evaluate", "--checkpoint", str(out)])
+    assert unchanged.exit_code == 0 and "warning" not in unchanged.output
+    for split in ("train", "test"):   # the same paths, other contents
+        own[split].write_text(own[split].read_text().replace('"text": "', '"text": "changed '))
+    scored = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "test"])
+    assert scored.exit_code == 0 and f"warning: test_file {own['test'].resolve()}: its content changed since" in scored.output
+    assert "the scores are of the file as it is now" in scored.output
+    validation = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "validation"])
+    assert validation.exit_code == 0 and "warning" not in validation.output   # that file is as it was
+    resumed = runner.invoke(app, ["train", "--resume", *common])
+    assert resumed.exit_code == 0, resumed.output
+    assert "warning: --resume: this run reads other data or settings" in resumed.output
+    assert f"train_file {own['train'].resolve()}: its content changed since" in resumed.output
+
+
 def test_generation_needs_two_turn_conversations(tmp_path):
     one_turn = _write(tmp_path, "one.jsonl", [_dialogue(i, turns=1) for i in range(4)])
     two_turns = _write(tmp_path, "two.jsonl", [_dialogue(i, turns=2) for i in range(4)])

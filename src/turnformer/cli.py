@@ -27,7 +27,8 @@ from turnformer.data.cli import data_app
 from turnformer.data.stats import dataset_stats, print_stats
 from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.errors import CheckpointError
-from turnformer.recipes import DEFAULT_FILE_MODEL, find_recipe, load_recipe, recipe_for_dataset, recipe_path
+from turnformer.recipes import (DEFAULT_FILE_MODEL, changed_files, file_digests, find_recipe, load_recipe, recipe_for_dataset,
+                                recipe_path)
 from turnformer.results import paper_score
 
 # Commands import torch, transformers, the tasks and the models inside their bodies, only when they run (each such
@@ -507,7 +508,10 @@ def training_recipe(task: str, model: str, dataset: str, recipe: Optional[str], 
         overrides.insert(0, f'dataset="{retarget}"')
         err.print(f"no recipe {task}-{retarget}-{model}.toml: using {path.name} with dataset = {retarget!r} "
                   "(its settings)", highlight=False, soft_wrap=True)
-    return load_recipe(path, overrides)
+    loaded = load_recipe(path, overrides)
+    if loaded["dataset"] == "file":  # what the files held when the run read them (checked on resume and by evaluate)
+        loaded["file_sha256"] = file_digests(loaded)
+    return loaded
 
 
 def interrupted(out: Path, interruption: KeyboardInterrupt) -> None:
@@ -537,8 +541,9 @@ def changed_since_checkpoint(out: Path, recipe: dict, limits: dict | None) -> li
         return []
     saved, now = before.get("recipe") or {}, json.loads(json.dumps(recipe, default=str))
     # the papers' scores (paper, paper_online...) that an older run.json holds in its recipe change nothing a run reads
-    keys = {key for key in set(saved) | set(now) if not key.startswith("paper")} - {"train", "model_config", "recipe_path"}
+    keys = {key for key in set(saved) | set(now) if not key.startswith("paper")} - {"train", "model_config", "recipe_path", "file_sha256"}
     changes = [f"{key}: {saved.get(key)!r} -> {now.get(key)!r}" for key in sorted(keys) if saved.get(key) != now.get(key)]
+    changes += changed_files(saved, now)
     if (before.get("limits") or None) != limits:
         changes.append(f"limits: {before.get('limits')!r} -> {limits!r}")
     return changes
@@ -565,6 +570,10 @@ def evaluate(
         if input_file is not None and split is not None:
             raise DialogueError("--input and --split: give one or the other (--input is scored as a whole)")
         task, model, tokenizer, run = load_trained(checkpoint)
+        if input_file is None and (changed := [c for c in changed_files(run["recipe"], run["recipe"])
+                                               if c.startswith(f"{split or 'test'}_file ")]):
+            err.print(f"warning: {changed[0]}: the scores are of the file as it is now, not as the run read it",
+                      highlight=False, soft_wrap=True)
         options = task_options(task, checkpoint, {"beam": (beam, beam > 1), "confusion": (confusion, confusion is not None)})
         metrics = task.evaluate(model, tokenizer, run, split or "test", data_dir, limit_dialogues, input_file, **options)
     except USER_ERRORS as e:

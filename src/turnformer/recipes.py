@@ -11,6 +11,7 @@ single values (``--set train.epochs=2``).
 from __future__ import annotations
 
 import copy
+import hashlib
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,7 +109,9 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[st
 
 # What a recipe may hold at its top level besides [train]
 RECIPE_KEYS = ("task", "model", "dataset", "label_kind", "labels", "backbone", "window", "context_padding", "setting",
-               "eval_online", "holdout", "train_file", "validation_file", "test_file", "recipe_path", "model_config", "data")
+               "eval_online", "holdout", "train_file", "validation_file", "test_file", "file_sha256", "recipe_path",
+               "model_config", "data")
+SPLIT_FILE_KEYS = ("train_file", "validation_file", "test_file")
 # Whole-number settings and their least values: top-level (dialogue acts' windows, response selection's held-out
 # items) and [data] of the generation recipes
 WHOLE_SETTINGS = {"window": 1, "context_padding": 0, "holdout": 0}
@@ -187,6 +190,27 @@ def recipe_train_config(settings: dict, defaults: dict, *, seed: int, out_dir, r
         warmup_steps=int(merged["warmup_steps"]), head_lr=float(head_lr) if head_lr is not None else None,
         mixed_precision=merged.get("mixed_precision"),
     )
+
+
+def file_digests(recipe: dict[str, Any]) -> dict[str, str]:
+    """The SHA-256 of each data file a recipe names (``train_file``... that are files): recorded when a run starts
+    (``file_sha256``), so that a resumed run or `evaluate` can tell that a file read again has changed since."""
+    digests = {}
+    for key in SPLIT_FILE_KEYS:
+        path = Path(recipe[key]) if recipe.get(key) else None
+        if path is not None and path.is_file():
+            with open(path, "rb") as fh:
+                digests[key] = hashlib.file_digest(fh, "sha256").hexdigest()
+    return digests
+
+
+def changed_files(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The data files that recipe `now` reads at the same paths as recipe `before` did, whose content has changed since
+    `before` recorded its ``file_sha256``: one line each."""
+    digests, current = before.get("file_sha256") or {}, file_digests(now)
+    return [f"{key} {now[key]}: its content changed since (SHA-256 {digests[key][:12]}... -> {current[key][:12]}...)"
+            for key in SPLIT_FILE_KEYS if key in digests and key in current and before.get(key) == now.get(key)
+            and digests[key] != current[key]]
 
 
 def apply_overrides(recipe: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
