@@ -103,6 +103,7 @@ def test_file_options_with_a_benchmark_are_refused(files, tmp_path):
 
 @pytest.mark.parametrize("setting, message", [
     ("train.lr=abc", "train.lr = 'abc'; expected a number"),
+    ("train.lr=nan", "train.lr = nan; expected a number, 0 or more"),
     ("train.batch_size=0", "train.batch_size = 0; expected a whole number, 1 or more"),
     ("train.epoch=3", "unknown setting train.epoch; known: batch_size, epochs"),
     ('train.scheduler="cosine"', "train.scheduler = 'cosine'; known: linear, constant"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -170,7 +171,7 @@ def check_train_settings(train: dict[str, Any], source: str) -> None:
         numeric = isinstance(value, int | float) and not isinstance(value, bool)
         if key == "head_lr" and value is None:
             continue
-        if not numeric or (kind is int and not isinstance(value, int)) or value < least:
+        if not numeric or (kind is int and not isinstance(value, int)) or not math.isfinite(value) or value < least:
             wanted = "a whole number" if kind is int else "a number"
             raise DialogueError(f"{source}: train.{key} = {value!r}; expected {wanted}, {least:g} or more")
 
