@@ -154,6 +154,14 @@ def test_unknown_label_and_empty_split_name_the_file(tiny_backbone_dir, files, t
     assert not (tmp_path / "b" / "last").exists()  # refused before training
 
 
+def test_a_training_file_with_one_label_is_refused(files, tmp_path):
+    joyful = _write(tmp_path, "joy.jsonl", [_dialogue(i, label="joy") for i in range(3)])
+    result = runner.invoke(app, ["train", "--train-file", str(joyful), "--validation-file", str(files["validation"]),
+                                 "--test-file", str(files["test"]), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2, result.output
+    assert f"{joyful}: every labelled turn has the same 'emotion' label, 'joy'; a classifier needs two labels" in result.output
+
+
 def test_utterance_length_over_the_backbone_positions(tiny_backbone_dir, files, tmp_path):
     result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
                                  "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), *_tiny(tiny_backbone_dir),

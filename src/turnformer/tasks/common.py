@@ -123,6 +123,9 @@ def load_labelled_data(recipe: dict, kind: str, data_dir=None, only: Sequence[st
             splits = read_split_files(recipe, ["train"])
             require_labels(splits["train"], kind, recipe["train_file"], "train")
             labels = label_set_from_data(splits["train"], kind)
+            if len(labels) == 1:  # every utterance would get it: nothing to learn, a perfect score that means nothing
+                raise DialogueError(f"{recipe['train_file']}: every labelled turn has the same {kind!r} label, {labels[0]!r}; "
+                                    "a classifier needs two labels or more in its training file (or a recipe's labels)")
         # every other split is checked against the training labels as it is read: an error names its file and line
         rest = [split for split in only if split not in splits]
         splits.update(read_split_files(recipe, rest, {kind: labels} if labels else None))
