@@ -510,3 +510,12 @@ def test_every_model_config_refuses_bad_sizes():
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
             config(**settings)
     assert SegmentRecurrenceConfig(num_labels=4, mem_len=0).mem_len == 0   # no memory is a setting, not a mistake
+
+
+def test_a_warning_is_one_line_without_python_source(tmp_path):
+    conversation = _write(tmp_path, "cjk.jsonl", [Dialogue((Turn("A", "你好，今天怎么样？"), Turn("B", "很好")), id="c1")])
+    result = runner.invoke(app, ["plot", "masks", "--input", str(conversation), "--kinds", "local", "--window", "1",
+                                 "--out", str(tmp_path / "masks.png")])
+    assert result.exit_code == 0, result.output
+    assert "warning: " in result.output and "drawn as boxes (你好，今天怎么样？很)" in result.output
+    assert "UserWarning" not in result.output and "write_figure(" not in result.output

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -78,6 +79,14 @@ def show_log(level: int) -> None:
         library.addHandler(handler)
 
 
+def warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A Python warning (the library's, or one it passes on) as one line on stderr, like the log's warnings: the
+    message, without the file and source line that Python's default adds."""
+    from tqdm import tqdm  # written between progress bars, as the log lines are
+
+    tqdm.write(f"warning: {message}", file=sys.stderr)
+
+
 @app.callback()
 def options(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Warnings and errors only: no epoch summaries or loss lines on stderr."),
@@ -86,6 +95,7 @@ def options(
                                           "from the load average, at least 1; OMP_NUM_THREADS, where set, is kept)."),
 ) -> None:
     show_log(logging.WARNING if quiet else logging.INFO)
+    warnings.showwarning = warning_line
     if not asks_for_help(sys.argv[1:]):  # `turnformer train --help` answers without loading torch
         set_threads(threads)
 
