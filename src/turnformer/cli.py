@@ -551,7 +551,8 @@ def changed_since_checkpoint(out: Path, recipe: dict, limits: dict | None) -> li
         return []
     saved, now = before.get("recipe") or {}, json.loads(json.dumps(recipe, default=str))
     # the papers' scores (paper, paper_online...) that an older run.json holds in its recipe change nothing a run reads
-    keys = {key for key in set(saved) | set(now) if not key.startswith("paper")} - {"train", "model_config", "recipe_path", "file_sha256"}
+    keys = ({key for key in set(saved) | set(now) if not key.startswith("paper")}
+            - {"train", "model_config", "recipe_path", "file_sha256"})  # the files' contents: changed_files
     changes = [f"{key}: {saved.get(key)!r} -> {now.get(key)!r}" for key in sorted(keys) if saved.get(key) != now.get(key)]
     changes += changed_files(saved, now)
     if (before.get("limits") or None) != limits:

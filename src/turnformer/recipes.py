@@ -208,7 +208,8 @@ def file_digests(recipe: dict[str, Any]) -> dict[str, str]:
 def changed_files(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """The data files that recipe `now` reads at the same paths as recipe `before` did, whose content has changed since
     `before` recorded its ``file_sha256``: one line each."""
-    digests, current = before.get("file_sha256") or {}, file_digests(now)
+    digests, current = before.get("file_sha256"), file_digests(now)
+    digests = digests if isinstance(digests, dict) else {}
     return [f"{key} {now[key]}: its content changed since (SHA-256 {digests[key][:12]}... -> {current[key][:12]}...)"
             for key in SPLIT_FILE_KEYS if key in digests and key in current and before.get(key) == now.get(key)
             and digests[key] != current[key]]
