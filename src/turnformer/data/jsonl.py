@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -167,6 +168,23 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON value (write null, or a number)")
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused where a key appears twice: JSON readers keep the last value and lose the first."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"the key {key!r} appears twice in one object (a JSON reader would keep only the last)")
+        obj[key] = value
+    return obj
+
+
+def _int(digits: str) -> int:
+    """An integer, refused (rather than Python's advice on its limits) where it is too long to read."""
+    if len(digits.lstrip("-")) > sys.get_int_max_str_digits():
+        raise ValueError(f"a number of {len(digits.lstrip('-'))} digits is too long to read")
+    return int(digits)
+
+
 ONE_DOCUMENT_HINT = ("; the file looks like one JSON document: write one conversation per line (JSON Lines), "
                      "e.g. jq -c '.[]' FILE.json > FILE.jsonl for an array of conversations")
 
@@ -199,7 +217,7 @@ def read_jsonl(
             report.add("blank_line", f"{where}: blank line skipped")
             continue
         try:
-            obj = json.loads(line, parse_constant=_no_constant)
+            obj = json.loads(line, parse_constant=_no_constant, object_pairs_hook=_object, parse_int=_int)
         except json.JSONDecodeError as err:
             hint = (ONE_DOCUMENT_HINT if lineno == 1 and (line.strip() == "{" or line.lstrip().startswith("[")) else
                     TABLE_HINT if lineno == 1 and not line.lstrip().startswith("{") and ("," in line or "\t" in line) else "")
