@@ -39,10 +39,6 @@ from turnformer.models.gpt2_generator import GPT2Generator
 from turnformer.models.phaed import PHAED
 from turnformer.models.smollm2 import PRETRAINED, SmolLM2Config, SmolLM2Generator
 from turnformer.models.transformer_generator import TransformerGenerator
-
-logger = logging.getLogger(__name__)
-# a scored split whose responses have more unknown words than this says little: [UNK] is one cheap word to predict
-UNKNOWN_RATE_WARNING = 0.2
 from turnformer.parsing import DependencyParser
 from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import GENERATE, ModelBuilder, Predictions
@@ -50,6 +46,10 @@ from turnformer.tasks.common import (SPLITS, check_split, checkpoint_paths, load
                                      run_description, scored_run, shorten, upgrade_run)
 from turnformer.tasks.generation_metrics import available_word_vectors, generation_metrics, perplexity
 from turnformer.training import load_checkpoint, progress, set_seed, train
+
+logger = logging.getLogger(__name__)
+# a scored split whose responses have more unknown words than this says little: [UNK] is one cheap word to predict
+UNKNOWN_RATE_WARNING = 0.2
 
 TITLE = "generation"
 
