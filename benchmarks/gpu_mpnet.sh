@@ -9,7 +9,7 @@
 #                    classifier keeps the recipe's head_lr), and the concatenated-context baseline at 2e-5 on both.
 #   seeds            the rate the sweep chose (LR, default 2e-5) with SEEDS (default 2 3): DialogXL with the memory bias
 #                    and the concatenated context on MELD and EmoryNLP.
-#   paper-attention  DialogXL as in the paper (no memory bias) on MELD and EmoryNLP, LR, seeds 1-3.
+#   paper-attention  DialogXL as in the paper (no memory bias) on MELD and EmoryNLP, LR, seeds PAPER_SEEDS (default 1 2 3).
 #   memory-grad      DialogXL with the memory bias and gradients into earlier utterances of a chunk, LR, seeds 1-3.
 #   baselines        the concatenated context on MELD, seeds 2 and 3; segment recurrence on MELD and EmoryNLP, seed 1.
 #   dailydialog      DailyDialog (about 9 times MELD's size), LR: DialogXL with the memory bias, seeds 1-3; segment
@@ -56,8 +56,8 @@ runs() {  # one line a run: experiment task model dataset lr seed [precision]; l
         for dataset in meld emorynlp; do for seed in ${SEEDS:-2 3}; do for model in dialogxl-memory-bias concat-context; do
             echo "erc-$dataset-$model-mpnet-lr$lr erc $model $dataset $lr $seed"; done; done; done ;;
     paper-attention|memory-grad)
-        model=dialogxl; [[ $plan == memory-grad ]] && model=dialogxl-memory-grad
-        for seed in 1 2 3; do for dataset in meld emorynlp; do echo "erc-$dataset-$model-mpnet-lr$lr erc $model $dataset $lr $seed"; done; done ;;
+        model=dialogxl seeds=${PAPER_SEEDS:-1 2 3}; [[ $plan == memory-grad ]] && model=dialogxl-memory-grad seeds="1 2 3"
+        for seed in $seeds; do for dataset in meld emorynlp; do echo "erc-$dataset-$model-mpnet-lr$lr erc $model $dataset $lr $seed"; done; done ;;
     baselines)
         for seed in 2 3; do echo "erc-meld-concat-context-mpnet-lr$lr erc concat-context meld $lr $seed"; done
         for dataset in meld emorynlp; do echo "erc-$dataset-segment-recurrence-mpnet-lr$lr erc segment-recurrence $dataset $lr 1"; done ;;
