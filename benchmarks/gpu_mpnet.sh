@@ -12,9 +12,14 @@
 #   paper-attention  DialogXL as in the paper (no memory bias) on MELD and EmoryNLP, LR, seeds PAPER_SEEDS (default 1 2 3).
 #   memory-grad      DialogXL with the memory bias and gradients into earlier utterances of a chunk, LR, seeds 1-3.
 #   baselines        the concatenated context on MELD, seeds 2 and 3; segment recurrence on MELD and EmoryNLP, seed 1.
-#   dailydialog      DailyDialog (about 9 times MELD's size), LR: DialogXL with the memory bias, seeds 1-3; segment
-#                    recurrence and the concatenated context (2 epochs, as on all-MiniLM-L6-v2), seed 1; then DialogXL
-#                    with the paper's attention and with memory_grad, seeds 1-3; the concatenated context, seeds 2-3.
+#   dailydialog      DailyDialog (1.46M tokens a training epoch on this backbone, 10.5 times MELD's), LR: DialogXL with the
+#                    memory bias, seeds 1-3, DD_EPOCHS (default 2) epochs each: one call's worth. The memory-grad and
+#                    paper-attention job (10 runs sharing an H200, bf16) trained about 21K tokens/s in all, one run alone
+#                    7.2K in bf16 (`speed`): the recipe's 3 epochs of 3 seeds (13M tokens) are more than a 10-minute call.
+#   dailydialog-rest the rest of DailyDialog's table, DD_EPOCHS each: segment recurrence and the concatenated context,
+#                    seed 1; DialogXL with the paper's attention and with memory_grad, seeds 1-3; the concatenated
+#                    context, seeds 2-3 (several calls: at the rate above, with the concatenated context's rows
+#                    about 5 times as many tokens, about an hour of the card in all).
 #   selection        the plain encoder and MDFN on MuTual, SELECTION_LR (default 2e-5), seeds 1-3.
 #   selection-plus   the same on MuTual-plus.
 #   selection-ablations  MDFN's five ablations (Tables 7-9) on MuTual, seed 1.
@@ -61,14 +66,19 @@ runs() {  # one line a run: experiment task model dataset lr seed [precision]; l
     baselines)
         for seed in 2 3; do echo "erc-meld-concat-context-mpnet-lr$lr erc concat-context meld $lr $seed"; done
         for dataset in meld emorynlp; do echo "erc-$dataset-segment-recurrence-mpnet-lr$lr erc segment-recurrence $dataset $lr 1"; done ;;
-    dailydialog)
+    dailydialog|dailydialog-rest)
+        epochs="$ACCELERATE_MIXED_PRECISION train.epochs=${DD_EPOCHS:-2}"
+        if [[ $plan == dailydialog ]]; then
+            for seed in 1 2 3; do
+                echo "erc-dailydialog-dialogxl-memory-bias-mpnet-lr$lr erc dialogxl-memory-bias dailydialog $lr $seed $epochs"; done
+            continue
+        fi
         concat="erc-dailydialog-concat-context-mpnet-lr$lr erc concat-context dailydialog $lr"
-        for seed in 1 2 3; do echo "erc-dailydialog-dialogxl-memory-bias-mpnet-lr$lr erc dialogxl-memory-bias dailydialog $lr $seed"; done
-        echo "erc-dailydialog-segment-recurrence-mpnet-lr$lr erc segment-recurrence dailydialog $lr 1"
-        echo "$concat 1 $ACCELERATE_MIXED_PRECISION train.epochs=2"
+        echo "erc-dailydialog-segment-recurrence-mpnet-lr$lr erc segment-recurrence dailydialog $lr 1 $epochs"
+        echo "$concat 1 $epochs"
         for model in dialogxl dialogxl-memory-grad; do for seed in 1 2 3; do
-            echo "erc-dailydialog-$model-mpnet-lr$lr erc $model dailydialog $lr $seed"; done; done
-        for seed in 2 3; do echo "$concat $seed $ACCELERATE_MIXED_PRECISION train.epochs=2"; done ;;
+            echo "erc-dailydialog-$model-mpnet-lr$lr erc $model dailydialog $lr $seed $epochs"; done; done
+        for seed in 2 3; do echo "$concat $seed $epochs"; done ;;
     selection|selection-plus)
         dataset=mutual; [[ $plan == selection-plus ]] && dataset=mutual-plus
         for seed in 1 2 3; do for model in plain-encoder mdfn; do
