@@ -140,6 +140,50 @@ def test_turn_relative_attention_is_eq_4_5_and_plain_attention_with_zero_vectors
     assert torch.allclose(model(batch), plain(batch), atol=1e-6)
 
 
+def test_response_turns_count_each_speakers_utterances_from_the_start():
+    turns = {(x.dialogue_id, x.turn): x.response_turn for x in make_instances(DIALOGUES)}
+    assert turns[("d3", 4)] == 3 and turns[("d3", 5)] == 3 and turns[("d3", 1)] == 1  # A B A B A B
+    assert turns[("d2", 1)] == 2 and turns[("d2", 2)] == 1  # A A B: the second A is A's second utterance
+    (batch,) = make_generation_batches(encode_instances(make_instances(DIALOGUES[2:]), Vocabulary.build(DIALOGUES, 1),
+                                                        tiny(Vocabulary.build(DIALOGUES, 1))), 16, False)
+    assert batch.response_turn.tolist() == [1, 2, 2, 3, 3]
+
+
+def decoder_inputs(model, batch) -> list[torch.Tensor]:
+    """The states entering each decoder layer when `batch`'s responses are decoded (teacher-forced)."""
+    seen = []
+    hooks = [layer.register_forward_pre_hook(lambda module, args: seen.append(args[0])) for layer in model.decoder]
+    model(batch)
+    for hook in hooks:
+        hook.remove()
+    return seen[-len(model.decoder):]  # after the memory's pass over the context
+
+
+@pytest.mark.parametrize("turn_count", ["conversation", "back"])
+def test_counted_from_the_start_an_earlier_responses_memory_is_the_decoders_own_states_of_it(turn_count):
+    """The paper's turn-level recurrence reuses the states the decoder had when it generated an earlier response
+    (sec. 3.4): with TE counted from the conversation's start they are exactly those states; counted back from the
+    response, the memory decodes the earlier response under another turn embedding than the one it was trained with."""
+    dialogue = Dialogue.from_turns([("B", "where is the owl ?"), ("A", "near the zebra ."), ("B", "can we go ?"),
+                                    ("A", "yes , let us go .")], id="q")
+    vocab = Vocabulary.build([dialogue], min_count=1)
+    model = tiny(vocab, turn_count=turn_count, max_turns=4)
+    first, _, later = make_instances([dialogue])  # A's first reply, B's, A's second: its context is Q R Q
+    (alone,) = batches(model, vocab, [first])
+    (reply,) = batches(model, vocab, [later])
+    memory = model.encode(reply)[2]
+    earlier = reply.context_role.eq(2)[0]  # the context's R utterance: A's first reply
+    states = decoder_inputs(model, alone)  # A's first reply as the target: [SOU] [SPEAKER-R] words (no [EOU])
+    same = all(torch.allclose(m[0, earlier][:-1], s[0], atol=1e-5) for m, s in zip(memory, states))
+    assert same == (turn_count == "conversation")
+    if turn_count == "conversation":
+        assert reply.response_turn.tolist() == [2] and model.generate(reply) and model.beam_search(reply, 2, 4)
+        with pytest.raises(ValueError, match="response_turn"):
+            model(type(reply)(reply.context, reply.context_turn, reply.response_in, reply.response_out, reply.context_role))
+    with pytest.raises(ValueError, match="turn_count"):
+        tiny(vocab, turn_count="forward")
+
+
 def test_the_memory_is_stop_gradient(vocab):
     model = tiny(vocab, c_max=2)
     (batch,) = batches(model, vocab, the_reply(4))

@@ -6,7 +6,8 @@
   Distinct of greedy responses. A GPU job at these sizes.
 - ``generation-cpu``: the same main rows and ablations at the size in ``GENERATION_CPU`` (first 1,000 training and
   100 validation / test conversations, width 128, 2 layers), which trains on the 2-core CPU, and PHAED's c_max
-  sweep at that size (0..5, 10 context turns, the first seed).
+  sweep at that size (0..5, 10 context turns, the first seed), and PHAED with its turn embeddings counted from the
+  conversation's start (``PHAED_CONVERSATION_TURNS``) over ``--seeds``.
 - ``generation-smollm2``: SmolLM2-135M-Instruct fine-tuned, plain and with PHAED's speaker tokens and turn-relative
   attention (recipes generation-dailydialog-smollm2[-phaed]) over ``--seeds``: a GPU job (an epoch is 76K instances).
 - ``generation-smollm2-cpu``: the same two fine-tuned on the ``generation-cpu`` rows' data (``GENERATION_CPU``'s first
@@ -31,6 +32,10 @@ CMAX_OVERRIDES = ("data.max_context_turns=10",)
 GENERATION_CPU = {"train": 1000, "eval": 100, "settings": {
     "model_config.d_model": 128, "model_config.heads": 4, "model_config.layers": 2, "model_config.ff": 512,
     "train.epochs": 2, "train.warmup_steps": 50, "train.lr": "1e-3", "train.batch_size": 32}}
+
+# PHAED's aligned turns counted from the conversation's start (the paper's TE(t)); DailyDialog's longest conversation
+# has 35 utterances, so a speaker's count stays under 20
+PHAED_CONVERSATION_TURNS = ("model_config.turn_count=conversation", "model_config.max_turns=20")
 
 # SmolLM2 on the CPU: GENERATION_CPU's conversations, the recipes' optimiser (AdamW at 5e-5, batches of 32), one epoch
 # of 200 updates (so 20 warm-up steps, not the recipes' 200)
@@ -69,6 +74,11 @@ PLANS: dict[str, list[Experiment]] = {
                      limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task=TASK,
                      extra={"scale": GENERATION_CPU})
           for model in (*GENERATION_MAIN, *PHAED_ABLATIONS)),
+        # PHAED with its turn embeddings counted from the conversation's start, as the paper's TE(t) (the recipe counts
+        # back from the response; `turnformer.models.phaed`)
+        Experiment(f"{TASK}-dailydialog-phaed-conversation-turns-cpu", "phaed", "dailydialog", SEEDS,
+                   (*cpu_overrides("phaed"), *PHAED_CONVERSATION_TURNS), limit_train=GENERATION_CPU["train"],
+                   limit_eval=GENERATION_CPU["eval"], task=TASK, extra={"scale": GENERATION_CPU}),
         *(Experiment(f"{TASK}-dailydialog-phaed-cmax{c}-cpu", "phaed", "dailydialog", FIRST_SEED,
                      (*cpu_overrides("phaed"), f"model_config.c_max={c}", *CMAX_OVERRIDES),
                      limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task=TASK,

@@ -49,6 +49,9 @@ class GenerationInstance:
     response: Utterance
     dialogue_id: str
     turn: int  # the response's index in its conversation
+    # the response's aligned turn counted from the conversation's start: how many utterances its speaker has spoken up
+    # to and including it (PHAED's TE(t) with ``turn_count = "conversation"``); 0 = not known
+    response_turn: int = 0
 
 
 class Vocabulary:

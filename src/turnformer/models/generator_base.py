@@ -55,7 +55,9 @@ class GenerationBatch:
     `context_role`: 1 on the tokens of a query (an utterance of another speaker than the response's),
     2 on those of an earlier response of the same speaker, 0 on padding (PHAED's Q / R).
     `context_head` (only for models that read dependency parses): the column of each context token's
-    syntactic governor in the same row, -1 for roots, special tokens and padding."""
+    syntactic governor in the same row, -1 for roots, special tokens and padding.
+    `response_turn`: the response's aligned turn from the conversation's start (its speaker's utterances up to and
+    including it; 0 = not known), for PHAED's turn embeddings counted from the start."""
 
     context: torch.Tensor  # (B, Lc)
     context_turn: torch.Tensor  # (B, Lc)
@@ -63,10 +65,12 @@ class GenerationBatch:
     response_out: torch.Tensor  # (B, Lr)
     context_role: torch.Tensor | None = None  # (B, Lc)
     context_head: torch.Tensor | None = None  # (B, Lc)
+    response_turn: torch.Tensor | None = None  # (B,)
 
     def to(self, device) -> "GenerationBatch":
         return GenerationBatch(*(None if t is None else t.to(device) for t in (
-            self.context, self.context_turn, self.response_in, self.response_out, self.context_role, self.context_head)))
+            self.context, self.context_turn, self.response_in, self.response_out, self.context_role, self.context_head,
+            self.response_turn)))
 
     def __len__(self) -> int:
         return self.context.shape[0]

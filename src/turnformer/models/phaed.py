@@ -5,10 +5,14 @@ Each instance is one response with its context (at most 4 utterances, flat in ``
 (role R)). There is no state across instances: the turn-level recurrence memory is recomputed per instance.
 
 - Input (eq. 2): B(x) = E(x) sqrt(d) + TE(turn) + PE(i), i = the token's position *within its utterance*.
-  TE is the *aligned* turn, counted back from the response: the newest query and the response share
-  TE(1), the next older query and the newest earlier response share TE(2), ... (capped at ``max_turns``;
-  none with ``turn_embeddings=False``). Counting back instead of from the conversation's start, as the
-  Transformer baseline does, because the instances see a window of the conversation, not all of it.
+  TE is the *aligned* turn (capped at ``max_turns``; none with ``turn_embeddings=False``). ``turn_count =
+  "back"`` counts it back from the response, as the Transformer baseline counts its turns, since the
+  instances see a window of the conversation: the newest query and the response share TE(1), the next older
+  query and the newest earlier response TE(2), ... So the response is always TE(1), and the memory below
+  decodes each earlier response under TE(2) or more, inputs the decoder never learns to generate from.
+  ``turn_count = "conversation"`` counts from the conversation's start, as the paper's TE(t) does: Q_t and
+  R_t share TE(t), t = the responder's utterances so far (`GenerationBatch.response_turn`), so an earlier
+  response's memory is the decoder's own states of it when it was the target (tested).
 - Inner-query encoding (sec. 3.3.1): ``layers`` pre-norm Transformer layers over the flat context whose
   self-attention is restricted to the same query utterance; R utterances are never read by the encoder.
 - Inter-query encoding (eq. 3-5): ``inter_layers`` pre-norm layers of turn-level relative attention: a
@@ -60,6 +64,7 @@ INNER = SAME_UTTERANCE & spoken_by(OTHER)  # sec. 3.3.1: a query token sees its 
 INTER = SPEAKER & spoken_by(OTHER) & HISTORY  # eq. 3-5: a query token sees the queries at or before its own
 EARLIER_RESPONSE = SAME_UTTERANCE & CAUSAL & spoken_by(RESPONDER)  # an earlier response, decoded on its own
 DECODER_SELF = SAME_UTTERANCE & CAUSAL  # the response's own past (the memory keys are `own_turns(c_max)`)
+TURN_COUNTS = ("back", "conversation")  # PHAEDConfig.turn_count
 
 
 @dataclass
@@ -68,11 +73,14 @@ class PHAEDConfig(GeneratorConfig):
     c_max: int = 2  # earlier responses in the decoder's memory (eq. 6); 0 = no recurrence
     turn_attention: bool = True  # False: plain attention in the inter-query encoder (ablation)
     inter_layers: int = 1  # turn-level relative attention layers (eq. 3)
+    turn_count: str = "back"  # TE counted back from the response, or from the conversation's start ("conversation")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.r_max < 0 or self.c_max < 0 or self.inter_layers < 1:
             raise ValueError(f"need r_max >= 0, c_max >= 0 and inter_layers >= 1: {self}")
+        if self.turn_count not in TURN_COUNTS:
+            raise ValueError(f"model_config.turn_count = {self.turn_count!r}: expected one of {', '.join(TURN_COUNTS)}")
 
 
 class Attention(MultiHeadAttention):
@@ -164,12 +172,25 @@ class PHAED(GeneratorBase):
         after_context = (context.utterance.amax(1, keepdim=True) + 1).expand_as(response_in)
         return token_meta(after_context, torch.full_like(response_in, RESPONDER), response_in.eq(self.pad_id))
 
+    def _response_turn(self, batch: GenerationBatch) -> torch.Tensor:
+        """[B, 1]: the response's aligned turn, 1 counted back; from the conversation's start, the batch's."""
+        if self.config.turn_count == "back":
+            return batch.context.new_ones(len(batch), 1)
+        if batch.response_turn is None or not batch.response_turn.ge(1).all():
+            raise ValueError('PHAED with turn_count = "conversation" needs each response\'s turn from the conversation\'s '
+                             "start (GenerationBatch.response_turn, from make_instances)")
+        return batch.response_turn.unsqueeze(1)
+
     def encode(self, batch: GenerationBatch):
-        """Encoded queries, the context's metadata, and the decoder memory (one state [B, Lc, d] per layer, or None)."""
+        """Encoded queries, the context's metadata, the decoder memory (one state [B, Lc, d] per layer, or None) and
+        the response's aligned turn [B, 1]."""
         context = self._context_meta(batch)
         rank = self._ranks(context, batch.context_turn)
         is_response = context.speaker.eq(RESPONDER)
-        aligned = torch.where(is_response, rank + 1, rank)  # aligned turn; the response's is 1
+        back = torch.where(is_response, rank + 1, rank)  # aligned turn counted back; the response's is 1
+        response_turn = self._response_turn(batch)
+        aligned = back if self.config.turn_count == "back" else torch.where(
+            context.is_padding, 0, (response_turn + 1 - back).clamp(min=1))  # counted from the conversation's start
         x = embedded = self._embed(batch.context, context.position, aligned)
         inner = INNER(context, context)
         for layer in self.inner:
@@ -189,13 +210,13 @@ class PHAED(GeneratorBase):
                 for layer in self.decoder:
                     memory.append(h)  # layer n's memory: the states entering it (eq. 6)
                     h = layer(h, own_past, cross=encoded, cross_mask=answered)
-        return encoded, context, memory
+        return encoded, context, memory, response_turn
 
     def decode_states(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-        encoded, context, memory = state
+        encoded, context, memory, response_turn = state
         length = response_in.shape[1]
         position = torch.arange(length, device=response_in.device).expand_as(response_in)
-        x = self._embed(response_in, position, torch.ones_like(response_in))
+        x = self._embed(response_in, position, response_turn.expand_as(response_in))
         response = self._response_meta(response_in, context)
         keys = response if memory is None else TokenMeta.concat([context, response])  # [memory ; response]
         mask = (DECODER_SELF | own_turns(self.config.c_max))(response, keys)  # [B, Lr, (Lc +) Lr]

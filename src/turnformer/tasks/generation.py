@@ -82,11 +82,14 @@ def make_instances(dialogues: Iterable[Dialogue], max_context_turns: int = 4, ma
                 report.cut_utterances += 1
                 w = w[:max_words]
             cut.append(tuple(w))
-        for t in range(1, len(dialogue.turns)):
-            speaker = dialogue.turns[t].speaker
+        spoken: dict = {}  # speaker -> utterances so far
+        for t, turn in enumerate(dialogue.turns):
+            spoken[turn.speaker] = spoken.get(turn.speaker, 0) + 1
+            if t == 0:
+                continue
             first = max(0, t - max_context_turns)
-            context = tuple(Utterance(cut[i], "R" if dialogue.turns[i].speaker == speaker else "Q") for i in range(first, t))
-            out.append(GenerationInstance(context, Utterance(cut[t], "R"), name, t))
+            context = tuple(Utterance(cut[i], "R" if dialogue.turns[i].speaker == turn.speaker else "Q") for i in range(first, t))
+            out.append(GenerationInstance(context, Utterance(cut[t], "R"), name, t, spoken[turn.speaker]))
     report.instances += len(out)
     return out
 
@@ -154,13 +157,14 @@ def encode_instance(instance: GenerationInstance, vocab: Vocabulary, speaker_tok
 
 
 def encode_instances(instances: Sequence[GenerationInstance], vocab: Vocabulary, model, parser=None) -> list[tuple]:
-    """`encode_instance` of each instance as `model` reads it: with or without speaker tokens, and with
-    dependency heads when the model needs parses (spaCy, cached on disk by `turnformer.parsing`)."""
+    """`encode_instance` of each instance as `model` reads it (with or without speaker tokens, and with
+    dependency heads when the model needs parses: spaCy, cached on disk by `turnformer.parsing`), followed by the
+    instance's `response_turn`."""
     parse = None
     if getattr(model, "needs_parses", False):
         parse = parser or DependencyParser()
         parse.parse_many(sorted({u.words for x in instances for u in x.context}))  # batched, once per text
-    return [encode_instance(x, vocab, model.config.speaker_tokens, parse) for x in instances]
+    return [(*encode_instance(x, vocab, model.config.speaker_tokens, parse), x.response_turn) for x in instances]
 
 
 # Batches sort instances by context length in steps of this many tokens, then by response length: on DailyDialog
@@ -179,8 +183,9 @@ def instance_batches(model, instances: Sequence[GenerationInstance], vocab: Voca
 
 
 def make_generation_batches(encoded: Sequence[tuple], batch_size: int, sort_by_length: bool = True):
-    """`GenerationBatch`es of `encoded` instances; sorted by context, then response length (less padding; see
-    `CONTEXT_LENGTH_STEP`) unless told not to."""
+    """`GenerationBatch`es of `encoded` instances (`encode_instance`'s rows, each followed by its response's
+    aligned turn as `encode_instances` gives them, or without it: 0, not known); sorted by context, then response
+    length (less padding; see `CONTEXT_LENGTH_STEP`) unless told not to."""
     def length(i: int) -> tuple[int, int]:
         return len(encoded[i][0]) // CONTEXT_LENGTH_STEP, len(encoded[i][2])
 
@@ -197,7 +202,8 @@ def make_generation_batches(encoded: Sequence[tuple], batch_size: int, sort_by_l
         rows = [encoded[i] for i in order[start : start + batch_size]]
         heads = pad([r[5] for r in rows], -1) if rows[0][5] is not None else None
         batches.append(GenerationBatch(pad([r[0] for r in rows], 0), pad([r[1] for r in rows], 0), pad([r[2] for r in rows], 0),
-                                       pad([r[3] for r in rows], IGNORE), pad([r[4] for r in rows], 0), heads))
+                                       pad([r[3] for r in rows], IGNORE), pad([r[4] for r in rows], 0), heads,
+                                       torch.tensor([r[6] if len(r) > 6 else 0 for r in rows], dtype=torch.long)))
     return batches
 
 
