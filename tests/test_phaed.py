@@ -184,6 +184,22 @@ def test_counted_from_the_start_an_earlier_responses_memory_is_the_decoders_own_
         tiny(vocab, turn_count="forward")
 
 
+@pytest.mark.parametrize("turn_count", ["back", "conversation"])
+def test_turn_embeddings_started_at_zero_start_phaed_as_without_them(vocab, turn_count):
+    zero = tiny(vocab, turn_init_std=0.0, turn_count=turn_count)
+    assert zero.turn.weight.abs().sum() == 0 and tiny(vocab).turn.weight.std() > 0.5  # the default: unit scale
+    small = tiny(vocab, turn_init_std=0.02)
+    assert 0.01 < small.turn.weight[1:].std() < 0.03 and small.turn.weight[0].abs().sum() == 0  # padding stays zero
+    without = tiny(vocab, turn_embeddings=False)
+    unknown = without.load_state_dict(zero.state_dict(), strict=False)
+    assert unknown.unexpected_keys == ["turn.weight"] and not unknown.missing_keys
+    (batch,) = batches(zero, vocab, make_instances(DIALOGUES))
+    assert torch.allclose(zero(batch), without(batch), atol=1e-6)
+    for bad in (-0.1, float("nan"), "small", True):
+        with pytest.raises(ValueError, match="turn_init_std"):
+            tiny(vocab, turn_init_std=bad)
+
+
 def test_the_memory_is_stop_gradient(vocab):
     model = tiny(vocab, c_max=2)
     (batch,) = batches(model, vocab, the_reply(4))

@@ -6,8 +6,9 @@
   Distinct of greedy responses. A GPU job at these sizes.
 - ``generation-cpu``: the same main rows and ablations at the size in ``GENERATION_CPU`` (first 1,000 training and
   100 validation / test conversations, width 128, 2 layers), which trains on the 2-core CPU, and PHAED's c_max
-  sweep at that size (0..5, 10 context turns, the first seed), and PHAED with its turn embeddings counted from the
-  conversation's start (``PHAED_CONVERSATION_TURNS``) over ``--seeds``.
+  sweep at that size (0..5, 10 context turns, the first seed); over ``--seeds``, PHAED with its turn embeddings
+  counted from the conversation's start (``PHAED_CONVERSATION_TURNS``), and PHAED, the Transformer and the first
+  again with turn embeddings started at zero (``TURNS_ZERO``).
 - ``generation-smollm2``: SmolLM2-135M-Instruct fine-tuned, plain and with PHAED's speaker tokens and turn-relative
   attention (recipes generation-dailydialog-smollm2[-phaed]) over ``--seeds``: a GPU job (an epoch is 76K instances).
 - ``generation-smollm2-cpu``: the same two fine-tuned on the ``generation-cpu`` rows' data (``GENERATION_CPU``'s first
@@ -36,6 +37,8 @@ GENERATION_CPU = {"train": 1000, "eval": 100, "settings": {
 # PHAED's aligned turns counted from the conversation's start (the paper's TE(t)); DailyDialog's longest conversation
 # has 35 utterances, so a speaker's count stays under 20
 PHAED_CONVERSATION_TURNS = ("model_config.turn_count=conversation", "model_config.max_turns=20")
+# turn embeddings drawn at zero instead of the inputs' unit scale: the model starts as without them
+TURNS_ZERO = ("model_config.turn_init_std=0.0",)
 
 # SmolLM2 on the CPU: GENERATION_CPU's conversations, the recipes' optimiser (AdamW at 5e-5, batches of 32), one epoch
 # of 200 updates (so 20 warm-up steps, not the recipes' 200)
@@ -76,9 +79,15 @@ PLANS: dict[str, list[Experiment]] = {
           for model in (*GENERATION_MAIN, *PHAED_ABLATIONS)),
         # PHAED with its turn embeddings counted from the conversation's start, as the paper's TE(t) (the recipe counts
         # back from the response; `turnformer.models.phaed`)
-        Experiment(f"{TASK}-dailydialog-phaed-conversation-turns-cpu", "phaed", "dailydialog", SEEDS,
-                   (*cpu_overrides("phaed"), *PHAED_CONVERSATION_TURNS), limit_train=GENERATION_CPU["train"],
-                   limit_eval=GENERATION_CPU["eval"], task=TASK, extra={"scale": GENERATION_CPU}),
+        # and turn embeddings started at zero (`turn_init_std`), for PHAED both ways and for the Transformer alike
+        *(Experiment(f"{TASK}-dailydialog-{name}-cpu", model, "dailydialog", SEEDS, (*cpu_overrides(model), *settings),
+                     limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task=TASK,
+                     extra={"scale": GENERATION_CPU})
+          for name, model, settings in (
+              ("phaed-conversation-turns", "phaed", PHAED_CONVERSATION_TURNS),
+              ("phaed-turns-zero", "phaed", TURNS_ZERO),
+              ("transformer-turns-zero", "transformer", TURNS_ZERO),
+              ("phaed-conversation-turns-zero", "phaed", (*PHAED_CONVERSATION_TURNS, *TURNS_ZERO)))),
         *(Experiment(f"{TASK}-dailydialog-phaed-cmax{c}-cpu", "phaed", "dailydialog", FIRST_SEED,
                      (*cpu_overrides("phaed"), f"model_config.c_max={c}", *CMAX_OVERRIDES),
                      limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task=TASK,

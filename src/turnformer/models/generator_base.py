@@ -38,11 +38,17 @@ class GeneratorConfig(ModelConfig):
     max_turns: int = 8
     speaker_tokens: bool = True
     turn_embeddings: bool = True
+    # the turn embeddings' initial scale: normal with this std; 1.0 (nn.Embedding's draw, unchanged) puts them at the
+    # inputs' unit scale, 0 starts them at zero (the model starts as without them)
+    turn_init_std: float = 1.0
     max_response_words: int = 50
 
     def __post_init__(self) -> None:
         check_config(self, positive=("vocab_size", "d_model", "heads", "layers", "ff", "max_positions", "max_turns",
                                      "max_response_words"))
+        std = self.turn_init_std
+        if isinstance(std, bool) or not isinstance(std, int | float) or not 0 <= std < float("inf"):
+            raise ValueError(f"model_config.turn_init_std = {std!r}: expected a number, 0 or more")
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
 
@@ -97,10 +103,14 @@ class GeneratorBase(nn.Module):
 
     def _init_word_embeddings(self) -> None:
         """N(0, 1/d) with [PAD] at zero: scaled by sqrt(d) the inputs start at unit scale, and the tied
-        output at small logits. Called once the layers are built, so their seeded initialisation is unchanged."""
+        output at small logits; the turn embeddings drawn again at ``turn_init_std`` where it is not 1. Called once
+        the layers are built, so their seeded initialisation is unchanged."""
         nn.init.normal_(self.embed.weight, std=self.config.d_model ** -0.5)
         with torch.no_grad():
             self.embed.weight[self.pad_id].zero_()
+            if self.turn is not None and self.config.turn_init_std != 1.0:
+                self.turn.weight.normal_(std=self.config.turn_init_std)
+                self.turn.weight[0].zero_()  # padding
 
     def embed_tokens(self, ids: torch.Tensor, positions: torch.Tensor | None = None,
                      turns: torch.Tensor | None = None) -> torch.Tensor:
