@@ -8,7 +8,7 @@
   100 validation / test conversations, width 128, 2 layers), which trains on the 2-core CPU, and PHAED's c_max
   sweep at that size (0..5, 10 context turns, the first seed); over ``--seeds``, PHAED with its turn embeddings
   counted from the conversation's start (``PHAED_CONVERSATION_TURNS``), and PHAED, the Transformer and the first
-  again with turn embeddings started at zero (``TURNS_ZERO``).
+  again with turn embeddings started at zero (``TURNS_ZERO``), beside the Transformer and PHAED trained again.
 - ``generation-smollm2``: SmolLM2-135M-Instruct fine-tuned, plain and with PHAED's speaker tokens and turn-relative
   attention (recipes generation-dailydialog-smollm2[-phaed]) over ``--seeds``: a GPU job (an epoch is 76K instances).
 - ``generation-smollm2-cpu``: the same two fine-tuned on the ``generation-cpu`` rows' data (``GENERATION_CPU``'s first
@@ -87,7 +87,10 @@ PLANS: dict[str, list[Experiment]] = {
               ("phaed-conversation-turns", "phaed", PHAED_CONVERSATION_TURNS),
               ("phaed-turns-zero", "phaed", TURNS_ZERO),
               ("transformer-turns-zero", "transformer", TURNS_ZERO),
-              ("phaed-conversation-turns-zero", "phaed", (*PHAED_CONVERSATION_TURNS, *TURNS_ZERO)))),
+              ("phaed-conversation-turns-zero", "phaed", (*PHAED_CONVERSATION_TURNS, *TURNS_ZERO)),
+              # the two recipes as they are, trained again beside these with today's batches (the main rows above were
+              # batched by context length alone)
+              ("transformer-rerun", "transformer", ()), ("phaed-rerun", "phaed", ()))),
         *(Experiment(f"{TASK}-dailydialog-phaed-cmax{c}-cpu", "phaed", "dailydialog", FIRST_SEED,
                      (*cpu_overrides("phaed"), f"model_config.c_max={c}", *CMAX_OVERRIDES),
                      limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task=TASK,
