@@ -78,8 +78,8 @@ PLANS: dict[str, list[Experiment]] = {
                      extra={"scale": GENERATION_CPU})
           for model in (*GENERATION_MAIN, *PHAED_ABLATIONS)),
         # PHAED with its turn embeddings counted from the conversation's start, as the paper's TE(t) (the recipe counts
-        # back from the response; `turnformer.models.phaed`)
-        # and turn embeddings started at zero (`turn_init_std`), for PHAED both ways and for the Transformer alike
+        # back from the response; `turnformer.models.phaed`), and turn embeddings started at zero (`turn_init_std`),
+        # for PHAED both ways and for the Transformer alike
         *(Experiment(f"{TASK}-dailydialog-{name}-cpu", model, "dailydialog", SEEDS, (*cpu_overrides(model), *settings),
                      limit_train=GENERATION_CPU["train"], limit_eval=GENERATION_CPU["eval"], task=TASK,
                      extra={"scale": GENERATION_CPU})
@@ -88,8 +88,8 @@ PLANS: dict[str, list[Experiment]] = {
               ("phaed-turns-zero", "phaed", TURNS_ZERO),
               ("transformer-turns-zero", "transformer", TURNS_ZERO),
               ("phaed-conversation-turns-zero", "phaed", (*PHAED_CONVERSATION_TURNS, *TURNS_ZERO)),
-              # the two recipes as they are, trained again beside these with today's batches (the main rows above were
-              # batched by context length alone)
+              # the two recipes as they are, trained again beside these (the main rows above come from older code, which
+              # scored them lower: docs/generation.md)
               ("transformer-rerun", "transformer", ()), ("phaed-rerun", "phaed", ()))),
         *(Experiment(f"{TASK}-dailydialog-phaed-cmax{c}-cpu", "phaed", "dailydialog", FIRST_SEED,
                      (*cpu_overrides("phaed"), f"model_config.c_max={c}", *CMAX_OVERRIDES),
