@@ -16,7 +16,8 @@
   fine-tunes (scoring the test instances alone takes about half an hour a run on two threads).
 - ``generation-full-cpu``: the main rows at the recipes' size (width 256, 3 + 3 layers) on all of DailyDialog,
   trained for one epoch (``GENERATION_FULL_CPU``): the papers' claims measured on full data on the 2-core CPU, where
-  an epoch takes 45-75 minutes of one core; over ``--grid-seeds`` (default: seed 1).
+  an epoch takes 45-75 minutes of one core; over ``--grid-seeds`` (default: seed 1); and PHAED with its turn
+  embeddings counted from the conversation's start and started at zero.
 """
 
 from __future__ import annotations
@@ -109,5 +110,10 @@ PLANS: dict[str, list[Experiment]] = {
     "generation-full-cpu": [
         Experiment(f"{TASK}-dailydialog-{model}-full-cpu", model, "dailydialog", GRID_SEEDS,
                    tuple(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), task=TASK, extra={"scale": GENERATION_FULL_CPU})
-        for model in ("transformer", "phaed", "transformer-dra", "gpt2-scratch", "dialogbert", "dialogbert-dra")],
+        for model in ("transformer", "phaed", "transformer-dra", "gpt2-scratch", "dialogbert", "dialogbert-dra")] + [
+        # PHAED with its turn embeddings counted from the conversation's start and started at zero (the best PHAED at
+        # the CPU size)
+        Experiment(f"{TASK}-dailydialog-phaed-conversation-turns-zero-full-cpu", "phaed", "dailydialog", GRID_SEEDS,
+                   (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *PHAED_CONVERSATION_TURNS, *TURNS_ZERO),
+                   task=TASK, extra={"scale": GENERATION_FULL_CPU})],
 }
