@@ -39,8 +39,8 @@ def test_every_plan_resolves_to_recipes_that_load_with_their_overrides():
         bench.plan("nope", (1,), (1,), 120)
 
 
-GPU_MPNET_PLANS = ("lr-sweep", "seeds", "paper-attention", "memory-grad", "baselines", "dailydialog", "selection",
-                   "selection-plus", "selection-ablations", "submission", "speed", "acts-frozen")
+GPU_MPNET_PLANS = ("lr-sweep", "seeds", "paper-attention", "memory-grad", "baselines", "dailydialog", "dailydialog-rest",
+                   "selection", "selection-plus", "selection-ablations", "submission", "speed", "acts-frozen")
 
 
 def test_the_gpu_mpnet_script_names_runs_whose_recipes_load_with_its_settings():
