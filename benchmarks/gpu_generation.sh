@@ -7,7 +7,9 @@
 #   PLANS    default "generation": the recipes' sizes, main rows over SEEDS, PHAED's ablations and c_max sweep on seed 1;
 #            "generation-smollm2": SmolLM2-135M-Instruct fine-tuned, plain and with PHAED's speaker tokens and
 #            turn-relative attention (bf16 mixed precision advised: ACCELERATE_MIXED_PRECISION=bf16).
-#   SEEDS    default 1,2,3.
+#   SEEDS    default 1,2,3. Seed-major: every main row's first seed starts before any second one, the one-seed rows
+#            (ablations, c_max) last, so a call cut short still has every main row. The runs' train.log files (in the
+#            archive) give each model's batches a second on the card: size the next calls from them.
 # DRA's models read spaCy parses: where the parser is not installed, bring the parse cache of the data along
 # (TURNFORMER_CACHE/parses, filled by any run of transformer-dra on the same conversations; it is read without spaCy).
 # Usage: benchmarks/gpu_generation.sh    then the results files are in benchmarks/results/ and the archive.
@@ -16,7 +18,7 @@ export RUNS=${RUNS:-runs/generation} ARCHIVE=${ARCHIVE:-runs/generation.tar.gz}
 read -r -a plans <<< "${PLANS:-generation}"
 mkdir -p "$RUNS"
 python3 benchmarks/run.py $(printf -- '--plan %s ' "${plans[@]}") --seeds "${SEEDS:-1,2,3}" --workers "${WORKERS:-12}" \
-    --deadline "${DEADLINE:-480}" --runs-dir "$RUNS" 2>&1 | tee -a "$RUNS/runner.log"
+    --seed-major --deadline "${DEADLINE:-480}" --runs-dir "$RUNS" 2>&1 | tee -a "$RUNS/runner.log"
 tar -czf "$ARCHIVE" --exclude=last --exclude=best --exclude="*.tmp" --exclude="*.old" "$RUNS" \
     $(ls benchmarks/results/generation-*.json 2>/dev/null)
 echo "archived into $ARCHIVE"

@@ -17,7 +17,7 @@
 - ``generation-full-cpu``: the main rows at the recipes' size (width 256, 3 + 3 layers) on all of DailyDialog,
   trained for one epoch (``GENERATION_FULL_CPU``): the papers' claims measured on full data on the 2-core CPU, where
   an epoch takes 45-75 minutes of one core; over ``--grid-seeds`` (default: seed 1); and PHAED with its turn
-  embeddings counted from the conversation's start and started at zero.
+  embeddings counted from the conversation's start and started at zero, together and each alone.
 """
 
 from __future__ import annotations
@@ -112,8 +112,11 @@ PLANS: dict[str, list[Experiment]] = {
                    tuple(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), task=TASK, extra={"scale": GENERATION_FULL_CPU})
         for model in ("transformer", "phaed", "transformer-dra", "gpt2-scratch", "dialogbert", "dialogbert-dra")] + [
         # PHAED with its turn embeddings counted from the conversation's start and started at zero (the best PHAED at
-        # the CPU size)
-        Experiment(f"{TASK}-dailydialog-phaed-conversation-turns-zero-full-cpu", "phaed", "dailydialog", GRID_SEEDS,
-                   (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *PHAED_CONVERSATION_TURNS, *TURNS_ZERO),
-                   task=TASK, extra={"scale": GENERATION_FULL_CPU})],
+        # the CPU size), and each of the two changes alone
+        Experiment(f"{TASK}-dailydialog-{name}-full-cpu", "phaed", "dailydialog", GRID_SEEDS,
+                   (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *settings),
+                   task=TASK, extra={"scale": GENERATION_FULL_CPU})
+        for name, settings in (("phaed-conversation-turns-zero", (*PHAED_CONVERSATION_TURNS, *TURNS_ZERO)),
+                               ("phaed-conversation-turns", PHAED_CONVERSATION_TURNS),
+                               ("phaed-turns-zero", TURNS_ZERO))],
 }
