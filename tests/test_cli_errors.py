@@ -231,6 +231,22 @@ def test_corrupt_run_description_names_the_file(trained_run, files, tmp_path):
     assert result.exit_code == 2 and "missing entry 'backbone' in the recipe or run description" in result.output, result.output
 
 
+def test_labels_of_the_run_description_are_checked_against_the_checkpoint(trained_run, files, tmp_path):
+    """run.json's labels name the model's outputs: a label named twice lost one class's probability without a word, and
+    labels renamed (or a run.json copied from another run) put other names on them; the checkpoint's label_map.json
+    holds the names it was trained with."""
+    labels = json.loads((trained_run / "run.json").read_text())["labels"]
+    assert len(labels) >= 2
+    twice = _copy_run(trained_run, tmp_path / "twice", labels=[labels[0]] * len(labels))
+    renamed = _copy_run(trained_run, tmp_path / "renamed", labels=[f"x{i}" for i in range(len(labels))])
+    for run, message in ((twice, f"corrupt run description: labels: {labels[0]!r} named more than once"),
+                         (renamed, "differ from the checkpoint's")):
+        result = runner.invoke(app, ["predict", "--checkpoint", str(run), "--input", str(files["test"])])
+        assert result.exit_code == 2 and str(run / "run.json") in result.output and message in result.output, result.output
+    assert runner.invoke(app, ["predict", "--checkpoint", str(_copy_run(trained_run, tmp_path / "same")),
+                               "--input", str(files["test"])]).exit_code == 0
+
+
 def test_splits_without_labels_are_refused_before_any_work(trained_run, tiny_backbone_dir, files, tmp_path):
     """A validation or test file whose turns carry no label was trained on for an epoch, then failed with "gold and pred
     are empty" (`evaluate`: a traceback); now the error names the file."""
@@ -364,6 +380,7 @@ def test_generation_needs_two_turn_conversations(tmp_path):
     result = runner.invoke(app, ["train", "--task", "generation", "--model", "transformer", "--train-file", str(two_turns),
                                  "--validation-file", str(one_turn), "--test-file", str(two_turns), "--out", str(tmp_path / "g")])
     assert result.exit_code == 2 and "validation split: no (context, response) pairs" in result.output
+    assert f"{one_turn.resolve()}: validation split" in result.output.replace("\n", ""), result.output  # the file is named
 
     tiny = ["model_config.d_model=16", "model_config.ff=32", "model_config.layers=1", "train.epochs=1", "train.warmup_steps=0"]
     out = tmp_path / "generator"
@@ -373,6 +390,8 @@ def test_generation_needs_two_turn_conversations(tmp_path):
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--limit-dialogues", "0"])
     assert result.exit_code == 2 and "--limit-dialogues 0: give a number of dialogues" in result.output
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(one_turn)])
+    assert result.exit_code == 2 and f"{one_turn.resolve()}: test split: no (context, response) pairs" in result.output.replace("\n", "")
     result = runner.invoke(app, ["plot", "attention", "--checkpoint", str(out), "--input", str(two_turns), "--json"])
     assert result.exit_code == 2 and "a TransformerGenerator run; attention plots need a DialogXL run" in result.output
     result = runner.invoke(app, ["generate", "--checkpoint", str(out), "--input", str(two_turns), "--speaker", "  "])

@@ -172,6 +172,10 @@ def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
 
     chat = runner.invoke(app, ["generate", "--checkpoint", str(out)], input="hello !\nhow are you ?\n\n")
     assert chat.exit_code == 0 and chat.output.count("bot>") == 2, chat.output
+    # a line the model cannot take (a zero-width space alone, an undecodable byte) is refused, and the chat goes on
+    bad = runner.invoke(app, ["generate", "--checkpoint", str(out)], input=b"hello !\n\xe2\x80\x8b\ncaf\xe9\nhow are you ?\n\n")
+    assert bad.exit_code == 0 and bad.output.count("bot>") == 2 and bad.output.count("error:") == 2, bad.output
+    assert "empty utterance" in bad.output and "not valid Unicode" in bad.output, bad.output
 
     wrong = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(conversations)])
     assert wrong.exit_code != 0 and "turnformer generate" in wrong.output

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from turnformer.cli import app as cli_app
-from turnformer.dialogue import Dialogue
+from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.serve.app import create_app
 from turnformer.serve.models import load_models
 from turnformer.serve.schemas import Limits
@@ -89,6 +89,22 @@ def test_a_session_answers_each_utterance_as_the_models_streaming_sessions_do(cl
     assert gone.status_code == 410 and gone.json()["reason"] == "deleted" and "start a new one" in gone.json()["error"]
     unknown = client.get("/v1/sessions/nope")
     assert unknown.status_code == 404 and "not known here" in unknown.json()["error"]
+
+
+def test_annotate_and_rank_say_when_the_model_read_only_part_of_the_input(client, models):
+    """/v1/annotate and /v1/rank cut an over-long utterance or candidate as the models read it (as `predict` does,
+    which says so in a note) without saying so; sessions already answered ``truncated``."""
+    long_text = "word " * 399  # several hundred word pieces: over either model's utterance length, under the server's limit
+    turns = [*TURNS[:2], {"speaker": "Bob", "text": long_text}]
+    annotated = client.post("/v1/annotate", json={"turns": turns}).json()
+    for name in ("emotion", "acts"):
+        assert [t["annotations"][name]["truncated"] for t in annotated["turns"]] == [False, False, True]
+        assert [t["annotations"][name]["label"] for t in annotated["turns"]] == [p["label"] for p in models[name].annotate(dialogue(turns))]
+
+    short = client.post("/v1/rank", json={"turns": TURNS, "candidates": ["why ?", "see you"]}).json()
+    assert short["truncated"] is False and "note" not in short
+    ranked = client.post("/v1/rank", json={"turns": TURNS, "candidates": ["why ?", long_text]}).json()
+    assert ranked["truncated"] is True and "tokens dropped" in ranked["note"], ranked
 
 
 def test_concurrent_sessions_are_answered_once_in_order_with_the_in_process_labels(client, models):
@@ -168,6 +184,11 @@ def test_bodies_that_are_not_json_objects_are_4xx(client):
     json_type = {"content-type": "application/json"}
     bad = client.post("/v1/annotate", content=b"{nope", headers=json_type)
     assert bad.status_code == 422 and bad.json()["error"].startswith("body: not valid JSON")
+    # JSON sent as a form (curl -d without -H): FastAPI does not read it as JSON; the error says what to send
+    form = client.post("/v1/annotate", content=b'{"turns": []}', headers={"content-type": "application/x-www-form-urlencoded"})
+    assert form.status_code == 422 and "Content-Type is application/x-www-form-urlencoded" in form.json()["error"], form.text
+    assert "Content-Type: application/json" in form.json()["error"]
+    assert "Content-Type" not in client.post("/v1/annotate", content=b"[1]", headers=json_type).json()["error"]
     surrogate = client.post("/v1/annotate", content=b'{"turns": [{"speaker": "\\ud800", "text": "hi"}]}', headers=json_type)
     assert surrogate.status_code == 422 and surrogate.json()["error"] == "turns[0].speaker: not valid Unicode (surrogates not allowed at character 0)"
     named = client.post("/v1/sessions", content=b'{"models": ["\\udfff"]}', headers=json_type)
@@ -217,6 +238,13 @@ def test_a_token_guards_every_endpoint_but_the_health_check(models):
         assert http.post("/v1/annotate", json={"turns": TURNS}).status_code == 401
         assert http.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
         assert http.get("/").status_code == 200  # the page itself asks for the token
+    # a token that an HTTP header cannot carry as the server reads it (curl sent "sécret" in UTF-8, the server compared
+    # it read as Latin-1: never equal) is refused when the server starts, not with a 401 to every request
+    for token in ("sécret", "two words"):
+        with pytest.raises(DialogueError, match="TURNFORMER_TOKEN: use printable ASCII"):
+            create_app(models, token=token)
+    refused = CliRunner().invoke(cli_app, ["serve", "--checkpoint", "x", "--port", "1"], env={"TURNFORMER_TOKEN": "sécret"})
+    assert refused.exit_code == 2 and "TURNFORMER_TOKEN: use printable ASCII" in refused.output, refused.output
 
 
 def test_fuzzed_requests_get_no_5xx(client):

@@ -684,19 +684,27 @@ def generate(
 
 
 def chat(bot) -> None:
-    """Interactive: each line typed is the user's turn, the model answers; an empty line or end of input stops."""
+    """Interactive: each line typed is the user's turn, the model answers; an empty line or end of input stops. A line
+    the model cannot take (not valid text, no word in it) gets an error and is left out of the conversation."""
     turns: list[tuple[str, str]] = []
+    if hasattr(sys.stdin, "reconfigure"):  # bytes that are not text reach the check below, which names them
+        sys.stdin.reconfigure(errors="surrogateescape")
     err.print("Type a line and press Enter; an empty line ends the chat.")
     while True:
         try:
             line = input("you> ").strip()
         except EOFError:
             break
+        except UnicodeDecodeError as e:  # input in another encoding than the terminal's, where stdin cannot pass it on
+            fail(f"standard input is not valid text ({e.reason})")
         if not line:
             break
-        turns.append(("user", line))
-        reply = bot.respond(turns, speaker="bot")
-        turns.append(("bot", reply or "..."))
+        try:
+            reply = bot.respond([*turns, ("user", line)], speaker="bot")
+        except (DialogueError, ValueError) as e:  # a line the model cannot take: said, and the chat goes on without it
+            err.print(Text.assemble(("error:", "red"), f" {describe(e)}; type another line"), highlight=False, soft_wrap=True)
+            continue
+        turns += [("user", line), ("bot", reply or "...")]
         console.print(f"bot> {reply}" if reply else "bot> (nothing: the model ended its reply at once)", highlight=False)
 
 
@@ -721,7 +729,7 @@ def serve(
     """Serve trained models over HTTP, with a web page: conversations annotated one utterance at a time, whole
     conversations labelled, replies ranked or generated. Set TURNFORMER_TOKEN to require it as a bearer token."""
     # FastAPI, uvicorn and torch: loaded only when the command runs (start-up cost: `turnformer --help` stays fast)
-    from turnformer.serve.app import create_app
+    from turnformer.serve.app import checked_token, create_app
     from turnformer.serve.models import NAME, load_models
     from turnformer.serve.schemas import Limits
     from turnformer.serve.server import listen, run
@@ -730,6 +738,8 @@ def serve(
     try:
         if worker is not None and not NAME.fullmatch(worker):
             raise DialogueError(f"--worker {worker!r}: use letters, digits, '_', '.' and '-' (at most 64)")
+        if token is not None:
+            checked_token(token)
         limits = Limits(max_body_bytes=max_body, max_text_chars=max_text, max_turns=max_turns, max_sessions=max_sessions,
                         idle_seconds=idle_timeout)
         sock = listen(host, port)  # before the models load: a port in use fails at once

@@ -57,10 +57,13 @@ class Turn:
         if not isinstance(self.labels, Mapping):
             raise DialogueError(f"{_where(source, 'labels')}: labels must be a mapping of kind -> label")
         for kind, label in self.labels.items():
-            if not isinstance(kind, str) or not isinstance(label, str) or not label:
+            if not isinstance(kind, str) or is_blank(kind):
+                raise DialogueError(f"{_where(source, 'labels')}: label kind {kind!r}: name what the label is of (e.g. "
+                                    f"\"emotion\": \"joy\")")
+            if not isinstance(label, str) or not label:
                 raise DialogueError(f"{_where(source, f'labels.{kind}')}: label must be a non-empty string, got {label!r}")
-        if self.id is not None and not isinstance(self.id, str):
-            raise DialogueError(f"{_where(source, 'id')}: id must be a string")
+        if self.id is not None and (not isinstance(self.id, str) or is_blank(self.id)):
+            raise DialogueError(f"{_where(source, 'id')}: id must be a non-empty string (or left out), got {self.id!r}")
         # Freeze labels so a Turn stays hashable-by-value in spirit and cannot be changed behind a cache.
         object.__setattr__(self, "labels", dict(self.labels))
 
@@ -92,8 +95,8 @@ class Dialogue:
         for i, turn in enumerate(self.turns):
             if not isinstance(turn, Turn):
                 raise DialogueError(f"{where}: turns[{i}] is a {type(turn).__name__}, not a Turn")
-        if self.id is not None and not isinstance(self.id, str):
-            raise DialogueError(f"{where}: id must be a string")
+        if self.id is not None and (not isinstance(self.id, str) or is_blank(self.id)):
+            raise DialogueError(f"{where}: id must be a non-empty string (or left out), got {self.id!r}")
         object.__setattr__(self, "meta", dict(self.meta))
 
     def __len__(self) -> int:

@@ -82,6 +82,8 @@ def parse_dialogue(
     dlg_id = obj.get("id")
     if dlg_id is not None and not isinstance(dlg_id, str):
         raise _err(where, "id", f"expected a string, got {dlg_id!r}")
+    if dlg_id is not None and is_blank(dlg_id):
+        raise _err(where, "id", f"empty ({dlg_id!r}): name the conversation, or leave the id out")
     meta = obj.get("meta")
     if meta is None:
         meta = {}
@@ -148,6 +150,8 @@ def parse_dialogue(
         turn_id = t.get("id")
         if turn_id is not None and not isinstance(turn_id, str):
             raise _err(where, f"{at}.id", f"expected a string, got {turn_id!r}")
+        if turn_id is not None and is_blank(turn_id):
+            raise _err(where, f"{at}.id", f"empty ({turn_id!r}): name the turn, or leave the id out")
         if turn_id is not None and turn_id in turn_ids:
             raise _err(where, f"{at}.id", f"{turn_id!r} is already the id of turns[{turn_ids[turn_id]}]")
         if turn_id is not None:

@@ -124,8 +124,12 @@ def unreadable(cause: BaseException) -> str:
 
 
 def add_error_handlers(app: FastAPI) -> None:
-    async def invalid(_, exc: RequestValidationError):
+    async def invalid(request, exc: RequestValidationError):
         problems = [problem(e) for e in exc.errors()]
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if problems[0]["field"] == "body" and media != "application/json":  # FastAPI reads a body as JSON only if it says so
+            problems[0]["message"] += (f"; the request's Content-Type is {media or 'missing'}: send the body as JSON with "
+                                       "Content-Type: application/json")
         more = f" (and {len(problems) - 1} more: see problems)" if len(problems) > 1 else ""
         return error(422, f"{problems[0]['field']}: {problems[0]['message']}{more}", problems=problems)
 
@@ -152,8 +156,17 @@ def add_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, handler)
 
 
+def checked_token(token: str) -> str:
+    """The server's token, refused where a client could not send it: an HTTP header carries ASCII without spaces (a
+    client writes other characters in another encoding than the server reads, so they never match)."""
+    if not token or not token.isascii() or not token.isprintable() or " " in token:
+        raise DialogueError("TURNFORMER_TOKEN: use printable ASCII characters without spaces (an HTTP header carries it)")
+    return token
+
+
 def bearer(token: str):
     """A dependency that refuses (401) a request without ``Authorization: Bearer <token>``."""
+    token = checked_token(token)
     scheme = HTTPBearer(auto_error=False, description="The token the server was started with (TURNFORMER_TOKEN).")
 
     def check(credentials: HTTPAuthorizationCredentials | None = Depends(scheme)) -> None:
@@ -167,7 +180,7 @@ def bearer(token: str):
 
 def label_answer(prediction: dict) -> dict:
     """A model's answer for one utterance: its label, every label's probability (4 decimals, as `predict` writes
-    them), and, from a session, whether the utterance was longer than the model reads."""
+    them), and whether the utterance was longer than the model reads (it read the utterance's start)."""
     answer = {"label": prediction["label"],
               "probabilities": {label: round(float(p), 4) for label, p in prediction["probabilities"].items()}}
     if "truncated" in prediction:
@@ -225,14 +238,17 @@ def stateless_routes(models: dict[str, LoadedModel], limits: Limits) -> APIRoute
 
     @router.post("/rank")
     def rank(body: RankIn) -> dict:
-        """The candidate replies to a conversation, scored (higher = better) and ranked, best first."""
+        """The candidate replies to a conversation, scored (higher = better) and ranked, best first; ``truncated``:
+        whether the model read less than all of the conversation and candidates (``note`` then says what it left out)."""
         ranker = pick_model(models, body.model, RANK)
         dialogue = conversation(body.turns, limits)
         candidates = candidate_turns(body.candidates, dialogue, limits)
-        scores = [round(float(s), 5) for s in ranker.rank(dialogue, candidates)]
+        truncation: dict = {}
+        scores = [round(float(s), 5) for s in ranker.rank(dialogue, candidates, truncation)]
         ranking = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties keep the candidates' order
+        note = truncation.get("note")
         return {"model": ranker.name, "scores": scores, "ranking": ranking, "best": ranking[0],
-                "best_text": candidates[ranking[0]].text}
+                "best_text": candidates[ranking[0]].text, "truncated": note is not None, **({"note": note} if note else {})}
 
     @router.post("/generate")
     def generate(body: GenerateIn) -> dict:

@@ -64,9 +64,9 @@ class LoadedModel:
         with self.lock:
             return self.task.annotate(self.model, self.tokenizer, self.run, [dialogue])[0]
 
-    def rank(self, dialogue: Dialogue, candidates: Sequence[Turn | str]) -> list[float]:
+    def rank(self, dialogue: Dialogue, candidates: Sequence[Turn | str], truncation: dict | None = None) -> list[float]:
         with self.lock:
-            return self.task.rank(self.model, self.tokenizer, self.run, dialogue, candidates)
+            return self.task.rank(self.model, self.tokenizer, self.run, dialogue, candidates, truncation)
 
     def respond(self, dialogue: Dialogue, speaker: str | None, beam: int) -> str:
         with self.lock:

@@ -76,8 +76,10 @@ class Task(Protocol):
     def annotate(self, model: Any, tokenizer: Any, run: dict, dialogues: Sequence[Any]) -> list[list[dict]]:
         """ANNOTATE: per conversation, per turn, ``{"label", "probabilities"}`` (gold labels are not needed)."""
 
-    def rank(self, model: Any, tokenizer: Any, run: dict, dialogue: Any, candidates: Sequence[Any]) -> list[float]:
-        """RANK: one score per candidate reply to `dialogue` (higher = better)."""
+    def rank(self, model: Any, tokenizer: Any, run: dict, dialogue: Any, candidates: Sequence[Any],
+             truncation: dict | None = None) -> list[float]:
+        """RANK: one score per candidate reply to `dialogue` (higher = better); ``truncation``, if given, is filled
+        with what the model did not read, ``note`` saying it in a line (None where it read everything)."""
 
     def respond(self, model: Any, tokenizer: Any, run: dict, dialogue: Any, speaker: str | None = None,
                 beam: int = 1) -> str:

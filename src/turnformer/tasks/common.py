@@ -15,7 +15,7 @@ from turnformer.data import DATASETS, load_split, parse_split_spec, read_jsonl
 from turnformer.data.jsonl import refuse_selection_items
 from turnformer.dialogue import Dialogue, DialogueError, output_names
 from turnformer.tasks.base import ModelBuilder, Predictions
-from turnformer.training import MODEL_FILE
+from turnformer.training import LABEL_MAP_FILE, MODEL_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -159,6 +159,7 @@ def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = ()) -> tuple[
                 raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {e}") from None
             if problem := _run_description_problem(run, labelled_tasks):
                 raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {problem}")
+            _check_labels(run, weights / LABEL_MAP_FILE, folder / "run.json")
             return weights, run
     raise DialogueError(f"{checkpoint}: not a turnformer run (no run.json here or one level up)")
 
@@ -188,7 +189,24 @@ def _run_description_problem(run, labelled_tasks: Collection[str]) -> str | None
     if run_task(run) in labelled_tasks and (
             not isinstance(labels, list) or not labels or not all(isinstance(label, str) for label in labels)):
         return f"labels: expected the model's list of label names, got {labels!r:.60}"
+    if isinstance(labels, list) and (twice := sorted({label for label in labels if labels.count(label) > 1})):
+        return f"labels: {', '.join(map(repr, twice))} named more than once"
     return None
+
+
+def _check_labels(run: dict, label_map: Path, run_file: Path) -> None:
+    """The run description's labels are the ones its checkpoint was trained with (the checkpoint's label_map.json,
+    whose checksum the weights' loading verifies): a run.json edited or copied from another run would otherwise put
+    other names on the model's outputs."""
+    if "labels" not in run or not label_map.is_file():
+        return
+    try:
+        trained = json.loads(label_map.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DialogueError(f"{label_map}: corrupt label map: {e}") from None
+    if isinstance(trained, dict) and "labels" in trained and trained["labels"] != run["labels"]:
+        raise DialogueError(f"{run_file}: labels {run['labels']!r:.80} differ from the checkpoint's "
+                            f"{trained['labels']!r:.80} ({label_map}): the run description does not belong to these weights")
 
 
 def model_builder(models: Mapping[str, ModelBuilder], model_id: str, title: str) -> ModelBuilder:
@@ -293,12 +311,25 @@ def shorten(text: str, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def long_utterances_note(dialogues: Sequence[Dialogue], tokenizer, max_tokens: int, with_specials: bool) -> str | None:
-    """Which utterances were longer than the model reads (it sees their first `max_tokens` word pieces); None: none."""
+def cut_utterances(dialogues: Sequence[Dialogue], tokenizer, max_tokens: int, with_specials: bool) -> list[list[bool]]:
+    """Per dialogue, per turn: whether the utterance is longer than the model reads (its first `max_tokens` word
+    pieces, counted with the special tokens where `with_specials`)."""
     texts = [t.text for d in dialogues for t in d.turns]
-    lengths = iter(len(ids) for ids in tokenizer(texts, add_special_tokens=with_specials, verbose=False)["input_ids"])
-    cut = [f"{d.id if d.id is not None else f'#{n}'} turn {i}" for n, d in enumerate(dialogues) for i, _ in enumerate(d.turns)
-           if next(lengths) > max_tokens]
+    lengths = iter(len(ids) for ids in tokenizer(texts, add_special_tokens=with_specials, verbose=False)["input_ids"]) if texts \
+        else iter(())
+    return [[next(lengths) > max_tokens for _ in d.turns] for d in dialogues]
+
+
+def mark_cut(per_turn: Sequence[Sequence[dict]], cut: Sequence[Sequence[bool]]) -> list[list[dict]]:
+    """Predictions (per dialogue, per turn) with ``truncated``: whether the model read only the utterance's start."""
+    return [[{**p, "truncated": c} for p, c in zip(predictions, flags)] for predictions, flags in zip(per_turn, cut)]
+
+
+def long_utterances_note(dialogues: Sequence[Dialogue], per_turn: Sequence[Sequence[dict]], max_tokens: int) -> str | None:
+    """Which utterances were longer than the model reads (it sees their first `max_tokens` word pieces), from the
+    predictions' ``truncated`` (`mark_cut`); None: none."""
+    cut = [f"{d.id if d.id is not None else f'#{n}'} turn {i}" for n, (d, predictions) in enumerate(zip(dialogues, per_turn))
+           for i, p in enumerate(predictions) if p["truncated"]]
     if not cut:
         return None
     shown = ", ".join(cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")

@@ -34,9 +34,9 @@ from turnformer.models.lc_attention import (LCAttentionModel, LCConfig, LocalCon
                                             build_lc_model)
 from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import ANNOTATE, STREAM, ModelBuilder, Predictions
-from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, label_predictions, load_conversations,
-                                     load_labelled_data, long_utterances_note, model_builder, run_description, scored_run,
-                                     upgrade_run, utterance_counts)
+from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, cut_utterances, label_predictions,
+                                     load_conversations, load_labelled_data, long_utterances_note, mark_cut, model_builder,
+                                     run_description, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import accuracy
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
@@ -105,6 +105,14 @@ def encode_for(model: LCAttentionModel, tokenizer, dialogues: Sequence[Dialogue]
     sentence vectors [turns, D]); label ids per turn; a report."""
     inputs, report = utterance_inputs(model, tokenizer, [t.text for d in dialogues for t in d.turns], cache_as)
     return per_dialogue(inputs, dialogues), encode_labels(dialogues, labels, label_kind, report), report
+
+
+def utterance_reader(model: LCAttentionModel, tokenizer) -> tuple[object, int, bool]:
+    """How much of an utterance the model's utterance encoder reads: (its tokenizer, the most word pieces it reads,
+    whether they count the special tokens), for `cut_utterances`."""
+    if model.config.utterance_encoder == "frozen":
+        return tokenizer.tokenizer, tokenizer.pooling.max_length, True
+    return tokenizer, model.config.max_utterance_tokens, False
 
 
 def utterance_inputs(model: LCAttentionModel, tokenizer, texts: Sequence[str], cache_as: tuple[str, str] | None = None):
@@ -386,10 +394,7 @@ class DialogueActs:
     def predict(self, model, tokenizer, run: dict, source: str, data_dir=None, online: bool = False) -> Predictions:
         dialogues = load_conversations(source, data_dir, self.reader)
         per_turn = self.annotate(model, tokenizer, run, dialogues, online)
-        if model.config.utterance_encoder == "frozen":
-            note = long_utterances_note(dialogues, tokenizer.tokenizer, tokenizer.pooling.max_length, with_specials=True)
-        else:
-            note = long_utterances_note(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=False)
+        note = long_utterances_note(dialogues, per_turn, utterance_reader(model, tokenizer)[1])
         return label_predictions(dialogues, per_turn, run["recipe"].get("label_kind", "label"), note)
 
     def session(self, model, tokenizer, run: dict) -> DialogueActSession:
@@ -400,10 +405,12 @@ class DialogueActs:
 
     def annotate(self, model, tokenizer, run: dict, dialogues: Sequence[Dialogue], online: bool = False) -> list[list[dict]]:
         """Every utterance's act: offline, from its sub-dialogue with the recipe's W and P (the context on both sides);
-        `online`, from the P utterances before it, as a session answers."""
+        `online`, from the P utterances before it, as a session answers; and whether the model read only its start
+        (``truncated``)."""
         recipe = run["recipe"]
-        return predict_dialogues(model, tokenizer, dialogues, run["labels"], int(recipe.get("window", 1)),
-                                 int(recipe.get("context_padding", 0)), online=online)
+        return mark_cut(predict_dialogues(model, tokenizer, dialogues, run["labels"], int(recipe.get("window", 1)),
+                                          int(recipe.get("context_padding", 0)), online=online),
+                        cut_utterances(dialogues, *utterance_reader(model, tokenizer)))
 
 
 TASK = DialogueActs()

@@ -25,9 +25,9 @@ from turnformer.plots import HEAD_TYPES, AttentionView
 from turnformer.recipes import recipe_train_config
 from turnformer.structure.packing import truncate_keeping_end_specials
 from turnformer.tasks.base import ANNOTATE, ATTENTION, STREAM, ModelBuilder, Predictions
-from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, label_predictions, load_conversations,
-                                     load_labelled_data, long_utterances_note, model_builder, run_description, scored_run,
-                                     upgrade_run, utterance_counts)
+from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, cut_utterances, label_predictions,
+                                     load_conversations, load_labelled_data, long_utterances_note, mark_cut, model_builder,
+                                     run_description, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import PRIMARY_METRIC, confusion_matrix_plot, erc_metrics
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
@@ -336,7 +336,7 @@ class EmotionRecognition:
     def predict(self, model, tokenizer, run: dict, source: str, data_dir=None) -> Predictions:
         dialogues = load_conversations(source, data_dir, self.reader)
         per_turn = self.annotate(model, tokenizer, run, dialogues)
-        note = long_utterances_note(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=True)
+        note = long_utterances_note(dialogues, per_turn, model.config.max_utterance_tokens)
         return label_predictions(dialogues, per_turn, run["recipe"].get("label_kind", "label"), note)
 
     def session(self, model, tokenizer, run: dict) -> DialogXLSession:
@@ -350,8 +350,10 @@ class EmotionRecognition:
         return frozenset({STREAM, ANNOTATE, ATTENTION}) if isinstance(model, DialogXL) else frozenset({ANNOTATE})
 
     def annotate(self, model, tokenizer, run: dict, dialogues: Sequence[Dialogue]) -> list[list[dict]]:
-        """Every utterance's emotion, each conversation in one pass (`predict_dialogues`)."""
-        return predict_dialogues(model, tokenizer, dialogues, run["labels"])
+        """Every utterance's emotion, each conversation in one pass (`predict_dialogues`), and whether the model read
+        only its start (``truncated``)."""
+        return mark_cut(predict_dialogues(model, tokenizer, dialogues, run["labels"]),
+                        cut_utterances(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=True))
 
     def attention(self, model, tokenizer, run: dict, dialogue, utterance: int) -> dict:
         return attention_view(model, tokenizer, as_dialogue(dialogue), utterance).to_json()

@@ -252,9 +252,12 @@ def load_generation_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLI
     return {split: list(load_split(recipe["dataset"], split, data_dir).dialogues) for split in only}
 
 
-def require_pairs(instances: Sequence, split: str) -> None:
+def require_pairs(instances: Sequence, split: str, recipe: dict) -> None:
+    """A split that gives no instance is refused, named by its file where it comes from one."""
     if not instances:
-        raise DialogueError(f"{split} split: no (context, response) pairs: a conversation needs two turns or more")
+        where = recipe.get(f"{split}_file") if recipe.get("dataset") == "file" else None
+        raise DialogueError(f"{where + ': ' if where else ''}{split} split: no (context, response) pairs: a conversation "
+                            "needs two turns or more")
 
 
 def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | None = None):
@@ -270,7 +273,7 @@ def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | Non
     for split, convs in dialogues.items():
         report = GenerationReport()
         instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)), report)
-        require_pairs(instances, split)
+        require_pairs(instances, split, recipe)
         size = int(settings.get("batch_size", 64)) if split == "train" else int(settings.get("eval_batch_size", 128))
         batches[split] = instance_batches(model, instances, vocab, size)
         reports[split] = {"dialogues": len(convs), "instances": report.instances, "cut_utterances": report.cut_utterances,
@@ -323,7 +326,7 @@ def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=Non
     convs = load_generation_data(recipe, data_dir, [split])[split][:limit]
     data = recipe.get("data", {})
     instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
-    require_pairs(instances, split)
+    require_pairs(instances, split, recipe)
     size = int(recipe.get("train", {}).get("eval_batch_size", 128))
     metrics = evaluate_generation(model, instance_batches(model, instances, vocab, size), vocab, True, word_vectors, beam_size)
     del metrics["primary"]

@@ -348,16 +348,17 @@ class ResponseRanker:
         model, tokenizer, _ = load_trained(checkpoint)
         return cls(model, tokenizer)
 
-    def rank(self, dialogue, candidates) -> list[float]:
+    def rank(self, dialogue, candidates, truncation: dict | None = None) -> list[float]:
         """Scores of the candidates (texts, spoken by the next speaker; (speaker, text) pairs; {"speaker", "text"}
-        mappings; or Turns) as replies to the dialogue (a Dialogue or a list of turns)."""
+        mappings; or Turns) as replies to the dialogue (a Dialogue or a list of turns). ``truncation``, if given, is
+        filled with what the model did not read (`make_selection_batches`'s report; `truncation_note` says it)."""
         dialogue = as_dialogue(dialogue)
         if isinstance(candidates, str | bytes | Mapping) or not isinstance(candidates, Iterable):
             raise DialogueError(f"candidates: expected a list of candidate responses, got {type(candidates).__name__}")
         reply = next_speaker(dialogue)
         turns = [as_turn(c, f"candidates[{i}]", default_speaker=reply) for i, c in enumerate(candidates)]
         item = ResponseSelectionItem(context=dialogue, candidates=turns, id=dialogue.id or "input")
-        return score_items(self.model, self.tokenizer, [item])[0]
+        return score_items(self.model, self.tokenizer, [item], truncation=truncation)[0]
 
 
 def rank(dialogue, candidates, checkpoint) -> list[float]:
@@ -463,8 +464,11 @@ class ResponseSelection:
     def serves(self, model) -> frozenset[str]:
         return frozenset({RANK})
 
-    def rank(self, model, tokenizer, run: dict, dialogue, candidates) -> list[float]:
-        return self.session(model, tokenizer, run).rank(dialogue, candidates)
+    def rank(self, model, tokenizer, run: dict, dialogue, candidates, truncation: dict | None = None) -> list[float]:
+        scores = self.session(model, tokenizer, run).rank(dialogue, candidates, truncation)
+        if truncation is not None:
+            truncation["note"] = truncation_note(truncation, model.config)
+        return scores
 
 
 TASK = ResponseSelection()

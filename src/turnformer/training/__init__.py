@@ -29,7 +29,7 @@ format), `evaluation` (predictions, metrics, progress) and `loop` (`train`).
 """
 
 from turnformer.errors import CheckpointError
-from turnformer.training.checkpoint import CHECKPOINT_FILES, MODEL_FILE, load_checkpoint, read_checkpoint_config
+from turnformer.training.checkpoint import CHECKPOINT_FILES, LABEL_MAP_FILE, MODEL_FILE, load_checkpoint, read_checkpoint_config
 from turnformer.training.config import TrainableModel, TrainConfig, TrainResult
 from turnformer.training.evaluation import metric_text, predict_all, progress
 from turnformer.training.loop import train
@@ -39,7 +39,7 @@ from turnformer.training.runs import RUN_ENTRIES, replaced_run_folder
 from turnformer.training.signals import Terminated
 
 __all__ = [
-    "CHECKPOINT_FILES", "CheckpointError", "MODEL_FILE", "RUN_ENTRIES", "TrainConfig", "TrainResult", "TrainableModel",
+    "CHECKPOINT_FILES", "CheckpointError", "LABEL_MAP_FILE", "MODEL_FILE", "RUN_ENTRIES", "TrainConfig", "TrainResult", "TrainableModel",
     "build_optimizer", "build_scheduler", "epoch_order", "load_checkpoint", "metric_text", "predict_all", "progress",
     "read_checkpoint_config", "replaced_run_folder", "set_seed", "Terminated", "train",
 ]
