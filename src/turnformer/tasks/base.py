@@ -74,7 +74,8 @@ class Task(Protocol):
         method not named here is not called, and a task may leave it out."""
 
     def annotate(self, model: Any, tokenizer: Any, run: dict, dialogues: Sequence[Any]) -> list[list[dict]]:
-        """ANNOTATE: per conversation, per turn, ``{"label", "probabilities"}`` (gold labels are not needed)."""
+        """ANNOTATE: per conversation, per turn, ``{"label", "probabilities", "truncated"}`` (gold labels are not needed;
+        ``truncated``: the utterance was longer than the model reads, which read its start)."""
 
     def rank(self, model: Any, tokenizer: Any, run: dict, dialogue: Any, candidates: Sequence[Any],
              truncation: dict | None = None) -> list[float]:
