@@ -137,6 +137,18 @@ def test_null_labels_are_no_label_and_counted(tmp_path):
     assert any("conv.jsonl:1: turns[1].emotion: null" in m for m in result.report.messages)
 
 
+def test_speakers_padded_with_spaces_or_invisible_characters_are_one_speaker_and_counted(tmp_path):
+    """" Ann " and "Ann\u200b" were speakers other than "Ann" to every speaker mask, without a word."""
+    path = write_lines(tmp_path / "conv.jsonl", conv({"speaker": "Ann", "text": "Hi"}, {"speaker": "Bob", "text": "Yo"},
+                                                     {"speaker": " Ann ", "text": "Hey"}, {"speaker": "Ann\u200b", "text": "So"},
+                                                     {"speaker": "Mary Ann", "text": "Hm"}))
+    result = read_jsonl(path)
+    assert [t.speaker for t in result[0].turns] == ["Ann", "Bob", "Ann", "Ann", "Mary Ann"]
+    assert result[0].speaker_ids() == [0, 1, 0, 0, 2]
+    assert result.report.counts == {"padded_speaker": 2}
+    assert any("conv.jsonl:1: turns[2].speaker: ' Ann ' read as 'Ann'" in m for m in result.report.messages)
+
+
 def test_integer_speaker_ids_are_read_as_strings_and_counted(tmp_path):
     path = write_lines(tmp_path / "conv.jsonl", conv({"speaker": 7, "text": "Hi"}, {"speaker": 0, "text": "Yo"}))
     (d,) = read_jsonl(path)

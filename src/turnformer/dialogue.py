@@ -23,13 +23,23 @@ def is_blank(text: str) -> bool:
     return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text)
 
 
+def trim_invisible(name: str) -> str:
+    """`name` without the spaces and invisible characters (zero-width, byte-order marks, controls) at its ends; a
+    blank name stays as it is."""
+    invisible = [c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in name]
+    if all(invisible):
+        return name
+    return name[invisible.index(False) : len(name) - invisible[::-1].index(False)]
+
+
 def _where(source: str | None, field_name: str) -> str:
     return f"{source}: {field_name}" if source else field_name
 
 
 @dataclass(frozen=True)
 class Turn:
-    """One utterance. `labels` maps a label kind (``emotion``, ``act``...) to a label name."""
+    """One utterance. `labels` maps a label kind (``emotion``, ``act``...) to a label name. The speaker is kept without
+    the spaces and invisible characters at its ends (`trim_invisible`)."""
 
     speaker: str
     text: str
@@ -66,6 +76,8 @@ class Turn:
             raise DialogueError(f"{_where(source, 'id')}: id must be a non-empty string (or left out), got {self.id!r}")
         # Freeze labels so a Turn stays hashable-by-value in spirit and cannot be changed behind a cache.
         object.__setattr__(self, "labels", dict(self.labels))
+        # " Ann " and "Ann" are one speaker to every speaker mask (a file's reader counts what it trimmed)
+        object.__setattr__(self, "speaker", trim_invisible(self.speaker))
 
     def label(self, kind: str) -> str | None:
         return self.labels.get(kind)

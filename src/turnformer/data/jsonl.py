@@ -6,7 +6,8 @@
                            {"speaker": "B", "text": "Hello.", "id": "c1-2"}], "meta": {"source": "mine"}}
 
 * ``turns`` (required): a non-empty list; each turn needs ``speaker`` (a non-empty string; an integer id is
-  read as its string and counted, ``integer_speaker``) and ``text``
+  read as its string and counted, ``integer_speaker``; spaces and invisible characters at its ends are removed and
+  counted, ``padded_speaker``) and ``text``
   (a string that is not blank), and may have ``labels`` (an object mapping a label kind to a label
   string; ``null`` is no label of that kind, counted as ``null_label``) and ``id`` (a string).
 * Convenience: a turn's top-level string fields ``emotion``, ``act`` and ``sentiment`` are read as
@@ -34,7 +35,7 @@ from typing import Any, Iterable, Mapping
 from turnformer.data._io import check_output_file, iter_lines, write_file
 from turnformer.data.mutual import item_to_dialogue
 from turnformer.data.report import LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank, trim_invisible
 
 CONVENIENCE_LABELS = ("emotion", "act", "sentiment")
 TURN_KEYS = frozenset({"speaker", "text", "labels", "id", *CONVENIENCE_LABELS})
@@ -109,6 +110,10 @@ def parse_dialogue(
             raise _err(where, f"{at}.speaker", f"expected a non-empty string (or an integer id), got {speaker!r}")
         if is_blank(speaker):
             raise _err(where, f"{at}.speaker", f"missing speaker (blank: {speaker!r})")
+        if (trimmed := trim_invisible(speaker)) != speaker:  # " Ann " and "Ann" are one speaker to every speaker mask
+            if report is not None:
+                report.add("padded_speaker", f"{where}: {at}.speaker: {speaker!r} read as {trimmed!r}")
+            speaker = trimmed
         if "text" not in t:
             raise _err(where, f"{at}.text", "missing text")
         text = t["text"]
