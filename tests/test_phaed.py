@@ -233,3 +233,25 @@ def test_every_phaed_variant_builds_trains_and_generates(vocab, model_id):
     loss = model.loss(batch)
     loss.backward()
     assert torch.isfinite(loss) and len(model.eval().generate(batch)) == len(batch)
+
+
+def test_the_turn_embedding_measure_reads_a_trained_model(tmp_path):
+    """benchmarks/phaed_turn_embeddings.py: each turn-embedding row's norm (TE(1) on; row 0 is padding) and the inputs'
+    mean norm, a word embedding times sqrt(d); a folder without a checkpoint or a model without turn embeddings is named."""
+    from safetensors.torch import save_file
+
+    from _benchmark_scripts import load_benchmark_script
+
+    measure = load_benchmark_script("phaed_turn_embeddings")
+    model = PHAED(PHAEDConfig(vocab_size=12, d_model=16, heads=2, layers=1, ff=32, max_turns=3))
+    with torch.no_grad():
+        model.turn.weight.copy_(torch.tensor([0.0, 1.0, 2.0, 0.5]).unsqueeze(1) * torch.ones(4, 16))
+    (tmp_path / "run" / "best").mkdir(parents=True)
+    save_file({name: model.state_dict()[name].contiguous() for name in ("turn.weight", "embed.weight")},
+              str(tmp_path / "run" / "best" / "model.safetensors"))
+    measured = measure.turn_embedding_norms(tmp_path / "run")
+    assert measured["row_norms"] == [4.0, 8.0, 2.0]  # sqrt(16) times 1, 2, 0.5
+    expected = float(model.embed.weight.detach().norm(dim=1).mean()) * 4
+    assert measured["input_norm_mean"] == pytest.approx(expected, abs=1e-3)
+    with pytest.raises(SystemExit, match="no best/model.safetensors"):
+        measure.turn_embedding_norms(tmp_path)

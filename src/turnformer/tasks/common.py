@@ -311,18 +311,14 @@ def shorten(text: str, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def cut_utterances(dialogues: Sequence[Dialogue], tokenizer, max_tokens: int, with_specials: bool) -> list[list[bool]]:
-    """Per dialogue, per turn: whether the utterance is longer than the model reads (its first `max_tokens` word
-    pieces, counted with the special tokens where `with_specials`)."""
+def mark_cut(per_turn: Sequence[Sequence[dict]], dialogues: Sequence[Dialogue], tokenizer, max_tokens: int,
+             with_specials: bool) -> list[list[dict]]:
+    """Predictions (per dialogue, per turn) with ``truncated``: whether the utterance is longer than the model reads
+    (its first `max_tokens` word pieces, counted with the special tokens where `with_specials`)."""
     texts = [t.text for d in dialogues for t in d.turns]
     lengths = iter(len(ids) for ids in tokenizer(texts, add_special_tokens=with_specials, verbose=False)["input_ids"]) if texts \
         else iter(())
-    return [[next(lengths) > max_tokens for _ in d.turns] for d in dialogues]
-
-
-def mark_cut(per_turn: Sequence[Sequence[dict]], cut: Sequence[Sequence[bool]]) -> list[list[dict]]:
-    """Predictions (per dialogue, per turn) with ``truncated``: whether the model read only the utterance's start."""
-    return [[{**p, "truncated": c} for p, c in zip(predictions, flags)] for predictions, flags in zip(per_turn, cut)]
+    return [[{**p, "truncated": next(lengths) > max_tokens} for p in predictions] for predictions in per_turn]
 
 
 def long_utterances_note(dialogues: Sequence[Dialogue], per_turn: Sequence[Sequence[dict]], max_tokens: int) -> str | None:

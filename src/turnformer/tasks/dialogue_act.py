@@ -34,7 +34,7 @@ from turnformer.models.lc_attention import (LCAttentionModel, LCConfig, LocalCon
                                             build_lc_model)
 from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import ANNOTATE, STREAM, ModelBuilder, Predictions
-from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, cut_utterances, label_predictions,
+from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, label_predictions,
                                      load_conversations, load_labelled_data, long_utterances_note, mark_cut, model_builder,
                                      run_description, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import accuracy
@@ -109,7 +109,7 @@ def encode_for(model: LCAttentionModel, tokenizer, dialogues: Sequence[Dialogue]
 
 def utterance_reader(model: LCAttentionModel, tokenizer) -> tuple[object, int, bool]:
     """How much of an utterance the model's utterance encoder reads: (its tokenizer, the most word pieces it reads,
-    whether they count the special tokens), for `cut_utterances`."""
+    whether they count the special tokens), for `mark_cut`."""
     if model.config.utterance_encoder == "frozen":
         return tokenizer.tokenizer, tokenizer.pooling.max_length, True
     return tokenizer, model.config.max_utterance_tokens, False
@@ -410,7 +410,7 @@ class DialogueActs:
         recipe = run["recipe"]
         return mark_cut(predict_dialogues(model, tokenizer, dialogues, run["labels"], int(recipe.get("window", 1)),
                                           int(recipe.get("context_padding", 0)), online=online),
-                        cut_utterances(dialogues, *utterance_reader(model, tokenizer)))
+                        dialogues, *utterance_reader(model, tokenizer))
 
 
 TASK = DialogueActs()

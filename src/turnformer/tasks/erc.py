@@ -25,7 +25,7 @@ from turnformer.plots import HEAD_TYPES, AttentionView
 from turnformer.recipes import recipe_train_config
 from turnformer.structure.packing import truncate_keeping_end_specials
 from turnformer.tasks.base import ANNOTATE, ATTENTION, STREAM, ModelBuilder, Predictions
-from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, cut_utterances, label_predictions,
+from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, label_predictions,
                                      load_conversations, load_labelled_data, long_utterances_note, mark_cut, model_builder,
                                      run_description, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import PRIMARY_METRIC, confusion_matrix_plot, erc_metrics
@@ -352,8 +352,8 @@ class EmotionRecognition:
     def annotate(self, model, tokenizer, run: dict, dialogues: Sequence[Dialogue]) -> list[list[dict]]:
         """Every utterance's emotion, each conversation in one pass (`predict_dialogues`), and whether the model read
         only its start (``truncated``)."""
-        return mark_cut(predict_dialogues(model, tokenizer, dialogues, run["labels"]),
-                        cut_utterances(dialogues, tokenizer, model.config.max_utterance_tokens, with_specials=True))
+        return mark_cut(predict_dialogues(model, tokenizer, dialogues, run["labels"]), dialogues, tokenizer,
+                        model.config.max_utterance_tokens, with_specials=True)
 
     def attention(self, model, tokenizer, run: dict, dialogue, utterance: int) -> dict:
         return attention_view(model, tokenizer, as_dialogue(dialogue), utterance).to_json()
