@@ -255,3 +255,44 @@ def test_the_turn_embedding_measure_reads_a_trained_model(tmp_path):
     assert measured["input_norm_mean"] == pytest.approx(expected, abs=1e-3)
     with pytest.raises(SystemExit, match="no best/model.safetensors"):
         measure.turn_embedding_norms(tmp_path)
+
+
+def test_a_checkpoint_older_than_a_generator_setting_fits_only_at_its_default(vocab):
+    """A generator's settings sit under "generator" in its checkpoint's config: one written before `turn_count` and
+    `turn_init_std` existed fits a model at their defaults, and is named as differing from one that is not."""
+    from turnformer.training.checkpoint import config_of, model_mismatch
+
+    model = tiny(vocab)
+    config = config_of(model)
+    older = {**config, "generator": {k: v for k, v in config["generator"].items() if k not in ("turn_count", "turn_init_std")}}
+    assert model_mismatch({"model": older}, model, config) is None
+    other = tiny(vocab, turn_count="conversation")
+    assert "generator.turn_count: '<absent>' in the checkpoint, 'conversation' here" in model_mismatch({"model": older}, other, config_of(other))
+
+
+def test_the_memory_turn_measure_changes_only_the_memory(vocab):
+    """benchmarks/phaed_memory_turns.py: as trained, the model's own likelihood; without memory, that of the same
+    weights built with c_max = 0; the memory's turn embeddings changed, only replies with an earlier response of their
+    speaker in context score differently; the model is itself again after the block."""
+    from _benchmark_scripts import load_benchmark_script
+
+    measure = load_benchmark_script("phaed_memory_turns")
+    model, without = tiny(vocab), tiny(vocab, c_max=0)
+    instances = make_instances(DIALOGUES)
+    each = [batches(model, vocab, [x])[0] for x in instances]
+    with_memory = [x.context_role.eq(2).any() for x in each]
+    assert any(with_memory) and not all(with_memory)
+    own = [model.negative_log_likelihood(x)[0] for x in each]
+    with measure.memory_variant(model, "trained"):
+        assert [model.negative_log_likelihood(x)[0] for x in each] == own
+    with measure.memory_variant(model, "no-memory"):
+        assert [model.negative_log_likelihood(x)[0] for x in each] == pytest.approx(
+            [without.negative_log_likelihood(x)[0] for x in each], abs=1e-4)
+    for variant in ("response", "none", "farther"):
+        with measure.memory_variant(model, variant):
+            changed = [abs(model.negative_log_likelihood(x)[0] - nll) > 1e-5 for x, nll in zip(each, own)]
+        assert changed == with_memory, variant
+    assert "encode" not in vars(model) and [model.negative_log_likelihood(x)[0] for x in each] == own
+    with pytest.raises(ValueError, match="unknown variant"):
+        with measure.memory_variant(model, "shuffled"):
+            pass

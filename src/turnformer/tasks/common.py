@@ -334,11 +334,13 @@ def long_utterances_note(dialogues: Sequence[Dialogue], per_turn: Sequence[Seque
 
 def label_predictions(dialogues: Sequence[Dialogue], per_turn: Sequence[Sequence[dict]], label_column: str,
                       note: str | None) -> Predictions:
-    """One row per utterance: its label and the probabilities of every label (``per_turn``: per dialogue, per turn
-    {"label", "probabilities"}). A conversation without id is named by its place in the input."""
+    """One row per utterance: its label, the probabilities of every label and whether the model read only the
+    utterance's start (``per_turn``: per dialogue, per turn {"label", "probabilities"} and, from `mark_cut`,
+    "truncated"). A conversation without id is named by its place in the input."""
     rows = [
         {"dialogue": name, "turn": i, "speaker": turn.speaker,
-         "text": turn.text, "label": p["label"], "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()}}
+         "text": turn.text, "label": p["label"], "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()},
+         **({"truncated": bool(p["truncated"])} if "truncated" in p else {})}
         for name, dialogue, predictions in zip(output_names([d.id for d in dialogues]), dialogues, per_turn)
         for i, (turn, p) in enumerate(zip(dialogue.turns, predictions))
     ]

@@ -125,13 +125,10 @@ def model_mismatch(saved_config: dict[str, Any], model: nn.Module, config: Any) 
     if isinstance(saved, dict) and isinstance(config, dict):
         # A setting added to the model after the checkpoint was written, at its default here, is the behaviour the
         # checkpoint was trained with: not a mismatch.
-        defaults = _config_defaults(model)
-        saved = {**{k: v for k, v in config.items() if k not in saved and k in defaults and defaults[k] == v}, **saved}
+        saved = _with_added_settings(saved, config, _config_defaults(model))
     if saved != config:
         if isinstance(saved, dict) and isinstance(config, dict):
-            keys = sorted(set(saved) | set(config), key=str)
-            diffs = [f"{k}: {saved.get(k, '<absent>')!r} in the checkpoint, {config.get(k, '<absent>')!r} here"
-                     for k in keys if saved.get(k, "<absent>") != config.get(k, "<absent>")]
+            diffs = _differences(saved, config)
             problems.append("the model config differs (" + "; ".join(diffs[:10]) + (" ..." if len(diffs) > 10 else "") + ")")
         else:
             problems.append(f"the model config differs ({saved!r} in the checkpoint, {config!r} here)")
@@ -240,6 +237,27 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copy2(source, target)
+
+
+def _differences(saved: dict[str, Any], config: dict[str, Any], prefix: str = "") -> list[str]:
+    """Every setting that differs, nested ones named with their path (``generator.turn_count``)."""
+    diffs = []
+    for k in sorted(set(saved) | set(config), key=str):
+        old, new = saved.get(k, "<absent>"), config.get(k, "<absent>")
+        if isinstance(old, dict) and isinstance(new, dict):
+            diffs += _differences(old, new, f"{prefix}{k}.")
+        elif old != new:
+            diffs.append(f"{prefix}{k}: {old!r} in the checkpoint, {new!r} here")
+    return diffs
+
+
+def _with_added_settings(saved: dict[str, Any], config: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`saved` with every setting of `config` it lacks that is at its default in `defaults`, at the top level and in
+    the dicts nested in it (a generator's settings sit under ``"generator"``)."""
+    nested = {k: _with_added_settings(v, config[k], defaults) for k, v in saved.items()
+              if isinstance(v, dict) and isinstance(config.get(k), dict)}
+    added = {k: v for k, v in config.items() if k not in saved and k in defaults and defaults[k] == v}
+    return {**added, **saved, **nested}
 
 
 def _config_defaults(model: nn.Module) -> dict[str, Any]:
