@@ -175,6 +175,9 @@ def test_checkpoint_problems(trained_run, files, tmp_path):
     (unfinished / "run.json").write_text((trained_run / "run.json").read_text())
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(unfinished)])
     assert result.exit_code == 2 and "without a best checkpoint yet" in result.output
+    (unfinished / "result.json").write_text((trained_run / "result.json").read_text())  # finished, then pruned
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(unfinished)])
+    assert result.exit_code == 2 and "a finished run whose checkpoints were removed" in result.output
 
     corrupt = tmp_path / "corrupt"
     (corrupt / "best").mkdir(parents=True)

@@ -17,7 +17,8 @@
 - ``generation-full-cpu``: the main rows at the recipes' size (width 256, 3 + 3 layers) on all of DailyDialog,
   trained for one epoch (``GENERATION_FULL_CPU``): the papers' claims measured on full data on the 2-core CPU, where
   an epoch takes 45-75 minutes of one core; over ``--grid-seeds`` (default: seed 1); and PHAED with its turn
-  embeddings counted from the conversation's start and started at zero, together and each alone.
+  embeddings counted from the conversation's start and started at zero, together and each alone; PHAED without its
+  memory (``phaed-no-recurrence``), with its turn embeddings at unit scale and from zero.
 """
 
 from __future__ import annotations
@@ -118,5 +119,11 @@ PLANS: dict[str, list[Experiment]] = {
                    task=TASK, extra={"scale": GENERATION_FULL_CPU})
         for name, settings in (("phaed-conversation-turns-zero", (*PHAED_CONVERSATION_TURNS, *TURNS_ZERO)),
                                ("phaed-conversation-turns", PHAED_CONVERSATION_TURNS),
-                               ("phaed-turns-zero", TURNS_ZERO))],
+                               ("phaed-turns-zero", TURNS_ZERO))] + [
+        # without the memory of earlier responses (c_max = 0, the paper's ablation), with the turn embeddings at unit
+        # scale and from zero: whether what the zero-started turn embeddings cost is the memory (docs/generation.md)
+        Experiment(f"{TASK}-dailydialog-{name}-full-cpu", "phaed-no-recurrence", "dailydialog", GRID_SEEDS,
+                   (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *settings),
+                   task=TASK, extra={"scale": GENERATION_FULL_CPU})
+        for name, settings in (("phaed-no-recurrence", ()), ("phaed-no-recurrence-turns-zero", TURNS_ZERO))],
 }

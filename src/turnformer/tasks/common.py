@@ -149,6 +149,9 @@ def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = ()) -> tuple[
         raise DialogueError(f"{checkpoint}: a file; give the run folder (or its best/ or last/ checkpoint)")
     weights = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
     if (checkpoint / "run.json").exists() and not (weights / MODEL_FILE).exists():
+        if (checkpoint / "result.json").exists():  # finished, its checkpoints since removed (run.py --prune)
+            raise DialogueError(f"{checkpoint}: a finished run whose checkpoints were removed (its scores are in "
+                                "result.json); train it again to use the model")
         latest = " (its latest is in last/: pass that folder to use it)" if (checkpoint / "last").is_dir() else ""
         raise DialogueError(f"{checkpoint}: a run without a best checkpoint yet: training has not finished an epoch{latest}")
     for folder in (checkpoint, checkpoint.parent):
