@@ -310,3 +310,21 @@ def test_the_server_reaches_tasks_through_the_registry_and_their_interface():
 def test_the_command_line_starts_without_the_server_libraries():
     probe = "import sys, turnformer.cli; print(sorted(m for m in ('fastapi', 'uvicorn', 'torch') if m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+def test_a_body_that_stops_half_way_is_a_408_and_frees_its_connection(models):
+    """A client that promises more body than it sends gets a 408 naming the limit once the body is late, its
+    connection closed; a body sent whole in time is answered, and the server goes on answering."""
+    with BackgroundServer(create_app(models, Limits(body_seconds=0.5))) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(b"POST /v1/annotate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"turns\": [")
+            start, answer = time.monotonic(), b""
+            while chunk := conn.recv(4096):  # the server closes the connection after its answer
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408") and b"request body not complete within 0.5 s" in answer
+        assert 0.4 < time.monotonic() - start < 5
+        with httpx.Client(base_url=url, timeout=60) as http:
+            assert http.get("/v1/health").status_code == 200
+            assert http.post("/v1/annotate", json={"turns": TURNS}).status_code == 200

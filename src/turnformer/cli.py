@@ -723,6 +723,8 @@ def serve(
     max_turns: int = typer.Option(200, min=1, help="Turns of a conversation sent in one request."),
     max_text: int = typer.Option(2000, min=1, help="Characters of one utterance."),
     max_body: int = typer.Option(1 << 20, min=1, help="Bytes of one request's body."),
+    body_timeout: float = typer.Option(30.0, min=0.1, help="Seconds in which a request's body must arrive whole (a "
+                                       "client that stops sending half-way gets a 408 and its connection closed)."),
     worker: Optional[str] = typer.Option(None, help="This process's name, put at the start of its session ids, for a "
                                          "router in front of several processes (README: several workers)."),
 ) -> None:
@@ -741,7 +743,7 @@ def serve(
         if token is not None:
             checked_token(token)
         limits = Limits(max_body_bytes=max_body, max_text_chars=max_text, max_turns=max_turns, max_sessions=max_sessions,
-                        idle_seconds=idle_timeout)
+                        idle_seconds=idle_timeout, body_seconds=body_timeout)
         sock = listen(host, port)  # before the models load: a port in use fails at once
         models = load_models(checkpoint)
     except USER_ERRORS as e:

@@ -20,6 +20,7 @@ model's lock, so requests for different models run side by side and those for on
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -61,10 +62,12 @@ def error(status: int, message: str, headers: dict | None = None, **extra: Any) 
 
 class BodyLimit:
     """Refuse a request body over `max_bytes` (413) before anything parses it: by its Content-Length where it gives
-    one, else by counting as it arrives (read whole here, at most `max_bytes`, then handed on)."""
+    one, else by counting as it arrives (read whole here, at most `max_bytes`, then handed on); and one that has not
+    all arrived `seconds` after the request began (408), so that a client that stops half-way does not hold its
+    connection open."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, seconds: float):
+        self.app, self.max_bytes, self.seconds = app, max_bytes, seconds
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -73,8 +76,13 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             return await self.too_large(scope, receive, send)
         chunks, size, more = [], 0, True
+        deadline = asyncio.get_running_loop().time() + self.seconds
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
+            except asyncio.TimeoutError:
+                return await error(408, f"request body not complete within {self.seconds:g} s (Content-Length larger "
+                                        "than the body sent?)", headers={"Connection": "close"})(scope, receive, send)
             if message["type"] != "http.request":  # the client went away
                 return None
             chunks.append(message.get("body", b""))
@@ -287,7 +295,7 @@ def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token:
     store = SessionStore(limits.max_sessions, limits.idle_seconds, limits.max_session_turns, session_prefix)
     app.state.sessions = store  # the live sessions, for a program that embeds the app (a test moves their clock)
     add_error_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, seconds=limits.body_seconds)
     guard = [Depends(bearer(token))] if token else []
 
     @app.get("/v1/health", tags=["server"])

@@ -18,6 +18,7 @@ class Limits:
     """What one request, and the server's memory, may hold."""
 
     max_body_bytes: int = 1 << 20  # a request's body
+    body_seconds: float = 30.0  # a request's body must have arrived this long after the request began
     max_text_chars: int = 2000  # an utterance's text
     max_name_chars: int = 100  # a speaker's name, a conversation's id
     max_turns: int = 200  # turns of a conversation sent in one request
