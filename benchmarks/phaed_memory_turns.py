@@ -16,7 +16,7 @@ the split's responses, nothing retrained, with the memory's turn embeddings:
   TE(2) counted back; TE(t - 2) for TE(t - 1) counted from the start, at least TE(1)): told apart, at another turn;
 - ``no-memory``: the decoder reads no memory (``c_max = 0`` at inference).
 
-Only the memory changes: an earlier response's tokens are read by no other part of the model (the encoder's masks
+A PHAED without memory (``phaed-no-recurrence``) is scored as trained only. Only the memory changes: an earlier response's tokens are read by no other part of the model (the encoder's masks
 keep them out of the queries; cross-attention reads queries). Written to
 ``generation-phaed-memory-turns-<experiment, less generation-dailydialog->-seed<N>.json`` (the headline: the
 perplexity as trained; every variant under ``extra.perplexity``).
@@ -76,10 +76,11 @@ def memory_variant(model: PHAED, variant: str):
 
 
 def memory_perplexities(run: Path, split: str = "test", data_dir=None, limit: int | None = None) -> dict[str, float]:
-    """{variant: perplexity of the split's responses} of the PHAED run's best checkpoint."""
+    """{variant: perplexity of the split's responses} of the PHAED run's best checkpoint; of a PHAED without memory
+    (``c_max = 0``), as trained only."""
     model, vocab, description = load_trained(run)
-    if not isinstance(model, PHAED) or model.config.c_max == 0:
-        raise SystemExit(f"{run}: not a PHAED run with a memory (c_max > 0)")
+    if not isinstance(model, PHAED):
+        raise SystemExit(f"{run}: not a PHAED run")
     recipe = description["recipe"]
     data = recipe.get("data", {})
     dialogues = load_generation_data(recipe, data_dir, [split])[split][:limit]
@@ -87,7 +88,7 @@ def memory_perplexities(run: Path, split: str = "test", data_dir=None, limit: in
     require_pairs(instances, split, recipe)
     batches = instance_batches(model, instances, vocab, int(recipe.get("train", {}).get("eval_batch_size", 128)))
     scores = {}
-    for variant in VARIANTS:
+    for variant in VARIANTS if model.config.c_max > 0 else ("trained",):
         with memory_variant(model, variant):
             scores[variant] = round(evaluate_perplexity(model, batches)["perplexity"], 4)
         print(f"{run} {variant}: perplexity {scores[variant]}", flush=True)
