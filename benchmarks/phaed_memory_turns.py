@@ -31,13 +31,14 @@ from pathlib import Path
 
 import torch
 
-from turnformer.models.phaed import PHAED
+from turnformer.dialogue import DialogueError
+from turnformer.errors import CheckpointError
+from turnformer.models.phaed import PHAED, RESPONDER
 from turnformer.results import make_result, write_result
-from turnformer.tasks.generation import (evaluate_perplexity, instance_batches, load_generation_data, load_trained,
-                                         make_instances, require_pairs)
+from turnformer.tasks.generation import evaluate_perplexity, load_trained, split_batches
 
 VARIANTS = ("trained", "response", "none", "farther", "no-memory")
-EARLIER_RESPONSE_ROLE = 2  # GenerationBatch.context_role on an earlier response of the responder
+EARLIER_RESPONSE_ROLE = RESPONDER + 1  # GenerationBatch.context_role on an earlier response of the responder
 
 
 @contextmanager
@@ -81,12 +82,7 @@ def memory_perplexities(run: Path, split: str = "test", data_dir=None, limit: in
     model, vocab, description = load_trained(run)
     if not isinstance(model, PHAED):
         raise SystemExit(f"{run}: not a PHAED run")
-    recipe = description["recipe"]
-    data = recipe.get("data", {})
-    dialogues = load_generation_data(recipe, data_dir, [split])[split][:limit]
-    instances = make_instances(dialogues, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
-    require_pairs(instances, split, recipe)
-    batches = instance_batches(model, instances, vocab, int(recipe.get("train", {}).get("eval_batch_size", 128)))
+    batches, _ = split_batches(model, vocab, description, split, data_dir, limit)
     scores = {}
     for variant in VARIANTS if model.config.c_max > 0 else ("trained",):
         with memory_variant(model, variant):
@@ -103,8 +99,11 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
     for run in args.runs:
+        try:
+            scores = memory_perplexities(run, args.split, args.data_dir, args.limit)
+        except (DialogueError, CheckpointError) as e:  # not a run folder, no checkpoint, a checkpoint that does not load, no data
+            raise SystemExit(f"error: {e}") from None
         recipe, seed = json.loads((run / "run.json").read_text())["recipe"], run.name.removeprefix("seed")
-        scores = memory_perplexities(run, args.split, args.data_dir, args.limit)
         name = run.parent.name.removeprefix("generation-dailydialog-")
         record = make_result(f"generation-phaed-memory-turns-{name}-seed{seed}", task="generation", dataset="dailydialog",
                              split=args.split, model=recipe["model"], metric="perplexity", scores=[scores["trained"]],

@@ -58,6 +58,8 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
     for run in args.runs:
+        if not (run / "run.json").is_file():
+            raise SystemExit(f"{run}: not a run folder (no run.json)")
         description = json.loads((run / "run.json").read_text())
         recipe, seed = description["recipe"], run.name.removeprefix("seed")
         measured = turn_embedding_norms(run)

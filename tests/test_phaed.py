@@ -296,3 +296,13 @@ def test_the_memory_turn_measure_changes_only_the_memory(vocab):
     with pytest.raises(ValueError, match="unknown variant"):
         with measure.memory_variant(model, "shuffled"):
             pass
+
+
+def test_the_memory_turn_measure_names_a_folder_it_cannot_score(tmp_path, monkeypatch):
+    """benchmarks/phaed_memory_turns.py: a folder that is not a run is one line naming it, no traceback."""
+    from _benchmark_scripts import load_benchmark_script
+
+    measure = load_benchmark_script("phaed_memory_turns")
+    monkeypatch.setattr("sys.argv", ["phaed_memory_turns.py", str(tmp_path / "nothing")])
+    with pytest.raises(SystemExit, match="nothing: no such run or checkpoint folder"):
+        measure.main()

@@ -317,10 +317,9 @@ def load_trained(checkpoint):
     return model.eval(), vocab, run
 
 
-def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=None, limit: int | None = None,
-                   word_vectors=None, beam_size: int = 1) -> dict:
-    """Perplexity, BLEU-1..4, Distinct-1/2 (and the embedding metrics with `word_vectors`) of the responses
-    (greedy, or beam search with ``beam_size > 1``) on a split of the run's data (its first `limit` conversations)."""
+def split_batches(model, vocab: Vocabulary, run: dict, split: str, data_dir=None, limit: int | None = None) -> tuple[list, int]:
+    """(evaluation batches, number of instances) of a split of the run's data (its first `limit` conversations),
+    made as the run made them."""
     recipe = run["recipe"]
     check_split(split)
     convs = load_generation_data(recipe, data_dir, [split])[split][:limit]
@@ -328,9 +327,17 @@ def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=Non
     instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
     require_pairs(instances, split, recipe)
     size = int(recipe.get("train", {}).get("eval_batch_size", 128))
-    metrics = evaluate_generation(model, instance_batches(model, instances, vocab, size), vocab, True, word_vectors, beam_size)
+    return instance_batches(model, instances, vocab, size), len(instances)
+
+
+def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=None, limit: int | None = None,
+                   word_vectors=None, beam_size: int = 1) -> dict:
+    """Perplexity, BLEU-1..4, Distinct-1/2 (and the embedding metrics with `word_vectors`) of the responses
+    (greedy, or beam search with ``beam_size > 1``) on a split of the run's data (its first `limit` conversations)."""
+    batches, instances = split_batches(model, vocab, run, split, data_dir, limit)
+    metrics = evaluate_generation(model, batches, vocab, True, word_vectors, beam_size)
     del metrics["primary"]
-    return {**metrics, "instances": len(instances)}
+    return {**metrics, "instances": instances}
 
 
 class ResponseGenerator:
@@ -439,6 +446,6 @@ TASK = Generation()
 __all__ = ["EOU", "GENERATION_MODELS", "MODELS", "PAD", "SOU", "SPEAKER_Q", "SPEAKER_R", "SPECIALS", "TASK", "UNK",
            "GenerationInstance", "GenerationReport", "ResponseGenerator", "Utterance", "Vocabulary", "build_generator",
            "build_word_generator", "encode_instance", "encode_instances", "evaluate_generation", "evaluate_perplexity",
-           "evaluate_split", "generate_replies", "generate_responses", "instance_batches", "load_generation_data", "load_trained",
+           "evaluate_split", "generate_replies", "generate_responses", "instance_batches", "load_generation_data", "load_trained", "split_batches",
            "make_generation_batches", "make_instances", "prepare_generation", "pretrained_start", "train_generation",
            "WORD_GENERATORS", "words"]
