@@ -327,8 +327,8 @@ def mark_cut(per_turn: Sequence[Sequence[dict]], dialogues: Sequence[Dialogue], 
 def long_utterances_note(dialogues: Sequence[Dialogue], per_turn: Sequence[Sequence[dict]], max_tokens: int) -> str | None:
     """Which utterances were longer than the model reads (it sees their first `max_tokens` word pieces), from the
     predictions' ``truncated`` (`mark_cut`); None: none."""
-    cut = [f"{d.id if d.id is not None else f'#{n}'} turn {i}" for n, (d, predictions) in enumerate(zip(dialogues, per_turn))
-           for i, p in enumerate(predictions) if p["truncated"]]
+    names = output_names([d.id for d in dialogues])  # as the output rows name them
+    cut = [f"{name} turn {i}" for name, predictions in zip(names, per_turn) for i, p in enumerate(predictions) if p["truncated"]]
     if not cut:
         return None
     shown = ", ".join(cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
