@@ -306,3 +306,26 @@ def test_the_memory_turn_measure_names_a_folder_it_cannot_score(tmp_path, monkey
     monkeypatch.setattr("sys.argv", ["phaed_memory_turns.py", str(tmp_path / "nothing")])
     with pytest.raises(SystemExit, match="nothing: no such run or checkpoint folder"):
         measure.main()
+
+
+def test_the_by_context_measure_splits_the_perplexity_by_the_responses_turn(vocab, tmp_path):
+    """benchmarks/generation_by_context.py: every response in exactly one group by its turn; the groups' perplexities
+    combine to the whole split's, as the training loop scores it."""
+    from _benchmark_scripts import load_benchmark_script
+
+    from turnformer.data import write_jsonl
+    from turnformer.tasks.generation import evaluate_perplexity
+
+    measure = load_benchmark_script("generation_by_context")
+    write_jsonl(DIALOGUES, tmp_path / "test.jsonl")
+    run = {"recipe": {"dataset": "file", "test_file": str(tmp_path / "test.jsonl"), "train": {"eval_batch_size": 2}}}
+    model = tiny(vocab)
+    groups = measure.by_context(model, vocab, run, "test")
+    # d1: turns 1, 2; d2: 1, 2; d3: 1 to 5
+    assert {g: v["instances"] for g, v in groups.items()} == {"turn 1": 3, "turn 2": 3, "turn 3": 1, "turn 4": 1,
+                                                              "turns 5+": 1, "all": 9}
+    whole = evaluate_perplexity(model, batches(model, vocab, make_instances(DIALOGUES), size=2))
+    assert groups["all"]["tokens"] == whole["tokens"] and groups["all"]["perplexity"] == pytest.approx(whole["perplexity"], rel=1e-5)
+    assert len({round(v["perplexity"], 3) for g, v in groups.items() if g != "all"}) > 1
+    with pytest.raises(ValueError, match="turn 1 or later"):
+        measure.group_of(0)

@@ -317,17 +317,27 @@ def load_trained(checkpoint):
     return model.eval(), vocab, run
 
 
-def split_batches(model, vocab: Vocabulary, run: dict, split: str, data_dir=None, limit: int | None = None) -> tuple[list, int]:
-    """(evaluation batches, number of instances) of a split of the run's data (its first `limit` conversations),
-    made as the run made them."""
+def split_instances(run: dict, split: str, data_dir=None, limit: int | None = None) -> list[GenerationInstance]:
+    """The (context, response) instances of a split of the run's data (its first `limit` conversations), made as the
+    run made them."""
     recipe = run["recipe"]
     check_split(split)
     convs = load_generation_data(recipe, data_dir, [split])[split][:limit]
     data = recipe.get("data", {})
     instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
     require_pairs(instances, split, recipe)
-    size = int(recipe.get("train", {}).get("eval_batch_size", 128))
-    return instance_batches(model, instances, vocab, size), len(instances)
+    return instances
+
+
+def split_batches(model, vocab: Vocabulary, run: dict, split: str, data_dir=None, limit: int | None = None) -> tuple[list, int]:
+    """(evaluation batches, number of instances) of a split of the run's data (`split_instances`), batched as the
+    run batched them."""
+    instances = split_instances(run, split, data_dir, limit)
+    return instance_batches(model, instances, vocab, eval_batch_size(run)), len(instances)
+
+
+def eval_batch_size(run: dict) -> int:
+    return int(run["recipe"].get("train", {}).get("eval_batch_size", 128))
 
 
 def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=None, limit: int | None = None,
