@@ -541,3 +541,59 @@ def test_a_warning_is_one_line_without_python_source(tmp_path):
     assert result.exit_code == 0, result.output
     assert "warning: " in result.output and "drawn as boxes (你好，今天怎么样？很)" in result.output
     assert "UserWarning" not in result.output and "write_figure(" not in result.output
+
+
+def test_an_output_that_fails_when_written_is_one_line(trained_run, files, tmp_path, monkeypatch):
+    """--out passes its check before the work, then the write fails (a full disk): one error line naming the file,
+    exit 2, no half-written file."""
+    from turnformer.data import _io
+
+    def full_disk(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_io, "_write", full_disk)
+    out = tmp_path / "p.jsonl"
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", str(out)])
+    assert result.exit_code == 2 and f"error: {out}: cannot be written: No space left on device" in " ".join(result.output.split())
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_terminal_control_characters_in_a_text_are_shown_as_escapes(trained_run, tmp_path):
+    """An escape sequence in an utterance does not reach the terminal from the predict table; the JSONL keeps it."""
+    coloured = tmp_path / "coloured.jsonl"
+    coloured.write_text(json.dumps({"id": "c", "turns": [{"speaker": "A", "text": "\u001b[31mred\u001b[0m now"}]}) + "\n")
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(coloured)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0 and "\\x1b[31mred\\x1b[0m now" in result.output and "\u001b[31m" not in result.output
+    result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(coloured), "--out", "-"])
+    assert json.loads(result.stdout.splitlines()[0])["text"] == "\u001b[31mred\u001b[0m now"
+
+
+def test_plot_masks_refuses_no_kinds_and_a_view_too_large(tmp_path):
+    conversation = tmp_path / "long.jsonl"
+    turns = [{"speaker": "AB"[i % 2], "text": "one two three four five six seven eight nine ten"} for i in range(250)]
+    conversation.write_text(json.dumps({"id": "long", "turns": turns}) + "\n")
+    for kinds in ("", ",", " "):
+        result = runner.invoke(app, ["plot", "masks", "--input", str(conversation), "--kinds", kinds, "--json"])
+        assert result.exit_code == 2 and "--kinds" in result.output and "name at least one mask" in result.output
+    result = runner.invoke(app, ["plot", "masks", "--input", str(conversation), "--kinds", "local", "--json"])
+    assert result.exit_code == 2 and "2500 x 2500 tokens: too many to draw or print" in " ".join(result.output.split())
+    # one utterance's view of the same conversation, or the utterances, stay small enough
+    result = runner.invoke(app, ["plot", "masks", "--input", str(conversation), "--kinds", "local", "--json", "--level", "utterances"])
+    assert result.exit_code == 0 and len(json.loads(result.stdout)["tokens"]) == 250
+    result = runner.invoke(app, ["plot", "masks", "--input", str(conversation), "--dialogue", "\u00b2", "--json"])
+    assert result.exit_code == 2 and "no dialogue with id '\u00b2'" in result.output
+
+
+def test_more_threads_than_cores_are_the_cores(monkeypatch):
+    import torch
+
+    from turnformer import cli
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    before = torch.get_num_threads()
+    try:
+        with pytest.warns(UserWarning, match="--threads 100000: this machine has 2 cores; using 2"):
+            cli.set_threads(100000)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -169,6 +169,12 @@ def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
     assert generated.exit_code == 0, generated.output
     rows = [json.loads(line) for line in replies.read_text().splitlines()]
     assert [(r["id"], r["speaker"]) for r in rows] == [("d1", "B"), ("d2", "A")] and all(isinstance(r["response"], str) for r in rows)
+    assert [r["truncated"] for r in rows] == [False, False]
+    long_one = tmp_path / "long.jsonl"  # more turns than the model reads: the row and a note say so
+    long_one.write_text(json.dumps({"id": "long", "turns": [{"speaker": "AB"[i % 2], "text": "hi"} for i in range(6)]}) + "\n")
+    cut = runner.invoke(app, ["generate", "--checkpoint", str(out), "--input", str(long_one), "--out", "-"])
+    assert cut.exit_code == 0 and json.loads(cut.stdout.splitlines()[-1])["truncated"] is True
+    assert "note: the model read only part of 1 conversation(s): long (its last 4 of 6 turns)" in " ".join(cut.output.split())
 
     chat = runner.invoke(app, ["generate", "--checkpoint", str(out)], input="hello !\nhow are you ?\n\n")
     assert chat.exit_code == 0 and chat.output.count("bot>") == 2, chat.output

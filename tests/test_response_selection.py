@@ -309,6 +309,10 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "ranked.jsonl").read_text().splitlines()]
     assert rows[0]["ranking"][0] == rows[0]["best"] and len(rows[0]["scores"]) == 4
 
+    same = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", "mutual:test", "--submission", str(submission),
+                               "--out", str(submission), *common])  # the rankings would replace the submission
+    assert same.exit_code == 2 and "are the same file" in same.output and len(submission.read_text().splitlines()) == 886
+
     wrong = runner.invoke(app, ["predict", "--task", "erc", "--checkpoint", str(out), "--input", "mutual:test", *common])
     assert wrong.exit_code != 0 and "is a model for response-selection" in wrong.output
 

@@ -142,7 +142,12 @@ def test_annotate_rank_generate_and_attention_answer_as_in_process(client, model
     assert ranked["ranking"][0] == ranked["best"] == max(range(2), key=scores.__getitem__)
 
     generated = client.post("/v1/generate", json={"turns": TURNS, "beam": 2}).json()
-    assert generated == {"model": "generation", "speaker": "Bob", "reply": models["generation"].respond(dialogue(), None, 2)}
+    assert generated == {"model": "generation", "speaker": "Bob", "reply": models["generation"].respond(dialogue(), None, 2),
+                         "truncated": False}
+    # the generator reads the last 4 turns, each its first 50 words: a longer conversation is said to be cut
+    longer = [*TURNS, {"speaker": "Ann", "text": "word " * 60}]
+    cut = client.post("/v1/generate", json={"turns": longer}).json()
+    assert cut["truncated"] and cut["note"] == "the model read its last 4 of 5 turns; 1 of them cut to its first 50 words"
     assert client.post("/v1/generate", json={"turns": TURNS, "speaker": "Zoe"}).json()["speaker"] == "Zoe"
 
     view = client.post("/v1/attention", json={"turns": TURNS[:3], "utterance": 1}).json()
@@ -267,6 +272,8 @@ def test_the_command_serves_its_checkpoints(runs):
     assert bad.exit_code == 2 and "nope: no such run or checkpoint folder" in bad.output
     bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", f"a={runs['erc']}", "--checkpoint", f"a={runs['generation']}"])
     assert bad.exit_code == 2 and "the name 'a' is taken" in bad.output
+    bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", "a="])
+    assert bad.exit_code == 2 and "--checkpoint a=: no folder after a=" in bad.output
     bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", str(runs["erc"]), "--worker", "a b"])
     assert bad.exit_code == 2 and "--worker 'a b'" in bad.output
     with socket.create_server(("127.0.0.1", 0)) as taken:   # an address that cannot serve: refused before the models load

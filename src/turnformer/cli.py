@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import time
+import unicodedata
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -123,11 +124,16 @@ def default_threads() -> int:
 
 
 def set_threads(threads: Optional[int]) -> None:
-    """``--threads`` (or TURNFORMER_THREADS), else OMP_NUM_THREADS when set, else `default_threads`."""
+    """``--threads`` (or TURNFORMER_THREADS; at most the machine's cores), else OMP_NUM_THREADS when set, else
+    `default_threads`."""
     import torch  # loaded only when a command runs (start-up cost): not for `turnformer --help` nor `CMD --help`
 
     if threads is None and os.environ.get("OMP_NUM_THREADS"):
         return
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:  # more threads than cores only makes them wait for each other
+        warnings.warn(f"--threads {threads}: this machine has {cores} cores; using {cores}")
+        threads = cores
     torch.set_num_threads(threads or default_threads())
 
 
@@ -187,7 +193,7 @@ def pick_dialogue(dialogues: list[Dialogue], wanted: Optional[str], source: str)
     for d in dialogues:
         if d.id == wanted:
             return d
-    if wanted.isdigit() and int(wanted) < len(dialogues):
+    if wanted.isascii() and wanted.isdigit() and int(wanted) < len(dialogues):
         return dialogues[int(wanted)]
     some = ", ".join(repr(d.id) for d in dialogues[:5] if d.id is not None)
     raise DialogueError(f"{source}: no dialogue with id {wanted!r} (ids look like {some or 'none'}; an index 0..{len(dialogues) - 1} works too)")
@@ -223,7 +229,10 @@ def plot_masks_command(
             from turnformer.backbones import load_tokenizer  # transformers: loaded only when asked for
 
             tok = load_tokenizer(tokenizer)
-        view = mask_view(chosen, [k for k in kinds.split(",") if k.strip()], window=window, level=level, tokenizer=tok, query_utterance=query_utterance,
+        named = [k for k in kinds.split(",") if k.strip()]
+        if not named:
+            raise DialogueError(f"--kinds {kinds!r}: name at least one mask, e.g. local,speaker")
+        view = mask_view(chosen, named, window=window, level=level, tokenizer=tok, query_utterance=query_utterance,
                          mem_len=mem_len)
     except USER_ERRORS as e:
         fail(describe(e))
@@ -590,6 +599,8 @@ def evaluate(
     except USER_ERRORS as e:
         fail(describe(e))
     console.print_json(data=metrics)
+    if confusion is not None:
+        said(f"wrote the confusion matrix to {confusion}")
 
 
 def task_options(task, checkpoint: Path, given: dict[str, tuple]) -> dict:
@@ -622,6 +633,9 @@ def predict(
     try:
         check_output_file(out, source=input)
         check_output_file(submission, "--submission", source=input)
+        if submission is not None and out is not None and str(out) != "-" and submission.resolve() == out.resolve():
+            raise DialogueError(f"--submission {submission} and --out {out} are the same file: the rankings would "
+                                "replace the submission; give two files")
         task, model, tokenizer, run = load_trained(checkpoint)
         if task_ is not None and task_ not in TASKS:
             raise DialogueError(f"--task {task_}: unknown task; known: {', '.join(TASKS)}")
@@ -644,13 +658,22 @@ def show(predictions, out: Optional[Path]) -> None:
     for line in predictions.written:
         said(line)
     if out is not None:
-        write_jsonl(predictions.rows, out)
+        try:
+            write_jsonl(predictions.rows, out)
+        except OSError as e:  # checked before the work, yet the disk may fill or the folder go
+            fail(describe(e))
         said(f"wrote {len(predictions.rows)} {predictions.noun} to {out}")
     elif predictions.cells is not None:
         table = Table(*predictions.columns)
         for cells in predictions.cells:
-            table.add_row(*cells)
+            table.add_row(*(visible(c) for c in cells))
         console.print(table)
+
+
+def visible(cell: str) -> str:
+    """A table cell with its control characters (an escape sequence in an utterance would recolour or move the
+    terminal's cursor) shown as escapes, e.g. ``\\x1b``; the JSONL output keeps the text as it is."""
+    return "".join(f"\\x{ord(c):02x}" if unicodedata.category(c) == "Cc" else c for c in cell)
 
 
 @app.command()
@@ -723,6 +746,8 @@ def serve(
     max_turns: int = typer.Option(200, min=1, help="Turns of a conversation sent in one request."),
     max_text: int = typer.Option(2000, min=1, help="Characters of one utterance."),
     max_body: int = typer.Option(1 << 20, min=1, help="Bytes of one request's body."),
+    max_beam: int = typer.Option(8, min=1, max=MAX_BEAM, help="Beam size of one reply (/v1/generate): a beam of N costs "
+                                 "about N greedy replies."),
     body_timeout: float = typer.Option(30.0, min=0.1, help="Seconds in which a request's body must arrive whole (a "
                                        "client that stops sending half-way gets a 408 and its connection closed)."),
     worker: Optional[str] = typer.Option(None, help="This process's name, put at the start of its session ids, for a "
@@ -743,7 +768,7 @@ def serve(
         if token is not None:
             checked_token(token)
         limits = Limits(max_body_bytes=max_body, max_text_chars=max_text, max_turns=max_turns, max_sessions=max_sessions,
-                        idle_seconds=idle_timeout, body_seconds=body_timeout)
+                        idle_seconds=idle_timeout, body_seconds=body_timeout, max_beam=max_beam)
         sock = listen(host, port)  # before the models load: a port in use fails at once
         models = load_models(checkpoint)
     except USER_ERRORS as e:

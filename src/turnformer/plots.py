@@ -6,6 +6,7 @@ matplotlib is imported inside the functions that draw: the tasks import this mod
 
 from __future__ import annotations
 
+import io
 import re
 import warnings
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from typing import Sequence
 
 import torch
 
-from turnformer.data._io import check_output_file
+from turnformer.data._io import check_output_file, write_file
 from turnformer.dialogue import Dialogue
 from turnformer.structure import SAME_UTTERANCE, SpecialTokens, TokenMeta, mask_from_name, pack_dialogues, pack_token_ids, recent
 
@@ -61,7 +62,9 @@ def write_figure(fig, out: str | Path) -> Path:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fig.tight_layout()
-        fig.savefig(out, dpi=110)
+        image = io.BytesIO()
+        fig.savefig(image, format=out.suffix[1:].lower(), dpi=110)
+    write_file(out, image.getvalue())  # whole or not at all, and a failure names the file
     missing = []
     for warning in caught:
         if match := _MISSING_GLYPH.search(str(warning.message)):
@@ -112,6 +115,10 @@ class MaskView:
             "speaker": self.speaker,
             **({"query_tokens": self.query_tokens} if self.query_tokens else {}),
         }
+
+
+# a mask view of more cells is unreadable as a figure, and its figure's arrays grow with the cells (18K tokens: 6 GB)
+MAX_VIEW_CELLS = 2000 * 2000
 
 
 def mask_view(
@@ -165,6 +172,12 @@ def mask_view(
         cols = torch.nonzero((utt <= query_utterance) & (utt >= 0)).flatten()
         queries, keys = meta.select(rows), meta.select(cols)
         query_tokens, tokens = [tokens[i] for i in rows.tolist()], [tokens[i] for i in cols.tolist()]
+    if not kinds:
+        raise ValueError("no mask kinds given: name at least one, e.g. local,speaker")
+    if len(query_tokens) * len(tokens) > MAX_VIEW_CELLS:
+        raise ValueError(f"{len(query_tokens)} x {len(tokens)} tokens: too many to draw or print (at most "
+                         f"{MAX_VIEW_CELLS:,} cells); show one utterance's view (--query-utterance N, with --mem-len), "
+                         "the utterances (--level utterances), or a shorter conversation")
     masks = {}
     for kind in kinds:
         mask = mask_from_name(kind, window=window)

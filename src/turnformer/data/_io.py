@@ -45,7 +45,8 @@ def write_file(path: Path, data: bytes) -> None:
     """Write `data` to `path` whole: to a temporary file in the same folder, then renamed over `path`, so a crash
     never leaves half a file. ``-`` is standard output. A path that is a link or not a regular file (``/dev/stdout``,
     a named pipe) is written through as it is: renaming over it would put a file in its place. A name ending in
-    ``.gz`` is written gzip-compressed, as the readers read such a name."""
+    ``.gz`` is written gzip-compressed, as the readers read such a name. A failure (a full disk, a folder gone) is an
+    OSError naming the path."""
     path = Path(path)
     if str(path) == "-":
         sys.stdout.buffer.write(data)
@@ -53,6 +54,15 @@ def write_file(path: Path, data: bytes) -> None:
         return
     if path.name.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
+    try:
+        _write(path, data)
+    except OSError as error:
+        failure = OSError(f"{path}: cannot be written: {error.strerror or error}")
+        failure.errno = error.errno
+        raise failure from None
+
+
+def _write(path: Path, data: bytes) -> None:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         with open(path, "wb") as fh:
             fh.write(data)

@@ -260,14 +260,18 @@ def stateless_routes(models: dict[str, LoadedModel], limits: Limits) -> APIRoute
 
     @router.post("/generate")
     def generate(body: GenerateIn) -> dict:
-        """A reply to the conversation, spoken by ``speaker`` (default: the speaker before the last one)."""
+        """A reply to the conversation, spoken by ``speaker`` (default: the speaker before the last one); ``truncated``:
+        whether the model read less than all of the conversation (``note`` then says what it read)."""
         generator = pick_model(models, body.model, GENERATE)
         dialogue = conversation(body.turns, limits)
         if body.beam > limits.max_beam:
             raise DialogueError(f"beam: {body.beam}; at most {limits.max_beam}")
         speaker = checked_speaker(body.speaker, "speaker", limits)
-        reply = generator.respond(dialogue, speaker, body.beam)
-        return {"model": generator.name, "speaker": speaker or next_speaker(dialogue), "reply": reply}
+        truncation: dict = {}
+        reply = generator.respond(dialogue, speaker, body.beam, truncation)
+        note = truncation.get("note")
+        return {"model": generator.name, "speaker": speaker or next_speaker(dialogue), "reply": reply,
+                "truncated": note is not None, **({"note": note} if note else {})}
 
     @router.post("/attention")
     def attention(body: AttentionIn) -> dict:

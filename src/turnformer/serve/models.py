@@ -68,9 +68,9 @@ class LoadedModel:
         with self.lock:
             return self.task.rank(self.model, self.tokenizer, self.run, dialogue, candidates, truncation)
 
-    def respond(self, dialogue: Dialogue, speaker: str | None, beam: int) -> str:
+    def respond(self, dialogue: Dialogue, speaker: str | None, beam: int, truncation: dict | None = None) -> str:
         with self.lock:
-            return self.task.respond(self.model, self.tokenizer, self.run, dialogue, speaker, beam)
+            return self.task.respond(self.model, self.tokenizer, self.run, dialogue, speaker, beam, truncation)
 
     def attention(self, dialogue: Dialogue, utterance: int) -> dict:
         with self.lock:
@@ -92,6 +92,8 @@ def parse_spec(spec: str) -> tuple[str | None, Path]:
     """``NAME=DIR`` or ``DIR`` (a folder whose own name has an "=" is taken whole where it exists)."""
     name, sep, path = spec.partition("=")
     if sep and NAME.fullmatch(name) and not Path(spec).exists():
+        if not path.strip():
+            raise DialogueError(f"--checkpoint {spec}: no folder after {name}=; give NAME=RUN_DIR")
         return name, Path(path)
     return None, Path(spec)
 

@@ -83,8 +83,9 @@ class Task(Protocol):
         with what the model did not read, ``note`` saying it in a line (None where it read everything)."""
 
     def respond(self, model: Any, tokenizer: Any, run: dict, dialogue: Any, speaker: str | None = None,
-                beam: int = 1) -> str:
-        """GENERATE: a reply to `dialogue`, spoken by `speaker` (None: the speaker before the last one)."""
+                beam: int = 1, truncation: dict | None = None) -> str:
+        """GENERATE: a reply to `dialogue`, spoken by `speaker` (None: the speaker before the last one); ``truncation``,
+        as `rank`'s."""
 
     def attention(self, model: Any, tokenizer: Any, run: dict, dialogue: Any, utterance: int) -> dict:
         """ATTENTION: what each head type attends to from `utterance`'s query, as JSON

@@ -382,6 +382,18 @@ class ResponseGenerator:
     def respond(self, dialogue, speaker: str | None = None) -> str:
         return self.respond_all([dialogue], [speaker])[0]
 
+    def unread(self, dialogue) -> str | None:
+        """What of `dialogue` the model does not read, in words ("its last 4 of 9 turns; 1 of them cut to its first
+        50 words"); None: it reads all of it. The model reads the last `max_context_turns` turns, each its first
+        `max_words` words, as in training."""
+        turns = as_dialogue(dialogue).turns
+        cut = sum(len(words(t.text)) > self.max_words for t in turns[-self.max_context_turns:])
+        parts = [f"its last {self.max_context_turns} of {len(turns)} turns"] if len(turns) > self.max_context_turns else []
+        if cut:
+            parts.append(f"{cut} of {'them' if parts else 'its turns'} cut to {'its' if cut == 1 else 'their'} first "
+                         f"{self.max_words} words")
+        return "; ".join(parts) or None
+
     def respond_all(self, dialogues, speakers=None) -> list[str]:
         """One reply per dialogue (a Dialogue or a list of turns), spoken by ``speakers[i]`` (None: `next_speaker`), as
         ordinary text: the model's lower-cased words with punctuation glued back and sentences capitalised."""
@@ -412,12 +424,17 @@ def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=
                      beam: int = 1) -> Predictions:
     """One reply to every conversation of `source`, spoken by `speaker` (None: the speaker before the last one)."""
     dialogues = load_conversations(source, data_dir)
-    replies = ResponseGenerator.from_run(model, vocab, run, beam).respond_all(dialogues, [speaker] * len(dialogues))
-    rows = [{"id": name, "speaker": speaker or next_speaker(d), "response": r}
-            for name, d, r in zip(output_names([d.id for d in dialogues]), dialogues, replies)]
+    generator = ResponseGenerator.from_run(model, vocab, run, beam)
+    replies = generator.respond_all(dialogues, [speaker] * len(dialogues))
+    unread = [generator.unread(d) for d in dialogues]
+    rows = [{"id": name, "speaker": speaker or next_speaker(d), "response": r, "truncated": u is not None}
+            for name, d, r, u in zip(output_names([d.id for d in dialogues]), dialogues, replies, unread)]
     cells = [(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")
              for d, r in zip(dialogues, rows)]
-    return Predictions(rows, "replies", ("conversation", "last turn", "reply"), cells)
+    cut = [f"{r['id']} ({u})" for r, u in zip(rows, unread) if u is not None]
+    note = (f"note: the model read only part of {len(cut)} conversation(s): " + ", ".join(cut[:5])
+            + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")) if cut else None
+    return Predictions(rows, "replies", ("conversation", "last turn", "reply"), cells, notes=[note] if note else [])
 
 
 class Generation:
@@ -447,8 +464,12 @@ class Generation:
     def serves(self, model) -> frozenset[str]:
         return frozenset({GENERATE})
 
-    def respond(self, model, vocab: Vocabulary, run: dict, dialogue, speaker: str | None = None, beam: int = 1) -> str:
-        return self.session(model, vocab, run, beam).respond(dialogue, speaker)
+    def respond(self, model, vocab: Vocabulary, run: dict, dialogue, speaker: str | None = None, beam: int = 1,
+                truncation: dict | None = None) -> str:
+        generator = self.session(model, vocab, run, beam)
+        if truncation is not None and (unread := generator.unread(dialogue)) is not None:
+            truncation["note"] = f"the model read {unread}"
+        return generator.respond(dialogue, speaker)
 
 
 TASK = Generation()
