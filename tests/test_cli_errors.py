@@ -76,7 +76,11 @@ def test_evaluate_scores_a_labelled_file_of_ones_own(trained_run, files, tmp_pat
     by_split = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--split", "validation"])
     by_file = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(files["validation"])])
     assert by_split.exit_code == 0 and by_file.exit_code == 0, by_file.output
-    assert json.loads(by_file.stdout) == json.loads(by_split.stdout)
+    assert json.loads(by_file.stdout) == json.loads(by_split.stdout) and json.loads(by_file.stdout)["truncated_utterances"] == 0
+    long_one = _write(tmp_path, "long.jsonl", [Dialogue((Turn("Bob", "very " * 600, {"emotion": "joy"}),
+                                                         Turn("Ann", "my dog died", {"emotion": "sadness"})), id="long")])
+    scored = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(long_one)])
+    assert scored.exit_code == 0 and json.loads(scored.stdout)["truncated_utterances"] == 1  # scored on its start
 
     unknown = _write(tmp_path, "other.jsonl", [_dialogue(0), _dialogue(1, label="anger")])
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(unknown)])

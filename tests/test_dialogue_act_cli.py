@@ -36,6 +36,7 @@ def test_train_evaluate_predict_online(data_dir, tmp_path):
     scores = json.loads(scored.stdout)
     assert scores.pop("conversations") == 3
     assert scores.pop("utterances") == scores.pop("scored_utterances") > 0  # DailyDialog: every turn has its act
+    assert scores.pop("truncated_utterances") == 0  # none longer than the 64 word pieces the model reads
     assert set(scores) == {"offline_accuracy", "online_accuracy"} and all(0 <= v <= 100 for v in scores.values())
 
     dialogues = load_split("dailydialog", "test", data_dir).dialogues[:2]

@@ -294,11 +294,12 @@ def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, da
     window, padding, _ = _windows(recipe)
     apply_limits(splits, {split: limit} if limit else None, recipe["label_kind"], "--limit-dialogues")
     scored = splits[split]
-    ids, ys, _ = encode_for(model, tokenizer, scored, run["labels"], recipe["label_kind"], (recipe["dataset"], split))
+    ids, ys, report = encode_for(model, tokenizer, scored, run["labels"], recipe["label_kind"], (recipe["dataset"], split))
     settings = ("offline", "online") if padding > 0 else ("offline",)
     accuracy = {f"{s}_accuracy": evaluate(model, make_batches(ids, ys, window, padding, 32, model.config.pad_id, online=s == "online"))
                 for s in settings}
-    return {"conversations": len(scored), **utterance_counts(scored, recipe["label_kind"]), **accuracy}
+    return {"conversations": len(scored), **utterance_counts(scored, recipe["label_kind"]),
+            "truncated_utterances": report["truncated_utterances"], **accuracy}
 
 
 @torch.no_grad()

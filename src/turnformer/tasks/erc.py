@@ -255,13 +255,13 @@ def evaluate_split(model, tokenizer, run: dict, split: str, data_dir=None, limit
     splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=labels)
     apply_limits(splits, {split: limit} if limit else None, kind, "--limit-dialogues")
     scored = splits[split]
-    encoded, _ = encode_conversations(scored, tokenizer, kind, labels, model.config.max_utterance_tokens)
+    encoded, report = encode_conversations(scored, tokenizer, kind, labels, model.config.max_utterance_tokens)
     batches = make_batches(encoded, 8, tokenizer.pad_token_id)
     metrics = evaluate(model, batches, labels, trained_on)
     if confusion is not None:
         gold, pred = predict_all(model, batches)
         confusion_matrix_plot([labels[i] for i in gold], [labels[i] for i in pred], labels, confusion)
-    return {"conversations": len(scored), **utterance_counts(scored, kind),
+    return {"conversations": len(scored), **utterance_counts(scored, kind), "truncated_utterances": report.truncated_utterances,
             **{k: v for k, v in metrics.items() if k != "per_class"}}
 
 
