@@ -331,8 +331,12 @@ def long_utterances_note(dialogues: Sequence[Dialogue], per_turn: Sequence[Seque
     cut = [f"{name} turn {i}" for name, predictions in zip(names, per_turn) for i, p in enumerate(predictions) if p["truncated"]]
     if not cut:
         return None
-    shown = ", ".join(cut[:5]) + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")
-    return f"note: {len(cut)} utterance(s) longer than the model's {max_tokens} word pieces were cut to their start: {shown}"
+    return f"note: {len(cut)} utterance(s) longer than the model's {max_tokens} word pieces were cut to their start: {first_few(cut)}"
+
+
+def first_few(items: Sequence[str], shown: int = 5) -> str:
+    """The first `shown` items, then how many more: "a, b, c, d, e and 7 more"."""
+    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def label_predictions(dialogues: Sequence[Dialogue], per_turn: Sequence[Sequence[dict]], label_column: str,

@@ -42,7 +42,7 @@ from turnformer.models.transformer_generator import TransformerGenerator
 from turnformer.parsing import DependencyParser
 from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import GENERATE, ModelBuilder, Predictions
-from turnformer.tasks.common import (SPLITS, check_split, checkpoint_paths, load_conversations, model_builder, read_split_files,
+from turnformer.tasks.common import (SPLITS, check_split, checkpoint_paths, first_few, load_conversations, model_builder, read_split_files,
                                      run_description, scored_run, shorten, upgrade_run)
 from turnformer.tasks.generation_metrics import available_word_vectors, generation_metrics, perplexity
 from turnformer.training import load_checkpoint, progress, set_seed, train
@@ -432,8 +432,7 @@ def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=
     cells = [(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")
              for d, r in zip(dialogues, rows)]
     cut = [f"{r['id']} ({u})" for r, u in zip(rows, unread) if u is not None]
-    note = (f"note: the model read only part of {len(cut)} conversation(s): " + ", ".join(cut[:5])
-            + (f" and {len(cut) - 5} more" if len(cut) > 5 else "")) if cut else None
+    note = f"note: the model read only part of {len(cut)} conversation(s): {first_few(cut)}" if cut else None
     return Predictions(rows, "replies", ("conversation", "last turn", "reply"), cells, notes=[note] if note else [])
 
 
