@@ -182,6 +182,7 @@ def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
     bad = runner.invoke(app, ["generate", "--checkpoint", str(out)], input=b"hello !\n\xe2\x80\x8b\ncaf\xe9\nhow are you ?\n\n")
     assert bad.exit_code == 0 and bad.output.count("bot>") == 2 and bad.output.count("error:") == 2, bad.output
     assert "empty utterance" in bad.output and "not valid Unicode" in bad.output, bad.output
+    assert "byte 0xe9 is not UTF-8" in bad.output  # the byte named, not the surrogate Python decoded it to
 
     wrong = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(conversations)])
     assert wrong.exit_code != 0 and "turnformer generate" in wrong.output

@@ -722,6 +722,10 @@ def chat(bot) -> None:
             fail(f"standard input is not valid text ({e.reason})")
         if not line:
             break
+        if undecoded := [c for c in line if "\udc80" <= c <= "\udcff"]:  # bytes stdin could not decode (surrogateescape)
+            err.print(Text.assemble(("error:", "red"), f" that line is not valid Unicode: byte 0x{ord(undecoded[0]) - 0xdc00:02x} is "
+                                    "not UTF-8 (set the terminal to UTF-8); type another line"), highlight=False, soft_wrap=True)
+            continue
         try:
             reply = bot.respond([*turns, ("user", line)], speaker="bot")
         except (DialogueError, ValueError) as e:  # a line the model cannot take: said, and the chat goes on without it
