@@ -595,3 +595,31 @@ def test_progress_counts_units_and_logs_where_no_bar_is_drawn(caplog):
     with caplog.at_level(logging.INFO, logger="turnformer.training"):
         assert list(progress(["a"], "perplexity", every_s=0.0)) == ["a"]
     assert "perplexity: 1/1 batches" in caplog.text
+
+
+def test_a_changed_length_of_a_linear_schedule_is_warned_about(tmp_path, uninterrupted, caplog):
+    """A linear schedule comes from the checkpoint, laid out for the run as it began: resumed with more epochs or
+    other batches an epoch, a warning says so; a constant rate takes more epochs; a finished run says it is
+    finished."""
+    linear = tmp_path / "linear"
+    run(linear, scheduler="linear", epochs=2)
+    for overrides, data, what in (({"epochs": 3}, TRAIN, "train.epochs changed (2 -> 3)"),
+                                  ({}, TRAIN[:9], "number of training batches an epoch changed (10 -> 9)")):
+        copy = tmp_path / f"linear-{len(data)}-{overrides.get('epochs', 2)}"
+        shutil.copytree(linear, copy)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="turnformer"):
+            train(TinyClassifier(), data, accuracy_eval(SPLITS), config(copy, resume=True, scheduler="linear", **{"epochs": 2, **overrides}),
+                  label_map=LABELS)
+        assert f"resuming with the {what}: the linear learning-rate schedule comes from the checkpoint" in caplog.text
+    constant = tmp_path / "constant"  # a constant rate: one more epoch trains on, without a warning
+    run(constant, scheduler="constant", epochs=2)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="turnformer"):
+        _, result = run(constant, resume=True, model=TinyClassifier(), scheduler="constant", epochs=3)
+    assert [h["epoch"] for h in result.history] == [1, 2, 3] and "schedule" not in caplog.text
+    finished = tmp_path / "finished"
+    shutil.copytree(uninterrupted[0], finished)
+    with caplog.at_level("INFO", logger="turnformer"):
+        run(finished, resume=True, model=TinyClassifier())
+    assert "the run has finished its 3 epochs" in caplog.text and "nothing left to train" in caplog.text

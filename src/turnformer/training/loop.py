@@ -193,7 +193,10 @@ class _Trainer:
         state: TrainState = checkpoint["state"]
         state.num_train_batches, state.world_size = self.n_batches, self.world
         self.state = state
-        if self.acc.is_main_process:
+        if self.acc.is_main_process and state.epoch >= self.config.epochs:
+            logger.info("resuming from %s: the run has finished its %d epochs (step %d); nothing left to train",
+                        last, self.config.epochs, state.global_step)
+        elif self.acc.is_main_process:
             logger.info("resuming from %s: epoch %d, batch %d, step %d", last, state.epoch + 1, state.batch_in_epoch,
                         state.global_step)
         return checkpoint
@@ -219,6 +222,14 @@ class _Trainer:
                         f"cannot resume from {last} in the middle of epoch {state.epoch + 1}: the {what} changed "
                         f"({before} -> {now}), so the epoch's batch order is not the same; resume with the same one"
                     )
+        if config.scheduler == "linear" and self.acc.is_main_process:  # laid out over epochs x batches when the run began
+            for what, before, now in (("train.epochs", saved_train.get("epochs"), config.epochs),
+                                      ("number of training batches an epoch", state.num_train_batches, self.n_batches)):
+                if before and before != now:  # 0: a checkpoint from before the count was kept
+                    logger.warning("resuming with the %s changed (%s -> %s): the linear learning-rate schedule comes from "
+                                   "the checkpoint, laid out for the run as it began, and reaches 0 where that run would "
+                                   "have ended (training past it changes nothing); for another length, train a new run",
+                                   what, before, now)
         changed = [
             f"{k}: {saved_train.get(k)!r} -> {getattr(config, k)!r}"
             for k in ("lr", "head_lr", "weight_decay", "grad_clip", "scheduler", "warmup_steps", "gradient_accumulation_steps", "seed",
