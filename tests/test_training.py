@@ -623,3 +623,16 @@ def test_a_changed_length_of_a_linear_schedule_is_warned_about(tmp_path, uninter
     with caplog.at_level("INFO", logger="turnformer"):
         run(finished, resume=True, model=TinyClassifier())
     assert "the run has finished its 3 epochs" in caplog.text and "nothing left to train" in caplog.text
+
+
+def test_a_second_training_into_a_folder_in_use_is_refused_before_it_touches_it(tmp_path, uninterrupted):
+    from turnformer.training.runs import only_run_in
+
+    out = tmp_path / "run"
+    shutil.copytree(uninterrupted[0], out)
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    with only_run_in(out):  # a training writing there now
+        with pytest.raises(CheckpointError, match="another training is writing into this folder now"):
+            run(out)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before  # nothing set aside, nothing written
+    run(out, epochs=1)  # once it has ended, the folder is free

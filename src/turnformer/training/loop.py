@@ -28,7 +28,7 @@ from turnformer.training.evaluation import evaluate, metric_text
 from turnformer.training.files import atomic_directory, json_normalise, recover_swap
 from turnformer.training.optim import build_optimizer, build_scheduler
 from turnformer.training.randomness import epoch_order, get_rng_state, set_rng_state, set_seed
-from turnformer.training.runs import delete_replaced_run, replaced_run_folder, set_aside_earlier_run
+from turnformer.training.runs import delete_replaced_run, only_run_in, replaced_run_folder, set_aside_earlier_run
 from turnformer.training.signals import interrupts_deferred, raise_terminated, signal_handlers
 from turnformer.training.state import TrainState
 
@@ -82,12 +82,13 @@ def train(
             "pass gradient accumulation through TrainConfig.gradient_accumulation_steps, not through the "
             f"Accelerator (it has gradient_accumulation_steps={accelerator.gradient_accumulation_steps})"
         )
-    trainer = _Trainer(model, train_batches, eval_fn, config, label_map, accelerator)  # checks last/ on resume
-    if run_info is not None and accelerator.is_main_process:
-        config.out_dir.mkdir(parents=True, exist_ok=True)
-        run_info = {**run_info, "mixed_precision": accelerator.mixed_precision}  # what trained it, however it was set
-        (config.out_dir / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
-    return trainer.run()
+    with only_run_in(config.out_dir, accelerator.is_main_process):
+        trainer = _Trainer(model, train_batches, eval_fn, config, label_map, accelerator)  # checks last/ on resume
+        if run_info is not None and accelerator.is_main_process:
+            config.out_dir.mkdir(parents=True, exist_ok=True)
+            run_info = {**run_info, "mixed_precision": accelerator.mixed_precision}  # what trained it, however it was set
+            (config.out_dir / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
+        return trainer.run()
 
 
 class _LossForward(nn.Module):

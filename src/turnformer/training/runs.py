@@ -6,7 +6,15 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
+
+from turnformer.errors import CheckpointError
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: runs there are not guarded against a second one
+    fcntl = None
 
 logger = logging.getLogger(__name__)
 
@@ -45,3 +53,25 @@ def delete_replaced_run(aside: Path, out_dir: Path) -> None:
     """The run in `out_dir` has a checkpoint now: the run it replaced, set aside in `aside`, goes."""
     shutil.rmtree(aside, ignore_errors=True)
     logger.info("deleted %s, the run that %s replaces, now that the new run has a checkpoint", aside, out_dir)
+
+
+@contextmanager
+def only_run_in(out_dir: Path, main_process: bool = True):
+    """Within the block no other training writes into `out_dir`: a second one started there meanwhile is refused
+    (a CheckpointError naming the folder) before it touches the folder, where both would overwrite each other's
+    checkpoints. The lock is the folder's own (``flock``): nothing is left in it, and it ends with the process. Taken
+    by the main process only (the others of a multi-process run share the folder)."""
+    if not main_process or fcntl is None:
+        yield
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CheckpointError(f"{out_dir}: another training is writing into this folder now; wait for it to end, or "
+                                  "give another output folder") from None
+        yield
+    finally:
+        os.close(fd)
