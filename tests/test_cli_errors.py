@@ -536,6 +536,12 @@ def test_every_model_config_refuses_bad_sizes():
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
             config(**settings)
     assert SegmentRecurrenceConfig(num_labels=4, mem_len=0).mem_len == 0   # no memory is a setting, not a mistake
+    from turnformer.models.dialogxl import DialogXLConfig
+
+    for heads in ("five", [1, 1, 1, "a"], [1.5, 1, 1, 0.5], [1, 1, 1, 1, 0], [True, 1, 1, 1]):  # each a traceback once
+        with pytest.raises(ValueError, match=r"model_config\.heads = .*: expected 4 whole numbers"):
+            DialogXLConfig.from_dict({"num_labels": 4, "heads": heads})
+    assert DialogXLConfig.from_dict({"num_labels": 4, "heads": [2, 2, 1, 1]}).heads == (2, 2, 1, 1)
 
 
 def test_a_warning_is_one_line_without_python_source(tmp_path):

@@ -86,6 +86,11 @@ class DialogXLConfig(ModelConfig):
     memory_grad: bool = False
 
     def __post_init__(self) -> None:
+        heads = self.heads
+        if not isinstance(heads, tuple | list) or len(heads) != 4 or any(isinstance(h, bool) or not isinstance(h, int) for h in heads):
+            shown = list(heads) if isinstance(heads, tuple | list) else heads
+            raise ValueError(f"model_config.heads = {shown!r}: expected 4 whole numbers (local, global, speaker and "
+                             "listener heads, summing to the backbone's)")
         check_config(self, positive=("num_labels", "max_utterance_tokens", "classifier_hidden", "chunk_tokens"))
         if not isinstance(self.memory_grad, bool):
             raise ValueError(f"model_config.memory_grad = {self.memory_grad!r}: expected true or false")
@@ -98,7 +103,7 @@ class DialogXLConfig(ModelConfig):
         data = dict(data)
         if data.get("positions", "conversation") not in ("conversation", "utterance"):
             raise ValueError(f"positions must be 'conversation' or 'utterance', got {data['positions']!r}")
-        if "heads" in data:
+        if isinstance(data.get("heads"), list):
             data["heads"] = tuple(data["heads"])
         return super().from_dict(data)
 
