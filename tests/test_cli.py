@@ -122,6 +122,12 @@ def test_demo_on_real_data(data_dir, tmp_path):
     assert (tmp_path / "masks-last-utterance.png").stat().st_size > 1000
     assert (tmp_path / "run" / "best" / "model.safetensors").exists()
     assert "annotated one utterance at a time" in result.output
+    for option, value in (("--train-dialogues", "-1"), ("--eval-dialogues", "0")):  # refused before any work
+        bad = runner.invoke(app, ["demo", "--out", str(tmp_path / "bad"), "--data-dir", str(data_dir), option, value])
+        assert bad.exit_code == 2 and f"{option} {value}: give a number of dialogues, 1 or more" in bad.output
+        assert not (tmp_path / "bad").exists()
+    bad = runner.invoke(app, ["demo", "--out", str(tmp_path / "bad"), "--data-dir", str(data_dir), "--epochs", "0"])
+    assert bad.exit_code == 2 and "--epochs" in bad.output
 
 
 def test_plot_masks_draws_dollar_signs_as_text(tmp_path):

@@ -328,7 +328,7 @@ def demo(
     model: str = typer.Option("dialogxl-memory-bias", help="The DialogXL recipe to fine-tune (default: the one that measured best)."),
     train_dialogues: Optional[int] = typer.Option(None, help="Fine-tune on the first N training dialogues (default all)."),
     eval_dialogues: Optional[int] = typer.Option(None, help="Score on the first N validation/test dialogues (default all)."),
-    epochs: int = typer.Option(1, help="Fine-tuning epochs."),
+    epochs: int = typer.Option(1, min=1, help="Fine-tuning epochs."),
     seed: int = typer.Option(1),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
@@ -338,6 +338,7 @@ def demo(
 
     erc = get_task("erc")
     try:
+        check_counts({"--train-dialogues": train_dialogues, "--eval-dialogues": eval_dialogues})
         print_stats(dataset_stats(dataset, data_dir), console)
         recipe = load_recipe(find_recipe(erc.name, model, dataset), [f"train.epochs={epochs}"])
         splits = erc.load_data(recipe, data_dir)
@@ -357,7 +358,10 @@ def demo(
         f"training dialogues, {epochs} epoch(s), batches of {recipe['train'].get('batch_size')} conversations, each encoded "
         f"in one pass...")
     started = time.monotonic()
-    result = erc.train(recipe, out / "run", seed, data_dir, resume=False, limits=limits or None)
+    try:
+        result = erc.train(recipe, out / "run", seed, data_dir, resume=False, limits=limits or None)
+    except USER_ERRORS as e:
+        fail(describe(e))
     test = result.test_at_best or {}
     scope = "the full test set" if eval_dialogues is None else f"the first {eval_dialogues} test dialogues"
     console.print(
