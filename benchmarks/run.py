@@ -303,11 +303,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="Run every experiment's first seed before any second one, one-seed experiments last "
                              "(a cut run then still has every main row).")
     parser.add_argument("--dry-run", action="store_true", help="Print the runs the command would start; start none.")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error(f"--workers {args.workers}: give 1 or more")
+    if args.deadline is not None and not args.deadline > 0:
+        parser.error(f"--deadline {args.deadline}: give the seconds from now, above 0")
+    for option in ("seeds", "baseline_seeds", "grid_seeds"):
+        if getattr(args, option) is not None:
+            try:
+                seed_list(getattr(args, option))
+            except ValueError as e:
+                parser.error(f"--{option.replace('_', '-')} {getattr(args, option)}: {e}")
+    return args
 
 
 def seed_list(text: str) -> tuple[int, ...]:
-    return tuple(int(s) for s in text.split(","))
+    """Seeds written 1,2,3: whole numbers, 0 or more (training refuses a negative seed)."""
+    try:
+        seeds = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise ValueError("give whole numbers separated by commas, e.g. 1,2,3") from None
+    if any(s < 0 for s in seeds):
+        raise ValueError("seeds are 0 or more")
+    return seeds
 
 
 def selected_experiments(args: argparse.Namespace) -> list[Experiment]:
@@ -317,10 +335,13 @@ def selected_experiments(args: argparse.Namespace) -> list[Experiment]:
     baseline_seeds = seed_list(args.baseline_seeds) if args.baseline_seeds else seeds
     experiments = [e for name in args.plan
                    for e in plan(name, seeds, baseline_seeds, args.swda_train, seed_list(args.grid_seeds))]
-    if args.datasets:
-        experiments = [e for e in experiments if e.dataset in args.datasets.split(",")]
-    if args.models:
-        experiments = [e for e in experiments if e.model in args.models.split(",")]
+    for option, of in (("datasets", lambda e: e.dataset), ("models", lambda e: e.model)):
+        if given := getattr(args, option):
+            unknown = sorted(set(given.split(",")) - {of(e) for e in experiments})
+            if unknown:
+                raise SystemExit(f"--{option}: not in the plans: {', '.join(unknown)} (the plans have "
+                                 f"{', '.join(sorted({of(e) for e in experiments}))})")
+            experiments = [e for e in experiments if of(e) in given.split(",")]
     if args.experiments:
         wanted = args.experiments.split(",")
         unknown = sorted(set(wanted) - {e.id for e in experiments})
@@ -343,7 +364,7 @@ def scheduled_jobs(experiments: list[Experiment], earlier: dict, runs_dir: Path,
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    deadline = time.time() + args.deadline if args.deadline else None
+    deadline = time.time() + args.deadline if args.deadline is not None else None
     experiments = selected_experiments(args)
     from_recipe_files = {e.id: record for e in experiments if (record := recipe_record(e, args.runs_dir))}
     earlier = {e.id: record for e in experiments if e.id not in from_recipe_files and (record := earlier_record(e))}

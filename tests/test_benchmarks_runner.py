@@ -129,6 +129,21 @@ def test_dry_run_lists_the_runs_it_would_start_and_starts_none(argv, runs, tmp_p
             "--set train.epochs=2 --limit-train 30 --limit-eval 8")
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--models", "transformr"], "--models: not in the plans: transformr (the plans have"),
+    (["--datasets", "daily"], "--datasets: not in the plans: daily"),
+    (["--seeds", "x"], "--seeds x: give whole numbers separated by commas"),
+    (["--grid-seeds", "0,-1"], "--grid-seeds 0,-1: seeds are 0 or more"),
+    (["--workers", "0"], "--workers 0: give 1 or more"),
+    (["--deadline", "-5"], "--deadline -5.0: give the seconds from now, above 0"),
+    (["--deadline", "0"], "--deadline 0.0: give the seconds from now, above 0")])
+def test_options_that_would_select_nothing_or_fail_later_are_refused(argv, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["--plan", "generation-full-cpu", *argv, "--runs-dir", "runs", "--dry-run"])
+    assert message in str(stopped.value.code) + capsys.readouterr().err and not any(tmp_path.iterdir())
+
+
 def test_every_experiments_recipe_is_written_as_a_recipe_file_that_loads_back_the_same(tmp_path):
     path = tmp_path / "config.toml"
     for e in every_experiment():
