@@ -266,6 +266,16 @@ def test_swda_listed_file_missing_and_unlisted_file(tmp_path):
     assert len(ds) == 1 and ds.report.counts == {"unlisted_conversation_file": 1}
 
 
+def test_swda_a_conversation_listed_twice_or_in_two_splits_is_refused(tmp_path):
+    write_swda(tmp_path, b"A|Hi.|sd\n", convs=("2001", "", "2001"))
+    with pytest.raises(DialogueError, match=r"train_split\.txt:3: conversation 2001 is listed twice \(first on line 1\)"):
+        load_split("swda", "train", tmp_path)
+    write_swda(tmp_path, b"A|Hi.|sd\n", convs=("2001",))
+    (tmp_path / "swda" / "metadata" / "test_split.txt").write_text("4001\n2001\n", encoding="utf-8")
+    with pytest.raises(DialogueError, match=r"train_split\.txt: conversation\(s\) 2001 also listed in test_split\.txt"):
+        load_split("swda", "train", tmp_path)
+
+
 def test_swda_label_file_must_match(tmp_path):
     write_swda(tmp_path, b"A|Hi.|sd\n", labels="sd\nb\n")
     with pytest.raises(DialogueError, match=r"labels\.txt: tag list differs"):

@@ -15,7 +15,8 @@ last, and the text, which may itself contain ``|``, in between. Lines with fewer
 text, an empty speaker or a tag outside the 41 raise `DialogueError` naming the file and line. Blank
 lines are skipped and counted (``blank_line``). If a split list is missing, the split folder's files
 are read in name order and this is reported (``conversation_list_missing``); files in the folder but
-not on the list are not read and are reported (``unlisted_conversation_file``).
+not on the list are not read and are reported (``unlisted_conversation_file``). A conversation listed twice, or in
+two splits' lists, raises `DialogueError` naming the list.
 
 ``swda-ld`` is the same corpus in the split of Lee and Dernoncourt (NAACL 2016), which the LC Attention paper
 follows (its Table 3: 1K training conversations, 112 validation, 19 test): the 112 validation conversations are
@@ -78,8 +79,21 @@ def _conversations(root: Path, fsplit: str, report: LoadReport) -> list[str]:
     if not list_path.is_file():
         report.add("conversation_list_missing", f"{display(list_path, root.parent)}: not found; read all {len(on_disk)} files in {fsplit}/")
         return on_disk
-    convs = [line.strip() for _, line in iter_lines(list_path) if line.strip()]
-    listed = set(convs)
+    first_line: dict[str, int] = {}
+    for lineno, line in iter_lines(list_path):
+        if not (conv := line.strip()):
+            continue
+        if conv in first_line:
+            raise DialogueError(f"{list_path}:{lineno}: conversation {conv} is listed twice (first on line {first_line[conv]})")
+        first_line[conv] = lineno
+    convs, listed = list(first_line), set(first_line)
+    for other in FILE_SPLITS.values():  # a conversation in two splits would be trained on and scored
+        other_path = root / "metadata" / f"{other}_split.txt"
+        if other != fsplit and other_path.is_file():
+            shared = sorted(listed & {line.strip() for _, line in iter_lines(other_path)})
+            if shared:
+                raise DialogueError(f"{list_path}: conversation(s) {', '.join(shared[:5])} also listed in {other_path.name}: "
+                                    "a conversation belongs to one split")
     for conv in on_disk:
         if conv not in listed:
             report.add("unlisted_conversation_file", f"{fsplit}/{conv}.txt: not in {list_path.name}; not read")
