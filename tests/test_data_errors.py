@@ -150,6 +150,13 @@ def test_dailydialog_small_folder(tmp_path):
     assert not ds.report
 
 
+def test_dailydialog_a_line_cut_in_its_last_utterance_is_read_and_reported(tmp_path):
+    write_dailydialog(tmp_path, "Hi . __eou__ Hello ! __eou__\nBye . __eou__ It is beyond my purs\n", "0 4\n0 0\n", "2 1\n1 1\n")
+    ds = load_split("dailydialog", "train", tmp_path)
+    assert ds[1].turns[-1].text == "It is beyond my purs" and ds.report.counts == {"missing_final_eou": 1}
+    assert "dialogues_train.txt:2: the line does not end with __eou__" in ds.report.messages[0]
+
+
 def test_dailydialog_label_count_mismatch_is_an_error(tmp_path):
     path = write_dailydialog(tmp_path, "Hi . __eou__ Hello ! __eou__\nA . __eou__ B . __eou__ C . __eou__\n", "0 0\n0 0\n", "1 1\n1 1\n")
     with pytest.raises(DialogueError, match=r"dialogues_train\.txt:2: 3 utterances but 2 labels in dialogues_emotion_train\.txt:2") as info:

@@ -8,8 +8,9 @@ Files (the official ``train.zip``/``validation.zip``/``test.zip``, unpacked)::
     dailydialog/{train,validation,test}/dialogues_act_{split}.txt      one integer a turn: 1 inform, 2 question, 3 directive, 4 commissive
 
 Reading: a dialogue line is split on ``__eou__`` and every piece is stripped; the (empty) piece after
-the last ``__eou__`` is not an utterance. Line *n* of the text file goes with line *n* of both label
-files, one label per utterance.
+the last ``__eou__`` is not an utterance; a line that does not end with ``__eou__`` (a file cut short) is read and
+reported (``missing_final_eou``). Line *n* of the text file goes with line *n* of both label files, one label per
+utterance.
 
 Speakers: the corpus has no speaker ids. Its dialogues are two-party and turns alternate, so turns are
 given speakers ``"A"`` and ``"B"`` alternately, ``"A"`` first. This is an assumption of the corpus
@@ -116,6 +117,9 @@ def load(root: Path, split: str) -> DatasetSplit:
             report.add("blank_line", f"{where}: blank line skipped (also blank in both label files)")
             continue
         segments = split_utterances(text)
+        if not text.rstrip().endswith(EOU):  # every line of the corpus ends its last utterance with the marker
+            report.add("missing_final_eou", f"{where}: the line does not end with {EOU}: its last utterance "
+                                            f"({segments[-1][-40:] if segments else ''!r}) may be cut short")
         emo = _codes(emo_line, emo_path, lineno, EMOTION_CODES, "emotion")
         act = _codes(act_line, act_path, lineno, ACT_CODES, "act")
         if len(emo) != len(act):
