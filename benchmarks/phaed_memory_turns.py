@@ -16,8 +16,9 @@ the split's responses, nothing retrained, with the memory's turn embeddings:
   TE(2) counted back; TE(t - 2) for TE(t - 1) counted from the start, at least TE(1)): told apart, at another turn;
 - ``no-memory``: the decoder reads no memory (``c_max = 0`` at inference).
 
-A PHAED without memory (``phaed-no-recurrence``) is scored as trained only. Only the memory changes: an earlier response's tokens are read by no other part of the model (the encoder's masks
-keep them out of the queries; cross-attention reads queries). Written to
+A PHAED without memory (``phaed-no-recurrence``) is scored as trained only. Only the memory changes: an earlier
+response's tokens are read by no other part of the model (the encoder's masks keep them out of the queries;
+cross-attention reads queries). Written to
 ``generation-phaed-memory-turns-<experiment, less generation-dailydialog->-seed<N>.json`` (the headline: the
 perplexity as trained; every variant under ``extra.perplexity``).
 """

@@ -477,5 +477,6 @@ __all__ = ["EOU", "GENERATION_MODELS", "MODELS", "PAD", "SOU", "SPEAKER_Q", "SPE
            "GenerationInstance", "GenerationReport", "ResponseGenerator", "Utterance", "Vocabulary", "build_generator",
            "build_word_generator", "encode_instance", "encode_instances", "evaluate_generation", "evaluate_perplexity",
            "evaluate_split", "generate_replies", "generate_responses", "instance_batches", "load_generation_data", "load_trained", "split_batches",
+           "split_instances", "eval_batch_size",
            "make_generation_batches", "make_instances", "prepare_generation", "pretrained_start", "train_generation",
            "WORD_GENERATORS", "words"]
