@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from turnformer.dialogue import Dialogue, Turn
+from turnformer.dialogue import Dialogue
 from turnformer.plots import plot_utterance_attention
 from turnformer.tasks.generation import (GENERATION_MODELS, ResponseGenerator, encode_instances, make_generation_batches,
-                                         make_instances, words)
+                                         reply_instance, words)
 
 EXAMPLES = [  # DRA, appendix D: the contexts, the gold reply and the paper's Transformer / +DRA replies
     {"turns": [("Speaker1", "Hello, Miao Li, where are you going?"), ("Speaker2", "Hello, I am going to the store to buy some fruit.")],
@@ -45,7 +45,7 @@ def main() -> None:
 
     dialogues = [Dialogue.from_turns([(s, " ".join(words(t))) for s, t in e["turns"]]) for e in EXAMPLES]
     # each example's reply as an instance: a placeholder turn by the other speaker, its context the whole example
-    instances = [make_instances([Dialogue((*d.turns, Turn(speaker=d.turns[-2].speaker, text=".")))])[-1] for d in dialogues]
+    instances = [reply_instance(d, d.turns[-2].speaker) for d in dialogues]
     suffixes = args.suffix or ["-cpu"]
     bots, experiments = {}, {}
     for model_id in GENERATION_MODELS:

@@ -7,8 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from turnformer.dialogue import Dialogue
-from turnformer.tasks.generation import SPECIALS, UNK, GenerationReport, Vocabulary, make_instances, words
+import random
+
+from turnformer.dialogue import Dialogue, Turn
+from turnformer.tasks.generation import (SPECIALS, UNK, GenerationReport, Vocabulary, make_instances, reply_instance,
+                                         words)
 from turnformer.tasks.generation_metrics import bleu, distinct, embedding_metrics, generation_metrics, perplexity
 
 
@@ -34,6 +37,31 @@ def test_utterances_are_cut_and_counted():
     assert len(instances[0].context[0].words) == 50 and report.cut_utterances == 1
     assert instances[1].context[-1].words != ()  # "#####" becomes punctuation marks, not nothing
     assert report.instances == 2
+
+
+def test_a_reply_instance_is_the_instance_of_a_turn_appended_and_reads_only_the_context():
+    """`reply_instance` (what a reply to a live conversation is built from) equals `make_instances`' instance of a
+    placeholder turn appended by the replier (its context, roles, cuts and turn count), on conversations of several
+    speakers, long and wordless utterances, any context length; the turns before the context are not read."""
+    rng = random.Random(0)
+    texts = ["hi , how are you ?", "#####", " ".join(["w"] * 60), "fine .", "What?! No way...", "ok"]
+    for trial in range(40):
+        turns = [(rng.choice("ABC"), rng.choice(texts)) for _ in range(rng.randint(1, 12))]
+        d = Dialogue.from_turns(turns, id=None if trial % 2 else f"d{trial}")
+        speaker, context_turns, max_words = rng.choice("ABCD"), rng.randint(1, 6), rng.choice([3, 50])
+        (expected,) = [x for x in make_instances([Dialogue((*d.turns, Turn(speaker=speaker, text=".")), id=d.id)],
+                                                 context_turns, max_words) if x.turn == len(d.turns)]
+        assert reply_instance(d, speaker, context_turns, max_words) == expected
+    long = Dialogue((*(Turn(speaker="A", text="x") for _ in range(10)), Turn(speaker="B", text="hello there")))
+
+    class Unread(str):  # an utterance whose words nobody may ask for
+        def lower(self):
+            raise AssertionError("an utterance before the context was read")
+
+    object.__setattr__(long.turns[0], "text", Unread("x"))
+    instance = reply_instance(long, "A", max_context_turns=2)
+    assert [u.words for u in instance.context] == [("x",), ("hello", "there")] and instance.response_turn == 11
+    assert [u.role for u in instance.context] == ["R", "Q"]
 
 
 def test_vocabulary_min_count_unknowns_and_round_trip():

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from turnformer.cli import app as cli_app
 from turnformer.dialogue import Dialogue, DialogueError
 from turnformer.serve.app import create_app
-from turnformer.serve.models import load_models
+from turnformer.serve.models import load_models, session_memory, tensor_bytes
 from turnformer.serve.schemas import Limits
 from turnformer.serve.server import BackgroundServer
 
@@ -304,6 +304,28 @@ def test_the_command_serves_its_checkpoints(runs):
         process.terminate()
         output = process.communicate(timeout=20)[0]
     assert "erc: erc model dialogxl" in output and f"http://127.0.0.1:{port}/" in output
+    assert "a live conversation holds up to" in output and "1000 conversations, up to" in output
+
+
+def test_the_server_says_what_its_live_conversations_can_hold(models):
+    """What a streaming session holds once full is measured (DialogXL: its memory of mem_len tokens in every layer,
+    with their metadata; a dialogue-act model: its last P vectors), and a session limit that could take more than half
+    of the machine's memory gets a warning with one that fits."""
+    dialogxl = models["emotion"].model
+    layers, hidden, mem_len = dialogxl.encoder.num_layers, dialogxl.encoder.config.hidden_size, dialogxl.config.mem_len
+    states = layers * mem_len * hidden * 4
+    held = models["emotion"].session_bytes()
+    assert states <= held <= states + mem_len * 8 * 16  # the states, and a few integer metadata fields a token
+    session = models["emotion"].session()
+    assert tensor_bytes(vars(session).values()) < held  # an empty session holds less
+    acts = models["acts"].session_bytes()
+    assert 0 < acts < held
+    said, warning = session_memory(models, Limits(max_sessions=10), physical=1 << 40)
+    per_session = held + acts + 1000 * (2000 + 2 * 1024)
+    assert warning is None and f"up to {per_session / 2**20:.1f} MiB ({(held + acts) / 2**20:.1f} MiB of model state" in said
+    said, warning = session_memory(models, Limits(max_sessions=1000), physical=per_session * 100)
+    assert f"--max-sessions 1000: the live conversations could take" in warning and "--max-sessions 50 keeps" in warning
+    assert session_memory({"ranker": models["ranker"]}, Limits()) == (None, None)  # nothing streams: nothing held
 
 
 def test_the_server_reaches_tasks_through_the_registry_and_their_interface():

@@ -402,3 +402,75 @@ def test_paper_layouts_by_dataset_name():
     assert [heads for _, heads in dialogxl_layout_for("MELD").groups] == [5, 5, 1, 1]
     with pytest.raises(ValueError, match="no DialogXL head layout for 'swda'; known: iemocap, meld"):
         dialogxl_layout_for("swda")
+
+
+def _former_pack_one(turns, speakers, heads, special: SpecialTokens, max_length, max_turns) -> dict:
+    """`_pack_one` as it was before it skipped the turns a cut drops whole: every turn packed, then cut."""
+    first_turn = 0 if max_turns is None else max(0, len(turns) - max_turns)
+    dropped = sum(len(t) for t in turns[:first_turn])
+    ids, utt, spk, special_flag, head = [], [], [], [], []
+    for t in range(first_turn, len(turns)):
+        start = len(ids) + (1 if special.bos is not None else 0)
+        word_ids = list(turns[t])
+        before = [special.prefix] if special.prefix is not None else []
+        after = [special.suffix] if special.suffix is not None else []
+        piece = before + word_ids + after
+        piece_heads = [-1] * len(piece)
+        if heads is not None:
+            for j, g in enumerate(heads[t]):
+                if g > 0:
+                    piece_heads[len(before) + j] = start + len(before) + g - 1
+                elif before:
+                    piece_heads[len(before) + j] = start
+        ids += piece
+        utt += [t] * len(piece)
+        spk += [speakers[t]] * len(piece)
+        special_flag += [True] * len(before) + [False] * len(word_ids) + [True] * len(after)
+        head += piece_heads
+    if special.bos is not None:
+        ids, utt, spk = [special.bos] + ids, [first_turn if utt else 0] + utt, [spk[0] if spk else 0] + spk
+        special_flag, head = [True] + special_flag, [-1] + head
+    cut = 0
+    if max_length is not None and len(ids) > max_length:
+        keep = 1 if special.bos is not None else 0
+        cut = len(ids) - max_length
+        sl = slice(keep + cut, None)
+        ids, utt, spk, special_flag = ids[:keep] + ids[sl], utt[:keep] + utt[sl], spk[:keep] + spk[sl], special_flag[:keep] + special_flag[sl]
+        head = head[:keep] + [h - cut if h >= keep + cut else -1 for h in head[sl]]
+        if keep and len(utt) > 1:
+            utt[0], spk[0] = utt[1], spk[1]
+    return {"ids": ids, "utt": utt, "spk": spk, "special": special_flag, "pad": [False] * len(ids), "head": head,
+            "truncated": dropped + cut}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_packing_skips_the_turns_a_cut_drops_whole_and_packs_the_same(data):
+    """A long history is packed from the turns that fill max_length (its cost is its end, not its length): ids,
+    utterances, speakers, flags, dependency arcs and the count of tokens dropped are those of packing every turn and
+    cutting, for every layout, with empty turns, max_turns and lengths at, under and over the history's."""
+    from turnformer.structure.packing import _pack_one
+
+    n = data.draw(st.integers(1, 25))
+    turns = [data.draw(st.lists(st.integers(5, 50), max_size=5)) for _ in range(n)]
+    speakers = [data.draw(st.integers(0, 3)) for _ in range(n)]
+    heads = data.draw(st.sampled_from([None, [[(j * 7 + t) % (len(x) + 1) for j in range(len(x))] for t, x in enumerate(turns)]]))
+    special = SpecialTokens(pad=0, bos=data.draw(st.sampled_from([None, 1])), prefix=data.draw(st.sampled_from([None, 2])),
+                            suffix=data.draw(st.sampled_from([None, 3])))
+    max_length = data.draw(st.sampled_from([None, *range(1, 40), 1000]))
+    max_turns = data.draw(st.sampled_from([None, 1, 3, 10]))
+    assert _pack_one(turns, speakers, heads, special, max_length, max_turns) == \
+        _former_pack_one(turns, speakers, heads, special, max_length, max_turns)
+
+
+def test_a_long_history_packs_in_the_time_of_its_end():
+    """A row of the concatenated context over a 20,000-turn conversation packs only the turns its 512 tokens hold."""
+    from turnformer.structure.packing import _pack_one
+
+    class Unread(list):  # a turn the packer must not open (len() is allowed: it counts the tokens dropped)
+        def __iter__(self):
+            raise AssertionError("a turn dropped whole was packed")
+
+    turns = [Unread([7] * 10) for _ in range(20_000)] + [[7] * 10 for _ in range(60)]
+    row = _pack_one(turns, [t % 2 for t in range(len(turns))], None, SpecialTokens(pad=0, bos=1, suffix=3), 512, None)
+    assert len(row["ids"]) == 512 and row["truncated"] == 20_060 * 11 + 1 - 512 and row["utt"][-1] == 20_059

@@ -765,7 +765,7 @@ def serve(
     conversations labelled, replies ranked or generated. Set TURNFORMER_TOKEN to require it as a bearer token."""
     # FastAPI, uvicorn and torch: loaded only when the command runs (start-up cost: `turnformer --help` stays fast)
     from turnformer.serve.app import checked_token, create_app
-    from turnformer.serve.models import NAME, load_models
+    from turnformer.serve.models import NAME, load_models, session_memory
     from turnformer.serve.schemas import Limits
     from turnformer.serve.server import listen, run
 
@@ -786,6 +786,11 @@ def serve(
                   highlight=False, soft_wrap=True)
     for m in models.values():
         said(f"{m.name}: {m.task.name} model {m.run['recipe']['model']} from {m.checkpoint} ({', '.join(sorted(m.serves))})")
+    held, warning = session_memory(models, limits)
+    if held:
+        said(held)
+    if warning:
+        err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     said(f"the page: http://{host}:{port}/   the API: http://{host}:{port}/docs")
     run(create_app(models, limits, token, f"{worker}-" if worker else ""), sock)
 

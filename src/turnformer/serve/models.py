@@ -5,12 +5,17 @@ and back), and two threads in one model would only wait for each other's cores a
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import re
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
+
+import torch
 
 from turnformer.dialogue import Dialogue, DialogueError, Turn
 from turnformer.tasks.base import ANNOTATE, ATTENTION, GENERATE, RANK, STREAM, Task
@@ -60,6 +65,19 @@ class LoadedModel:
         with self.lock:
             return session.add(turn.speaker, turn.text)
 
+    def session_bytes(self) -> int:
+        """Bytes of the tensors one streaming session of this model holds once full (DialogXL's memory of `mem_len`
+        tokens, a dialogue-act model's last P utterance vectors): measured on a session fed long utterances until
+        what it holds stops growing."""
+        session, held = self.session(), -1
+        for turn in range(256):
+            now = tensor_bytes(vars(session).values())
+            if now == held:
+                break
+            held = now
+            self.add(session, Turn(speaker=f"s{turn % 2}", text=" ".join(["word"] * 1000)))
+        return held
+
     def annotate(self, dialogue: Dialogue) -> list[dict]:
         with self.lock:
             return self.task.annotate(self.model, self.tokenizer, self.run, [dialogue])[0]
@@ -75,6 +93,49 @@ class LoadedModel:
     def attention(self, dialogue: Dialogue, utterance: int) -> dict:
         with self.lock:
             return self.task.attention(self.model, self.tokenizer, self.run, dialogue, utterance)
+
+
+def tensor_bytes(value: Any, seen: set | None = None) -> int:
+    """Bytes of the tensor storages `value` holds (in lists, tuples, deques, dicts and dataclasses; a storage shared
+    by several tensors counted once; a module's parameters not counted)."""
+    seen = set() if seen is None else seen
+    if isinstance(value, torch.Tensor):
+        storage = value.untyped_storage()
+        if storage.data_ptr() in seen:
+            return 0
+        seen.add(storage.data_ptr())
+        return storage.nbytes()
+    if isinstance(value, dict):
+        value = value.values()
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    elif not isinstance(value, (list, tuple, deque, type({}.values()))):
+        return 0
+    return sum(tensor_bytes(v, seen) for v in value)
+
+
+def session_memory(models: dict[str, LoadedModel], limits, physical: int | None = None) -> tuple[str | None, str | None]:
+    """(what a live conversation holds, a warning where `limits.max_sessions` of them could take more than half of
+    the machine's memory `physical` (bytes; None: this machine's)); (None, None) where no model streams."""
+    streaming = [m for m in models.values() if STREAM in m.serves]
+    if not streaming:
+        return None, None
+    state = sum(m.session_bytes() for m in streaming)
+    # its history: per turn the text (at most max_text_chars) and the answers, about 1 KB a model
+    history = limits.max_session_turns * (limits.max_text_chars + 1024 * len(streaming))
+    per_session = state + history
+    total = per_session * limits.max_sessions
+    said = (f"a live conversation holds up to {per_session / 2**20:.1f} MiB ({state / 2**20:.1f} MiB of model state, up "
+            f"to {limits.max_session_turns} turns of history): {limits.max_sessions} conversations, up to "
+            f"{total / 2**30:.1f} GiB")
+    if physical is None:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if total <= physical / 2:
+        return said, None
+    fits = max(1, int(physical / 2 // per_session))
+    return said, (f"--max-sessions {limits.max_sessions}: the live conversations could take {total / 2**30:.1f} GiB, "
+                  f"more than half of this machine's {physical / 2**30:.1f} GiB; --max-sessions {fits} keeps them "
+                  "under half")
 
 
 def finite(value: Any) -> Any:

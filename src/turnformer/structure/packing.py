@@ -243,6 +243,9 @@ def pack_token_ids(
 def _pack_one(turns, speakers, heads, special: SpecialTokens, max_length, max_turns) -> dict:
     first_turn = 0 if max_turns is None else max(0, len(turns) - max_turns)
     dropped = sum(len(t) for t in turns[:first_turn])
+    if max_length is not None:  # the turns the cut below would drop whole are not packed (a long history costs its end)
+        first_turn, skipped = _first_turn_reaching(turns, first_turn, special, max_length)
+        dropped += skipped
     ids, utt, spk, special_flag, head = [], [], [], [], []
     for t in range(first_turn, len(turns)):
         start = len(ids) + (1 if special.bos is not None else 0)
@@ -293,6 +296,20 @@ def _pack_one(turns, speakers, heads, special: SpecialTokens, max_length, max_tu
         "head": head,
         "truncated": dropped + cut,
     }
+
+
+def _first_turn_reaching(turns, first_turn: int, special: SpecialTokens, max_length: int) -> tuple[int, int]:
+    """(s, tokens of turns first_turn .. s-1 with their special tokens): s is the newest turn from which the packed
+    turns still fill `max_length`, so that oldest-first truncation would drop every turn before it whole; where the
+    turns do not overflow (or nothing but the bos token fits), (first_turn, 0)."""
+    budget = max_length - (special.bos is not None)
+    extra = (special.prefix is not None) + (special.suffix is not None)
+    kept, s = 0, len(turns)
+    while s > first_turn and kept < budget:
+        s -= 1
+        kept += len(turns[s]) + extra
+    skipped = sum(map(len, turns[first_turn:s])) + extra * (s - first_turn) if kept >= budget > 0 else 0
+    return (s, skipped) if skipped else (first_turn, 0)  # nothing to skip: pack as given
 
 
 def pack_dialogues(

@@ -31,7 +31,7 @@ import torch
 from turnformer.data import load_split
 from turnformer.data.generation_vocab import (EOU, PAD, SOU, SPEAKER_Q, SPEAKER_R, SPECIALS, UNK, GenerationInstance,
                                               Utterance, Vocabulary, detokenize, words)
-from turnformer.dialogue import Dialogue, DialogueError, Turn, as_dialogue, next_speaker, output_names
+from turnformer.dialogue import Dialogue, DialogueError, as_dialogue, next_speaker, output_names
 from turnformer.models.dialogbert import DialogBERTGenerator
 from turnformer.models.dra import TransformerDRA
 from turnformer.models.generator_base import IGNORE, GenerationBatch
@@ -65,23 +65,12 @@ class GenerationReport:
 def make_instances(dialogues: Iterable[Dialogue], max_context_turns: int = 4, max_words: int = 50,
                    report: GenerationReport | None = None) -> list[GenerationInstance]:
     """Every (context, response) pair of the conversations (see the module docstring)."""
-    if max_context_turns < 1 or max_words < 1:
-        raise ValueError(f"need max_context_turns >= 1 and max_words >= 1, got {max_context_turns}, {max_words}")
+    check_cuts(max_context_turns, max_words)
     report = report if report is not None else GenerationReport()
     out: list[GenerationInstance] = []
     for d_index, dialogue in enumerate(dialogues):
         name = dialogue.id if dialogue.id is not None else str(d_index)
-        cut = []
-        for t, turn in enumerate(dialogue.turns):
-            w = words(turn.text)
-            if not w:
-                report.empty_utterances += 1
-                report.messages.append(f"dialogue {name!r} turn {t}: no words in {turn.text[:40]!r}; kept as [UNK]")
-                w = [UNK]
-            if len(w) > max_words:
-                report.cut_utterances += 1
-                w = w[:max_words]
-            cut.append(tuple(w))
+        cut = [cut_words(turn.text, max_words, report, f"dialogue {name!r} turn {t}") for t, turn in enumerate(dialogue.turns)]
         spoken: dict = {}  # speaker -> utterances so far
         for t, turn in enumerate(dialogue.turns):
             spoken[turn.speaker] = spoken.get(turn.speaker, 0) + 1
@@ -92,6 +81,37 @@ def make_instances(dialogues: Iterable[Dialogue], max_context_turns: int = 4, ma
             out.append(GenerationInstance(context, Utterance(cut[t], "R"), name, t, spoken[turn.speaker]))
     report.instances += len(out)
     return out
+
+
+def reply_instance(dialogue: Dialogue, speaker: str, max_context_turns: int = 4, max_words: int = 50) -> GenerationInstance:
+    """The instance of a reply by `speaker` to the end of `dialogue`, as `make_instances` builds it for a turn
+    appended there (its response a placeholder "."), reading only the turns the context keeps: a reply to a long
+    conversation costs what a reply to a short one does."""
+    check_cuts(max_context_turns, max_words)
+    name = dialogue.id if dialogue.id is not None else "0"
+    turns, first = dialogue.turns, max(0, len(dialogue.turns) - max_context_turns)
+    context = tuple(Utterance(cut_words(turns[i].text, max_words, GenerationReport(), f"dialogue {name!r} turn {i}"),
+                              "R" if turns[i].speaker == speaker else "Q") for i in range(first, len(turns)))
+    spoken = 1 + sum(turn.speaker == speaker for turn in turns)
+    return GenerationInstance(context, Utterance((".",), "R"), name, len(turns), spoken)
+
+
+def check_cuts(max_context_turns: int, max_words: int) -> None:
+    if max_context_turns < 1 or max_words < 1:
+        raise ValueError(f"need max_context_turns >= 1 and max_words >= 1, got {max_context_turns}, {max_words}")
+
+
+def cut_words(text: str, max_words: int, report: GenerationReport, where: str) -> tuple[str, ...]:
+    """An utterance's words, its first `max_words` (a cut counted in `report`); one without words is [UNK]."""
+    w = words(text)
+    if not w:
+        report.empty_utterances += 1
+        report.messages.append(f"{where}: no words in {text[:40]!r}; kept as [UNK]")
+        w = [UNK]
+    if len(w) > max_words:
+        report.cut_utterances += 1
+        w = w[:max_words]
+    return tuple(w)
 
 
 # --------------------------------------------------------------------------- batches, training, evaluation
@@ -408,11 +428,7 @@ class ResponseGenerator:
         instances = []
         for dialogue, speaker in zip(dialogues, speakers):
             speaker = speaker or next_speaker(dialogue)
-            # the reply is a placeholder turn: make_instances builds its context and roles
-            (instance,) = [x for x in make_instances([Dialogue((*dialogue.turns, Turn(speaker=speaker, text=".")))],
-                                                     self.max_context_turns, self.max_words)
-                           if x.turn == len(dialogue.turns)]
-            instances.append(instance)
+            instances.append(reply_instance(dialogue, speaker, self.max_context_turns, self.max_words))
         batches = instance_batches(self.model, instances, self.vocab, 64, sort_by_length=False)
         if hasattr(self.model, "generate_words"):  # a sub-word decoder's replies keep their rare words
             device = next(self.model.parameters()).device
@@ -478,5 +494,5 @@ __all__ = ["EOU", "GENERATION_MODELS", "MODELS", "PAD", "SOU", "SPEAKER_Q", "SPE
            "build_word_generator", "encode_instance", "encode_instances", "evaluate_generation", "evaluate_perplexity",
            "evaluate_split", "generate_replies", "generate_responses", "instance_batches", "load_generation_data", "load_trained", "split_batches",
            "split_instances", "eval_batch_size",
-           "make_generation_batches", "make_instances", "prepare_generation", "pretrained_start", "train_generation",
+           "make_generation_batches", "make_instances", "prepare_generation", "pretrained_start", "reply_instance", "train_generation",
            "WORD_GENERATORS", "words"]
