@@ -369,3 +369,41 @@ def test_benchmark_script_runs_on_a_tiny_split(tmp_path, monkeypatch):
     assert extra["utterance_recurrence_percent_batch1"] == 0.0 and extra["segment_len"] == 4
     assert record["scores"][0] > 0 and extra["utterance_recurrence_percent_batch4"] > 0
     assert set(extra["batches_in_data_order"]) == {"segment_recurrence_percent", "utterance_recurrence_percent", "xlnet_utterance_segments_percent"}
+
+
+# ---------------------------------------------------------------- prediction reads conversations together
+
+
+def dialogxl_variant(**changes) -> DialogXL:
+    encoder = random_backbone(tiny_config(vocab_size=60, hidden=32, layers=2, heads=4), seed=0)
+    config = DialogXLConfig(num_labels=3, heads=(1, 1, 1, 1), window=1, dropout=0.0, **changes)
+    return DialogXL(config, encoder, CLS, SEP, PAD).eval()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: dialogxl_variant(mem_len=1000), lambda: dialogxl_variant(mem_len=7, chunk_tokens=12),
+    lambda: dialogxl_variant(mem_len=9, memory_bias=-4.0, speaker_roles=2), lambda: dialogxl_variant(positions="utterance"),
+    lambda: concat_model(max_length=20, rows=5, tokens=40), lambda: segment_model(6, 6),
+], ids=["dialogxl", "dialogxl-short-memory", "dialogxl-memory-bias", "dialogxl-utterance-positions", "concat-context",
+        "segment-recurrence"])
+def test_a_conversations_probabilities_do_not_depend_on_the_others_of_its_batch(make):
+    """What `predict` answers for a conversation read with others (padded to the longest) is what it answers for it
+    alone, for every emotion model: prediction may read a file's conversations together."""
+    model = make()
+    convs = conversations(seed=11, turns=(5, 1, 9, 2, 7, 3))
+    with torch.no_grad():
+        together = model.probabilities(make_batch(convs, PAD))
+        for b, conv in enumerate(convs):
+            alone = model.probabilities(make_batch([conv], PAD))[0]
+            n = len(conv.turn_ids)
+            assert torch.allclose(together[b, :n], alone[:n], atol=1e-5), b
+
+
+def test_prediction_groups_keep_order_and_both_limits():
+    from turnformer.tasks.erc import prediction_groups
+
+    assert prediction_groups([3, 3, 3, 10, 1, 1], max_conversations=2, max_utterances=7) == [[0, 1], [2], [3], [4, 5]]
+    assert prediction_groups([300, 2, 2], max_conversations=16, max_utterances=256) == [[0], [1, 2]]
+    assert prediction_groups([], 16, 256) == []
+    groups = prediction_groups([1] * 40, max_conversations=16, max_utterances=256)
+    assert [len(g) for g in groups] == [16, 16, 8] and [i for g in groups for i in g] == list(range(40))

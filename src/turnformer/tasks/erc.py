@@ -265,14 +265,35 @@ def evaluate_split(model, tokenizer, run: dict, split: str, data_dir=None, limit
             **{k: v for k, v in metrics.items() if k != "per_class"}}
 
 
-def predict_dialogues(model, tokenizer, dialogues: Sequence[Dialogue], labels: Sequence[str]) -> list[list[dict]]:
-    """Per dialogue, per turn: {"label", "probabilities"}, one conversation at a time. Gold labels are not needed."""
+def predict_dialogues(model, tokenizer, dialogues: Sequence[Dialogue], labels: Sequence[str], max_conversations: int = 16,
+                      max_utterances: int = 256) -> list[list[dict]]:
+    """Per dialogue, per turn: {"label", "probabilities"}. Gold labels are not needed. Consecutive conversations are
+    read together, at most `max_conversations` of at most `max_utterances` utterances in all (a longer one alone):
+    a conversation's answers do not depend on the others of its batch (tested), and a file of many short ones is
+    not read one forward each."""
+    groups = prediction_groups([len(d) for d in dialogues], max_conversations, max_utterances)
     per_turn = []
-    for dialogue in progress(dialogues, "predict", unit="utterance", sizes=[len(d) for d in dialogues]):
-        (encoded,), _ = encode_conversations([dialogue], tokenizer, "", labels, model.config.max_utterance_tokens)
-        probs = model.probabilities(make_batch([encoded], tokenizer.pad_token_id))[0]
-        per_turn.append([{"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))} for p in probs])
+    for group in progress(groups, "predict", unit="utterance", sizes=[sum(len(dialogues[i]) for i in g) for g in groups]):
+        encoded, _ = encode_conversations([dialogues[i] for i in group], tokenizer, "", labels, model.config.max_utterance_tokens)
+        probs = model.probabilities(make_batch(encoded, tokenizer.pad_token_id))
+        for row, i in zip(probs, group):
+            per_turn.append([{"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))}
+                             for p in row[: len(dialogues[i])]])
     return per_turn
+
+
+def prediction_groups(lengths: Sequence[int], max_conversations: int, max_utterances: int) -> list[list[int]]:
+    """Consecutive indices of conversations of `lengths` utterances, cut into groups of at most `max_conversations`
+    and `max_utterances` utterances in all; a conversation longer than that alone."""
+    groups: list[list[int]] = []
+    total = 0
+    for i, n in enumerate(lengths):
+        if not groups or len(groups[-1]) == max_conversations or total + n > max_utterances:
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += n
+    return groups
 
 
 @torch.no_grad()
