@@ -342,3 +342,20 @@ def test_ranker_takes_candidates_in_every_form_and_names_a_bad_one(tiny_backbone
         ranker.rank(context, "yes")
     with pytest.raises(DialogueError, match=r"candidates\[1\]: text: empty utterance"):
         ranker.rank(context, ["ok", " "])
+
+
+def test_scoring_in_chunks_is_scoring_at_once(tiny_backbone_dir, mutual_items):
+    """A file is scored `chunk_items` items at a time (memory bounded by a chunk, not the file): the same scores, in
+    the items' order, and the same truncation report, as all at once; no items: no scores, a report of zeros."""
+    from turnformer.tasks.response_selection import score_items
+
+    model, tokenizer = build_mdfn("mdfn", {"max_length": 48, "dropout": 0.0}, str(tiny_backbone_dir))
+    whole, parts = {}, {}
+    at_once = score_items(model, tokenizer, mutual_items, batch_size=4, truncation=whole)
+    chunked = score_items(model, tokenizer, mutual_items, batch_size=4, truncation=parts, chunk_items=5)  # other batches too
+    assert len(at_once) == len(mutual_items) and whole == parts and whole["truncated_sequences"] > 0
+    for a, b in zip(at_once, chunked):
+        assert a == pytest.approx(b, abs=1e-5)
+    empty: dict = {}
+    assert score_items(model, tokenizer, [], truncation=empty) == [] and set(empty) == set(whole)
+    assert not any(empty.values())

@@ -314,18 +314,24 @@ def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None,
 
 @torch.no_grad()
 def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], batch_size: int = 16,
-                truncation: dict | None = None) -> list[list[float]]:
+                truncation: dict | None = None, chunk_items: int = 1024) -> list[list[float]]:
     """Scores of every item's candidates (higher = better), in the items' order. ``truncation``, if
-    given, is filled with the truncation report (see `make_selection_batches`)."""
+    given, is filled with the truncation report (see `make_selection_batches`). Items are encoded and batched
+    `chunk_items` at a time: memory holds one chunk's batches, whatever the file's length."""
     model.eval()
-    encoded = encode_items(items, tokenizer, model.config.max_turns)
-    batches, report = make_selection_batches(encoded, batch_size, special_tokens(tokenizer), model.config.max_length, sort_by_length=False)
-    if truncation is not None:
-        truncation.update(report)
     device = next(model.parameters()).device
     scores: list[list[float]] = []
-    for batch in progress(batches, "score"):
-        scores.extend(model.predict(batch.to(device))[1])
+    report: dict = {}
+    starts = range(0, len(items), chunk_items) if items else range(1)  # no items: one empty chunk, a report of zeros
+    for start in progress(starts, "score", unit="item", sizes=[len(items[s : s + chunk_items]) for s in starts]):
+        encoded = encode_items(items[start : start + chunk_items], tokenizer, model.config.max_turns)
+        batches, counts = make_selection_batches(encoded, batch_size, special_tokens(tokenizer), model.config.max_length,
+                                                 sort_by_length=False)
+        report = {key: report.get(key, 0) + n for key, n in counts.items()}
+        for batch in batches:
+            scores.extend(model.predict(batch.to(device))[1])
+    if truncation is not None:
+        truncation.update(report)
     return scores
 
 
