@@ -5,13 +5,12 @@ and back), and two threads in one model would only wait for each other's cores a
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -107,8 +106,8 @@ def tensor_bytes(value: Any, seen: set | None = None) -> int:
         return storage.nbytes()
     if isinstance(value, dict):
         value = value.values()
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    elif is_dataclass(value) and not isinstance(value, type):
+        value = [getattr(value, f.name) for f in fields(value)]
     elif not isinstance(value, (list, tuple, deque, type({}.values()))):
         return 0
     return sum(tensor_bytes(v, seen) for v in value)
@@ -121,13 +120,13 @@ def session_memory(models: dict[str, LoadedModel], limits, physical: int | None 
     if not streaming:
         return None, None
     state = sum(m.session_bytes() for m in streaming)
-    # its history: per turn the text (at most max_text_chars) and the answers, about 1 KB a model
+    # its history, estimated: per turn the text (at most max_text_chars) and about 1 KB of answers a model
     history = limits.max_session_turns * (limits.max_text_chars + 1024 * len(streaming))
     per_session = state + history
     total = per_session * limits.max_sessions
-    said = (f"a live conversation holds up to {per_session / 2**20:.1f} MiB ({state / 2**20:.1f} MiB of model state, up "
-            f"to {limits.max_session_turns} turns of history): {limits.max_sessions} conversations, up to "
-            f"{total / 2**30:.1f} GiB")
+    said = (f"a live conversation holds up to {per_session / 2**20:.1f} MiB ({state / 2**20:.1f} MiB of model state, "
+            f"measured, and about {history / 2**20:.1f} MiB for {limits.max_session_turns} turns of history): "
+            f"{limits.max_sessions} conversations, up to {total / 2**30:.1f} GiB")
     if physical is None:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if total <= physical / 2:

@@ -88,9 +88,9 @@ def reply_instance(dialogue: Dialogue, speaker: str, max_context_turns: int = 4,
     appended there (its response a placeholder "."), reading only the turns the context keeps: a reply to a long
     conversation costs what a reply to a short one does."""
     check_cuts(max_context_turns, max_words)
-    name = dialogue.id if dialogue.id is not None else "0"
+    name, report = dialogue.id if dialogue.id is not None else "0", GenerationReport()  # a reply's cuts: `unread` says them
     turns, first = dialogue.turns, max(0, len(dialogue.turns) - max_context_turns)
-    context = tuple(Utterance(cut_words(turns[i].text, max_words, GenerationReport(), f"dialogue {name!r} turn {i}"),
+    context = tuple(Utterance(cut_words(turns[i].text, max_words, report, f"dialogue {name!r} turn {i}"),
                               "R" if turns[i].speaker == speaker else "Q") for i in range(first, len(turns)))
     spoken = 1 + sum(turn.speaker == speaker for turn in turns)
     return GenerationInstance(context, Utterance((".",), "R"), name, len(turns), spoken)

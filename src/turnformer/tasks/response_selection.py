@@ -323,7 +323,7 @@ def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], 
     scores: list[list[float]] = []
     report: dict = {}
     starts = range(0, len(items), chunk_items) if items else range(1)  # no items: one empty chunk, a report of zeros
-    for start in progress(starts, "score", unit="item", sizes=[len(items[s : s + chunk_items]) for s in starts]):
+    for start in progress(starts, "score", unit="item", sizes=[min(chunk_items, len(items) - s) for s in starts]):
         encoded = encode_items(items[start : start + chunk_items], tokenizer, model.config.max_turns)
         batches, counts = make_selection_batches(encoded, batch_size, special_tokens(tokenizer), model.config.max_length,
                                                  sort_by_length=False)
