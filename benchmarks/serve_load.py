@@ -261,7 +261,6 @@ def describe(model: LoadedModel) -> dict:
     return {"name": model.name, "task": model.task.name, "model": run["recipe"]["model"], "dataset": run["recipe"].get("dataset"),
             "backbone": run["recipe"].get("backbone"), "seed": run.get("seed"), "limits": run.get("limits"),
             "epochs": run["recipe"].get("train", {}).get("epochs"),
-            "epochs": run["recipe"].get("train", {}).get("epochs"),
             "results": model.info()["results"]}
 
 

@@ -229,3 +229,31 @@ def test_one_pass_trains_under_bfloat16_autocast(memory_grad):
     model.train()
     one_pass, recurrence = mixed_precision_error(model, batch, True), mixed_precision_error(model, batch, False)
     assert one_pass < 0.1 and one_pass < 2 * recurrence, (one_pass, recurrence)
+
+
+@pytest.mark.parametrize("arch, mem_len, memory_bias", [("bert", 10, None), ("bert", 25, -1.0), ("bert", 0, None),
+                                                        ("mpnet", 25, -1.0), ("xlnet", 10, None)])
+def test_memory_after_a_prefix_equals_stepping_it(arch, mem_len, memory_bias):
+    """`memory_after(batch, end)` (the first `end` utterances a chunk at a time) leaves the memory that stepping them
+    leaves: the same states and metadata, and `step` goes on from it to the same outputs."""
+    model = build(arch, mem_len=mem_len, memory_bias=memory_bias, speaker_roles=2).eval()
+    batch = batch_of(arch, turns=(9, 4, 7), seed=4)
+    real = torch.arange(batch.turn_lengths.shape[1]) < torch.tensor(batch.lengths)[:, None]
+    with torch.no_grad():
+        expected = recurrent_logits(model, batch)
+        for chunk in (1, 15, 10_000):
+            model.config.chunk_tokens = chunk
+            for end in range(batch.turn_lengths.shape[1] + 1):
+                stepped = model.empty_memory(3)
+                for t in range(end):
+                    _, stepped, _ = model.step(batch.steps[t], t, batch.speakers[:, t], stepped)
+                memory = model.memory_after(batch, end)
+                assert memory.length == stepped.length, f"chunk {chunk}, end {end}"
+                for ours, theirs in zip(memory.states, stepped.states):
+                    torch.testing.assert_close(ours[stepped.meta.is_real], theirs[stepped.meta.is_real], rtol=0, atol=TOL)
+                for field in ("utterance", "speaker", "position", "order", "is_padding", "memory_index"):
+                    ours, theirs = getattr(memory.meta, field), getattr(stepped.meta, field)
+                    assert torch.equal(ours[stepped.meta.is_real], theirs[stepped.meta.is_real]), f"{field}: chunk {chunk}, end {end}"
+                for t in range(end, batch.turn_lengths.shape[1]):
+                    cls, memory, _ = model.step(batch.steps[t], t, batch.speakers[:, t], memory)
+                    torch.testing.assert_close(model.classifier(cls)[real[:, t]], expected[real[:, t], t], rtol=0, atol=TOL)

@@ -359,17 +359,18 @@ class DialogXL(UtteranceClassifier):
         shift = (start + lengths - self.encoder.max_positions).clamp(min=0)  # each utterance's last token fits
         return meta, (order - shift.gather(1, turn)).masked_fill(padding, 0)
 
-    def chunks(self, batch: ConversationBatch) -> list[tuple[int, int]]:
+    def chunks(self, batch: ConversationBatch, end: int | None = None) -> list[tuple[int, int]]:
         """Utterance ranges [a, b) encoded together: as many consecutive utterances as fit ``chunk_tokens``
-        tokens in every row (always at least one)."""
+        tokens in every row (always at least one), over the first ``end`` utterances (default: all; 0: none)."""
         lengths = batch.turn_lengths.tolist()
+        end = len(lengths[0]) if end is None else end
         ranges, start, running = [], 0, [0] * len(lengths)
-        for t in range(len(lengths[0])):
+        for t in range(end):
             running = [used + row[t] for used, row in zip(running, lengths)]
             if t > start and max(running) > self.config.chunk_tokens:
                 ranges.append((start, t))
                 start, running = t, [row[t] for row in lengths]
-        return ranges + [(start, len(lengths[0]))]
+        return ranges + [(start, end)] if end else []
 
     def encode_chunk(
         self, input_ids: torch.Tensor, meta: TokenMeta, position_ids: torch.Tensor, memory: Memory,
@@ -410,6 +411,15 @@ class DialogXL(UtteranceClassifier):
 
     def logits(self, batch: ConversationBatch) -> torch.Tensor:
         """[B, N, labels]: every utterance's logits, in one pass a chunk (`chunks`)."""
+        return self.one_pass(batch)[0]
+
+    def memory_after(self, batch: ConversationBatch, end: int) -> Memory:
+        """The memory after each row's first ``end`` utterances, encoded a chunk at a time as `logits` does: the memory
+        that stepping them one by one (`step`) leaves, for a caller that goes on with `step`."""
+        return self.one_pass(batch, end)[1]
+
+    def one_pass(self, batch: ConversationBatch, end: int | None = None) -> tuple[torch.Tensor, Memory]:
+        """[B, end, labels] logits of the first ``end`` utterances (default: all) and the memory after them."""
         meta, positions = self.conversation_meta(batch)
         ids, lengths = batch.input_ids, batch.turn_lengths
         starts = lengths.cumsum(1) - lengths  # [B, N] first column of each utterance
@@ -420,7 +430,7 @@ class DialogXL(UtteranceClassifier):
         cls = torch.full_like(lengths, ids.shape[1]).scatter_reduce(1, turn, columns.masked_fill(~is_cls, ids.shape[1]), "amin")
         cls = torch.where(cls < ids.shape[1], cls, starts)
         memory, outputs = self.empty_memory(ids.shape[0]), []
-        ranges = self.chunks(batch)
+        ranges = self.chunks(batch, end)
         for i, (a, b) in enumerate(ranges):
             first, count = starts[:, a: a + 1], lengths[:, a:b].sum(1, keepdim=True)  # [B, 1] each
             width = int(count.max())
@@ -434,7 +444,9 @@ class DialogXL(UtteranceClassifier):
             else:
                 logits, memory = run(memory)
             outputs.append(logits)
-        return torch.cat(outputs, dim=1)
+        if not outputs:  # end = 0
+            return memory.states[0].new_zeros(ids.shape[0], 0, self.config.num_labels), memory
+        return torch.cat(outputs, dim=1), memory
 
     def _chunk_logits(self, ids, meta, positions, cls_columns, memory) -> tuple[torch.Tensor, Memory]:
         out, memory = self.encode_chunk(ids, meta, positions, memory)

@@ -306,9 +306,7 @@ def attention_view(model, tokenizer, dialogue: Dialogue, utterance: int) -> Atte
     model.eval()
     (encoded,), _ = encode_conversations([dialogue], tokenizer, "", [], model.config.max_utterance_tokens)
     batch = make_batch([encoded], tokenizer.pad_token_id).to(next(model.parameters()).device)
-    memory = model.empty_memory(1)
-    for t in range(utterance):
-        _, memory, _ = model.step(batch.steps[t], t, batch.speakers[:, t], memory)
+    memory = model.memory_after(batch, utterance)  # the utterances before, a chunk at a time (as `step` would leave it)
     ids = batch.steps[utterance]
     _, _, out = model.step(ids, utterance, batch.speakers[:, utterance], memory, output_attentions=True)
     model.train(was_training)
