@@ -19,9 +19,9 @@
   an epoch takes 45-75 minutes of one core; over ``--grid-seeds`` (default: seed 1); and PHAED with its turn
   embeddings counted from the conversation's start and started at zero, together and each alone; PHAED without its
   memory (``phaed-no-recurrence``), with its turn embeddings at unit scale and from zero.
-- ``generation-full-cpu-2epochs``: the Transformer, PHAED and the GPT-2-style decoder as in ``generation-full-cpu``,
-  trained for two epochs (the schedule decays to zero over both): whether PHAED's distance to the other two changes
-  with more training; over ``--grid-seeds``.
+- ``generation-full-cpu-2epochs``: the main rows as in ``generation-full-cpu``, trained for two epochs (the schedule
+  decays to zero over both): whether PHAED's distance to the Transformer and the GPT-2-style decoder, and DRA's to
+  its two encoders, change with more training; over ``--grid-seeds``.
 """
 
 from __future__ import annotations
@@ -131,10 +131,10 @@ PLANS: dict[str, list[Experiment]] = {
                    (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *settings),
                    task=TASK, extra={"scale": GENERATION_FULL_CPU})
         for name, settings in (("phaed-no-recurrence", ()), ("phaed-no-recurrence-turns-zero", TURNS_ZERO))],
-    # the same, two epochs: whether PHAED's distance to the Transformer and the GPT-2-style decoder changes with training
+    # the same, two epochs: whether the papers' directions change with more training
     "generation-full-cpu-2epochs": [
         Experiment(f"{TASK}-dailydialog-{model}-full-cpu-2epochs", model, "dailydialog", GRID_SEEDS,
                    tuple(f"{k}={v}" for k, v in GENERATION_FULL_CPU_2EPOCHS.items()), task=TASK,
                    extra={"scale": GENERATION_FULL_CPU_2EPOCHS})
-        for model in ("transformer", "phaed", "gpt2-scratch")],
+        for model in ("transformer", "phaed", "gpt2-scratch", "transformer-dra", "dialogbert", "dialogbert-dra")],
 }
