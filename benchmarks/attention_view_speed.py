@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from turnformer.dialogue import Dialogue
+from turnformer.models.dialogxl import DialogXL
 from turnformer.results import make_result, write_result
 from turnformer.tasks import erc
 
@@ -43,6 +44,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, tokenizer, run = erc.load_trained(args.checkpoint)
+    if not isinstance(model, DialogXL):
+        parser.error(f"--checkpoint {args.checkpoint}: a {type(model).__name__} run; the attention view needs a DialogXL run")
     test = erc.EmotionRecognition().load_data(run["recipe"], only=["test"])["test"]
     turns = [turn for dialogue in test for turn in dialogue.turns]
     rows = []

@@ -257,3 +257,11 @@ def test_memory_after_a_prefix_equals_stepping_it(arch, mem_len, memory_bias):
                 for t in range(end, batch.turn_lengths.shape[1]):
                     cls, memory, _ = model.step(batch.steps[t], t, batch.speakers[:, t], memory)
                     torch.testing.assert_close(model.classifier(cls)[real[:, t]], expected[real[:, t], t], rtol=0, atol=TOL)
+
+
+def test_memory_after_refuses_a_prefix_outside_the_batch():
+    model = build("bert").eval()
+    batch = batch_of("bert", turns=(3, 2))
+    for end in (-1, 4):
+        with pytest.raises(ValueError, match=f"end {end}: the batch has 3 utterance slots"):
+            model.memory_after(batch, end)

@@ -420,6 +420,8 @@ class DialogXL(UtteranceClassifier):
 
     def one_pass(self, batch: ConversationBatch, end: int | None = None) -> tuple[torch.Tensor, Memory]:
         """[B, end, labels] logits of the first ``end`` utterances (default: all) and the memory after them."""
+        if end is not None and not 0 <= end <= batch.turn_lengths.shape[1]:
+            raise ValueError(f"end {end}: the batch has {batch.turn_lengths.shape[1]} utterance slots (0..{batch.turn_lengths.shape[1]})")
         meta, positions = self.conversation_meta(batch)
         ids, lengths = batch.input_ids, batch.turn_lengths
         starts = lengths.cumsum(1) - lengths  # [B, N] first column of each utterance
