@@ -16,7 +16,7 @@ import time
 import unicodedata
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnformer.backbones.cli import backbone_app
-from turnformer.data._io import check_output_file as check_file, write_file
+from turnformer.data._io import check_output_file as check_file, write_chunks
 from turnformer.data.cli import data_app
 from turnformer.data.stats import dataset_stats, print_stats
 from turnformer.dialogue import Dialogue, DialogueError
@@ -178,11 +178,6 @@ def check_counts(options: dict[str, Optional[int]]) -> None:
     for option, value in options.items():
         if value is not None and value < 1:
             raise DialogueError(f"{option} {value}: give a number of dialogues, 1 or more")
-
-
-def write_jsonl(rows: list[dict], out: Path) -> None:
-    """One JSON object per line, written whole (`turnformer.data._io.write_file`: ``-`` is standard output)."""
-    write_file(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
 
 
 def pick_dialogue(dialogues: list[Dialogue], wanted: Optional[str], source: str) -> Dialogue:
@@ -656,22 +651,35 @@ def predict(
 
 
 def show(predictions, out: Optional[Path]) -> None:
-    """A model's `Predictions`: notes on stderr, then JSONL rows written to `out`, or a table."""
+    """A model's `Predictions`, made a block of the input at a time: JSONL rows written to `out` as they are made (the
+    file appears whole after the last block; an error or an interrupt leaves it as it was), or a table per block;
+    then the notes on stderr. An error while the predictions are made fails as the command's own errors do."""
+    count = 0
+
+    def jsonl() -> Iterator[bytes]:
+        nonlocal count
+        for rows, _ in predictions.blocks:
+            count += len(rows)
+            yield "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+
+    try:
+        if out is not None:
+            write_chunks(out, jsonl())
+        else:
+            for _, cells in predictions.blocks:
+                if predictions.table:
+                    table = Table(*predictions.columns)
+                    for line in cells:
+                        table.add_row(*(visible(c) for c in line))
+                    console.print(table)
+    except USER_ERRORS as e:  # a write that fails after the work (a full disk) too
+        fail(describe(e))
     for note in predictions.notes:
         err.print(note)
     for line in predictions.written:
         said(line)
     if out is not None:
-        try:
-            write_jsonl(predictions.rows, out)
-        except OSError as e:  # checked before the work, yet the disk may fill or the folder go
-            fail(describe(e))
-        said(f"wrote {len(predictions.rows)} {predictions.noun} to {out}")
-    elif predictions.cells is not None:
-        table = Table(*predictions.columns)
-        for cells in predictions.cells:
-            table.add_row(*(visible(c) for c in cells))
-        console.print(table)
+        said(f"wrote {count} {predictions.noun} to {out}")
 
 
 def visible(cell: str) -> str:

@@ -179,13 +179,14 @@ def as_dialogue(value: Any) -> Dialogue:
     return value if isinstance(value, Dialogue) else Dialogue.from_turns(value)
 
 
-def output_names(ids: Sequence[str | None]) -> list[str]:
+def output_names(ids: Sequence[str | None], start: int = 0, taken: set[str] | None = None) -> list[str]:
     """The names under which outputs (predictions, replies, rankings) give conversations or items: the id, or where
     there is none, the place in the input ("0", "1", ...), with a "#" in front while another one's id already spells
-    it, so that two never share a name."""
-    taken = {i for i in ids if i is not None}
+    it, so that two never share a name. For an input named a block at a time: `start`, the place of the block's first
+    one; `taken`, every id of the whole input, to which the names given are added (share it between the blocks)."""
+    taken = {i for i in ids if i is not None} if taken is None else taken
     names = []
-    for index, given in enumerate(ids):
+    for index, given in enumerate(ids, start):
         name = given
         if name is None:
             name = str(index)

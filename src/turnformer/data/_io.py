@@ -9,7 +9,8 @@ import sys
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from contextlib import nullcontext
+from typing import Any, Iterable, Iterator
 
 from turnformer.data.report import DataNotFoundError, LoadReport
 from turnformer.dialogue import DialogueError
@@ -47,39 +48,74 @@ def write_file(path: Path, data: bytes) -> None:
     a named pipe) is written through as it is: renaming over it would put a file in its place. A name ending in
     ``.gz`` is written gzip-compressed, as the readers read such a name. A failure (a full disk, a folder gone) is an
     OSError naming the path."""
+    write_chunks(path, [data])
+
+
+def write_chunks(path: Path, chunks: Iterable[bytes]) -> int:
+    """`write_file` for data made a piece at a time (predictions of a long file, a block of conversations at a time):
+    each chunk is written as it comes, so the whole is never held; `path` appears, whole, only after the last one, and
+    an error or an interrupt while the chunks are made leaves `path` as it was. Returns the bytes written (before
+    compression)."""
     path = Path(path)
     if str(path) == "-":
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-        return
-    if path.name.endswith(".gz"):
-        data = gzip.compress(data, mtime=0)
+        total = 0
+        for chunk in chunks:  # each shown as soon as it is made
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            total += len(chunk)
+        return total
     try:
-        _write(path, data)
+        return _write(path, chunks)
+    except _NotWriting as making:  # the chunks' maker failed (reading its input, say): its own error, not the file's
+        raise making.error from None
     except OSError as error:
         failure = OSError(f"{path}: cannot be written: {error.strerror or error}")
         failure.errno = error.errno
         raise failure from None
 
 
-def _write(path: Path, data: bytes) -> None:
+def _write(path: Path, chunks: Iterable[bytes]) -> int:
+    compress = path.name.endswith(".gz")
     if path.is_symlink() or (path.exists() and not path.is_file()):
         with open(path, "wb") as fh:
-            fh.write(data)
-        return
+            return _write_to(fh, chunks, compress)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; give the file the usual permissions
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            total = _write_to(fh, chunks, compress)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        return total
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class _NotWriting(Exception):
+    """An OSError raised while a chunk was made, carried past the handler that names the file being written."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _write_to(fh, chunks: Iterable[bytes], compress: bool) -> int:
+    total, chunks = 0, iter(chunks)
+    with gzip.GzipFile(fileobj=fh, mode="wb", mtime=0, filename="") if compress else nullcontext(fh) as out:
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                break
+            except OSError as error:
+                raise _NotWriting(error) from None
+            out.write(chunk)
+            total += len(chunk)
+    return total
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -139,27 +175,39 @@ def read_text(path: Path, report: LoadReport | None = None) -> str:
 
 
 def iter_lines(path: Path, report: LoadReport | None = None) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, line)`` with line numbers from 1, splitting on ``\\n`` only.
+    """Yield ``(line_number, line)`` with line numbers from 1, splitting on ``\\n`` only, a line at a time (a file
+    of any size is never held whole; a gzip-compressed one, told by its first bytes, is decompressed as it is read).
 
     A trailing ``\\r`` is removed (CRLF files). The empty piece after a final newline is not a line.
     Other separators (U+2028, form feed...) stay inside lines: ``str.splitlines`` would split on them.
     """
-    raw = read_bytes(path)
-    pieces = raw.split(b"\n")
-    if pieces and pieces[-1] == b"":
-        pieces.pop()
-    for i, piece in enumerate(pieces):
-        if piece.endswith(b"\r"):
-            piece = piece[:-1]
+    path = Path(path)
+    try:
+        with open(path, "rb") as probe:
+            compressed = probe.read(2) == GZIP_MAGIC
+        fh = gzip.open(path, "rb") if compressed else open(path, "rb")
+    except FileNotFoundError:
+        raise DataNotFoundError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise DialogueError(f"{path}: is a directory, expected a file") from None
+    with fh:
+        i = -1
         try:
-            line = piece.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise _decode_error(path, piece, err, line_offset=i) from None
-        if i == 0 and line.startswith(BOM):
-            line = line[1:]
-            if report is not None:
-                report.add("bom_removed", f"{path}:1: UTF-8 byte order mark removed")
-        yield i + 1, line
+            for i, piece in enumerate(fh):  # binary lines end at b"\n" only
+                piece = piece.removesuffix(b"\n").removesuffix(b"\r")
+                try:
+                    line = piece.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise _decode_error(path, piece, err, line_offset=i) from None
+                if i == 0 and line.startswith(BOM):
+                    line = line[1:]
+                    if report is not None:
+                        report.add("bom_removed", f"{path}:1: UTF-8 byte order mark removed")
+                yield i + 1, line
+        except (OSError, EOFError, zlib.error) as e:
+            if not compressed:
+                raise
+            raise DialogueError(f"{path}: a gzip file that cannot be decompressed after line {i + 1} ({e})") from None
 
 
 def json_error(path: Path, err: json.JSONDecodeError, line_offset: int = 0) -> DialogueError:

@@ -30,7 +30,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from turnformer.data._io import check_output_file, iter_lines, write_file
 from turnformer.data.mutual import item_to_dialogue
@@ -213,12 +213,28 @@ def read_jsonl(
     With `label_sets` (``{"emotion": ["joy", ...]}``), labels of a listed kind must be in its list;
     kinds not listed are not checked.
     """
+    report = report if report is not None else LoadReport(source=str(path))
+    out = DialogueList(report=report)
+    for lineno, dialogue in iter_jsonl(path, label_sets, report):
+        out.append(dialogue)
+        out.lines.append(lineno)
+    return out
+
+
+def iter_jsonl(
+    path: str | os.PathLike[str],
+    label_sets: Mapping[str, list[str]] | None = None,
+    report: LoadReport | None = None,
+    summary: bool = True,
+) -> Iterator[tuple[int, Dialogue]]:
+    """`read_jsonl` a conversation at a time: ``(line, dialogue)``, the file read a line at a time (what a file of any
+    length needs: `turnformer.tasks.common.conversation_blocks`). The checks are `read_jsonl`'s, the one on ids
+    across the file included; with `summary`, the report's summary is logged once the last line is read."""
     for kind, allowed in (label_sets or {}).items():
         if isinstance(allowed, str) or not isinstance(allowed, list | tuple | set | frozenset):  # a string would match substrings
             raise TypeError(f"label_sets[{kind!r}]: expected a list of label names, got {type(allowed).__name__}")
     path = Path(path)
     report = report if report is not None else LoadReport(source=str(path))
-    out = DialogueList(report=report)
     line_of_id: dict[str, int] = {}  # predictions are keyed by conversation id: two conversations cannot share one
     for lineno, line in iter_lines(path, report):
         where = f"{path}:{lineno}"
@@ -243,18 +259,21 @@ def read_jsonl(
             if dialogue.id in line_of_id:
                 raise _err(where, "id", f"{dialogue.id!r} is already the id of the conversation on line {line_of_id[dialogue.id]}")
             line_of_id[dialogue.id] = lineno
-        out.append(dialogue)
-        out.lines.append(lineno)
-    if report:  # one line, where something was repaired, skipped or ignored (the command shows it)
+        yield lineno, dialogue
+    if summary and report:  # one line, where something was repaired, skipped or ignored (the command shows it)
         logger.log(logging.WARNING if report.ignored_fields else logging.INFO, "%s", report.summary())
-    return out
 
 
 def refuse_selection_items(dialogues: "DialogueList", source, reader: str) -> None:
     """Raise, naming its line, where a file read for `reader` (a model that labels utterances: "an emotion-recognition
     (erc) model, ...") holds a response-selection item (``meta.candidates``), whose candidates it would ignore."""
-    line = next((n for d, n in zip(dialogues, getattr(dialogues, "lines", ())) if "candidates" in (d.meta or {})), None)
-    if line is not None:
+    for dialogue, line in zip(dialogues, getattr(dialogues, "lines", ())):
+        refuse_selection_item(dialogue, line, source, reader)
+
+
+def refuse_selection_item(dialogue: Dialogue, line: int, source, reader: str) -> None:
+    """`refuse_selection_items` for one conversation, on `line` of `source`."""
+    if "candidates" in (dialogue.meta or {}):
         raise DialogueError(f"{source}:{line}: a response-selection item (meta.candidates); the checkpoint is {reader}: "
                             "give it conversations without candidates, or a response-selection checkpoint")
 
@@ -305,4 +324,4 @@ def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str
     return len(lines)
 
 
-__all__ = ["DialogueList", "dumps_dialogue", "parse_dialogue", "read_jsonl", "refuse_selection_items", "write_jsonl"]
+__all__ = ["DialogueList", "dumps_dialogue", "iter_jsonl", "parse_dialogue", "read_jsonl", "refuse_selection_items", "write_jsonl"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 # A task's model builder: the model (and what reads its input: a tokenizer, or a word vocabulary) from the recipe's
 # model config and what the task derives from its data (labels, a vocabulary). All builders of one task share one
@@ -25,14 +25,21 @@ ATTENTION = "attention"  # `attention`: which earlier tokens each head type atte
 
 @dataclass
 class Predictions:
-    """What a model made of new input, ready to show: rows for a JSONL file, a table for the terminal."""
+    """What a model made of new input, ready to show: rows for a JSONL file, a table for the terminal. The rows come a
+    block of the input at a time, each block made as `blocks` is read, so that a file of any length is never held
+    whole (`turnformer.tasks.common.ConversationBlocks`); `notes` and `written` are complete once it is read to its end."""
 
-    rows: list[dict]  # one JSON object each: what --out writes
+    blocks: Iterable[tuple[list[dict], list[tuple[str, ...]]]]  # per block: its rows, one JSON object each (what --out
+    #   writes), and their lines in the table (long texts shortened)
     noun: str  # what a row is, in "wrote 12 predictions to FILE"
     columns: tuple[str, ...]  # the table's header
-    cells: list[tuple[str, ...]] | None  # one line per row, long texts shortened; None: no table (a file stands for it)
+    table: bool = True  # False: no table (a file the task wrote stands for it)
     notes: list[str] = field(default_factory=list)  # what the model did not read whole, for stderr
     written: list[str] = field(default_factory=list)  # other files the task wrote, as "wrote ..." lines
+
+    def rows(self) -> list[dict]:
+        """Every row, the blocks read to their end (once: they are made as they are read)."""
+        return [row for rows, _ in self.blocks for row in rows]
 
 
 class Task(Protocol):
@@ -73,9 +80,10 @@ class Task(Protocol):
         """What a server can ask of this trained model (STREAM, ANNOTATE, ...): the methods below that it answers. A
         method not named here is not called, and a task may leave it out."""
 
-    def annotate(self, model: Any, tokenizer: Any, run: dict, dialogues: Sequence[Any]) -> list[list[dict]]:
+    def annotate(self, model: Any, tokenizer: Any, run: dict, dialogues: Sequence[Any], desc: str = "predict") -> list[list[dict]]:
         """ANNOTATE: per conversation, per turn, ``{"label", "probabilities", "truncated"}`` (gold labels are not needed;
-        ``truncated``: the utterance was longer than the model reads, which read its start)."""
+        ``truncated``: the utterance was longer than the model reads, which read its start); `desc` names the work in
+        its progress bar."""
 
     def rank(self, model: Any, tokenizer: Any, run: dict, dialogue: Any, candidates: Sequence[Any],
              truncation: dict | None = None) -> list[float]:

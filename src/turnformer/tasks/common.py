@@ -9,10 +9,10 @@ import json
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Collection, Mapping, Sequence
+from typing import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 from turnformer.data import DATASETS, load_split, parse_split_spec, read_jsonl
-from turnformer.data.jsonl import refuse_selection_items
+from turnformer.data.jsonl import iter_jsonl, refuse_selection_item, refuse_selection_items
 from turnformer.dialogue import Dialogue, DialogueError, output_names
 from turnformer.tasks.base import ModelBuilder, Predictions
 from turnformer.training import LABEL_MAP_FILE, MODEL_FILE
@@ -308,6 +308,92 @@ def load_conversations(spec: str, data_dir=None, reader: str | None = None) -> l
     raise DialogueError(f"{spec}: no such file, and not a dataset split (NAME:SPLIT with NAME in {', '.join(DATASETS)})")
 
 
+# predictions are made, and written, this many utterances at a time: what bounds their memory on a file of any length
+BLOCK_UTTERANCES = 20_000
+
+
+class ConversationBlocks:
+    """The conversations of a file (generic JSONL) or a benchmark split ``NAME:SPLIT`` (`load_conversations`), a block
+    of about `block_utterances` utterances at a time (a longer conversation alone), each with the name outputs give it
+    (`output_names` over the whole input). A file is read twice, a line at a time: first whole, to check it (a fault
+    is named before any work is done) and count it, keeping only the conversations' ids; then a block at a time as
+    the blocks are used. So a file of any length is never held whole; a benchmark split is (its size is known)."""
+
+    def __init__(self, spec: str, data_dir=None, reader: str | None = None, block_utterances: int | None = None):
+        self.spec, self.block_utterances = spec, block_utterances or BLOCK_UTTERANCES
+        self.path = Path(spec) if Path(spec).exists() else None
+        self.dialogues = None if self.path else load_conversations(spec, data_dir, reader)
+        self.ids: set[str] = set()  # every id given in the input, for the names of those without one
+        self.conversations = self.utterances = self.count = 0  # count: blocks
+        if self.path is None:
+            self.ids = {d.id for d in self.dialogues if d.id is not None}
+            for _ in self._blocks(self.dialogues):
+                self.count += 1
+            return
+        for _ in self._blocks(self._checked(reader)):
+            self.count += 1
+        if not self.conversations:
+            raise DialogueError(f"{spec}: no conversations in the file")
+
+    def _checked(self, reader: str | None) -> Iterator[Dialogue]:
+        """The file's conversations, read for the first time: response-selection items refused for a `reader` that
+        would ignore their candidates, the ids kept."""
+        for line, dialogue in iter_jsonl(self.path):
+            if reader is not None:
+                refuse_selection_item(dialogue, line, self.spec, reader)
+            if dialogue.id is not None:
+                self.ids.add(dialogue.id)
+            yield dialogue
+
+    def _blocks(self, dialogues: Iterable[Dialogue]) -> Iterator[list[Dialogue]]:
+        """Consecutive conversations, cut where a block would pass `block_utterances` (a longer one alone); counts
+        them on the way."""
+        self.conversations = self.utterances = 0
+        block, size = [], 0
+        for dialogue in dialogues:
+            if block and size + len(dialogue) > self.block_utterances:
+                yield block
+                block, size = [], 0
+            block.append(dialogue)
+            size += len(dialogue)
+            self.conversations += 1
+            self.utterances += len(dialogue)
+        if block:
+            yield block
+
+    def __len__(self) -> int:
+        return self.conversations
+
+    def __iter__(self) -> Iterator[tuple[list[str], list[Dialogue]]]:
+        dialogues = self.dialogues if self.path is None else (d for _, d in iter_jsonl(self.path, summary=False))
+        taken, start = set(self.ids), 0
+        for block in self._blocks(dialogues):
+            yield output_names([d.id for d in block], start, taken), block
+            start += len(block)
+
+    def desc(self, k: int, work: str = "predict") -> str:
+        """The progress bar's name for the `k`-th block (from 0): "predict", or "predict (block 2 of 7)"."""
+        return work if self.count <= 1 else f"{work} (block {k + 1} of {self.count})"
+
+
+class Tally:
+    """How many things, the first few named: what a note on a long input says without keeping every name."""
+
+    def __init__(self, shown: int = 5):
+        self.count, self.first, self.shown = 0, [], shown
+
+    def add(self, names: Iterable[str]) -> None:
+        for name in names:
+            self.count += 1
+            if len(self.first) < self.shown:
+                self.first.append(name)
+
+    def __str__(self) -> str:
+        """"a, b, c, d, e and 7 more"."""
+        more = self.count - len(self.first)
+        return ", ".join(self.first) + (f" and {more} more" if more else "")
+
+
 def shorten(text: str, width: int = 100) -> str:
     """A long utterance on one terminal line or two: its start, then an ellipsis (the JSONL output keeps it whole)."""
     text = " ".join(text.split())
@@ -324,34 +410,29 @@ def mark_cut(per_turn: Sequence[Sequence[dict]], dialogues: Sequence[Dialogue], 
     return [[{**p, "truncated": next(lengths) > max_tokens} for p in predictions] for predictions in per_turn]
 
 
-def long_utterances_note(dialogues: Sequence[Dialogue], per_turn: Sequence[Sequence[dict]], max_tokens: int) -> str | None:
-    """Which utterances were longer than the model reads (it sees their first `max_tokens` word pieces), from the
-    predictions' ``truncated`` (`mark_cut`); None: none."""
-    names = output_names([d.id for d in dialogues])  # as the output rows name them
-    cut = [f"{name} turn {i}" for name, predictions in zip(names, per_turn) for i, p in enumerate(predictions) if p["truncated"]]
-    if not cut:
-        return None
-    return f"note: {len(cut)} utterance(s) longer than the model's {max_tokens} word pieces were cut to their start: {first_few(cut)}"
-
-
-def first_few(items: Sequence[str], shown: int = 5) -> str:
-    """The first `shown` items, then how many more: "a, b, c, d, e and 7 more"."""
-    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
-
-
-def label_predictions(dialogues: Sequence[Dialogue], per_turn: Sequence[Sequence[dict]], label_column: str,
-                      note: str | None) -> Predictions:
+def label_predictions(blocks: ConversationBlocks, annotate: Callable[[list[Dialogue], str], list[list[dict]]],
+                      label_column: str, max_tokens: int) -> Predictions:
     """One row per utterance: its label, the probabilities of every label and whether the model read only the
-    utterance's start (``per_turn``: per dialogue, per turn {"label", "probabilities"} and, from `mark_cut`,
-    "truncated"). A conversation without id is named by its place in the input."""
-    rows = [
-        {"dialogue": name, "turn": i, "speaker": turn.speaker,
-         "text": turn.text, "label": p["label"], "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()},
-         **({"truncated": bool(p["truncated"])} if "truncated" in p else {})}
-        for name, dialogue, predictions in zip(output_names([d.id for d in dialogues]), dialogues, per_turn)
-        for i, (turn, p) in enumerate(zip(dialogue.turns, predictions))
-    ]
-    cells = [(str(r["dialogue"]), str(r["turn"]), r["speaker"], shorten(r["text"]), r["label"],
-              f"{r['probabilities'][r['label']]:.2f}") for r in rows]
-    return Predictions(rows, "predictions", ("dialogue", "turn", "speaker", "text", label_column, "p"), cells,
-                       notes=[note] if note else [])
+    utterance's start, made a block of conversations at a time: ``annotate(dialogues, desc)`` gives per dialogue, per
+    turn, {"label", "probabilities", "truncated"} (`mark_cut`); `max_tokens`, the word pieces the model reads of an
+    utterance, for the note on those it cut. A conversation without id is named by its place in the input."""
+    cut = Tally()
+
+    def blocks_made() -> Iterator[tuple[list[dict], list[tuple[str, ...]]]]:
+        for k, (names, dialogues) in enumerate(blocks):
+            per_turn = annotate(dialogues, blocks.desc(k))
+            rows = [{"dialogue": name, "turn": i, "speaker": turn.speaker, "text": turn.text, "label": p["label"],
+                     "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()},
+                     **({"truncated": bool(p["truncated"])} if "truncated" in p else {})}
+                    for name, dialogue, answers in zip(names, dialogues, per_turn)
+                    for i, (turn, p) in enumerate(zip(dialogue.turns, answers))]
+            yield rows, [(str(r["dialogue"]), str(r["turn"]), r["speaker"], shorten(r["text"]), r["label"],
+                          f"{r['probabilities'][r['label']]:.2f}") for r in rows]
+            cut.add(f"{name} turn {i}" for name, answers in zip(names, per_turn)
+                    for i, p in enumerate(answers) if p.get("truncated"))
+        if cut.count:
+            predictions.notes.append(f"note: {cut.count} utterance(s) longer than the model's {max_tokens} word pieces "
+                                     f"were cut to their start: {cut}")
+
+    predictions = Predictions(blocks_made(), "predictions", ("dialogue", "turn", "speaker", "text", label_column, "p"))
+    return predictions

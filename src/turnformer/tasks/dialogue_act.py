@@ -34,8 +34,8 @@ from turnformer.models.lc_attention import (LCAttentionModel, LCConfig, LocalCon
                                             build_lc_model)
 from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import ANNOTATE, STREAM, ModelBuilder, Predictions
-from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, label_predictions,
-                                     load_conversations, load_labelled_data, long_utterances_note, mark_cut, model_builder,
+from turnformer.tasks.common import (SPLITS, ConversationBlocks, apply_limits, check_split, checkpoint_paths, label_predictions,
+                                     load_labelled_data, mark_cut, model_builder,
                                      run_description, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import accuracy
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
@@ -304,14 +304,15 @@ def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, da
 
 @torch.no_grad()
 def predict_dialogues(model: LCAttentionModel, tokenizer, dialogues: Sequence[Dialogue], labels: Sequence[str],
-                      window: int, padding: int, online: bool = False, batch_size: int = 32) -> list[list[dict]]:
+                      window: int, padding: int, online: bool = False, batch_size: int = 32,
+                      desc: str = "predict") -> list[list[dict]]:
     """Per dialogue, per turn: {"label", "probabilities"} (offline: whole sub-dialogues; online: the
     P preceding utterances only). Gold labels are not needed."""
     model.eval()
     ids, ys, _ = encode_for(model, tokenizer, dialogues, labels, label_kind="\0none")
     out: list[list[dict | None]] = [[None] * len(turns) for turns in ids]
     device = next(model.parameters()).device
-    for batch in progress(make_batches(ids, ys, window, padding, batch_size, model.config.pad_id, online), "predict"):
+    for batch in progress(make_batches(ids, ys, window, padding, batch_size, model.config.pad_id, online), desc):
         probs = model.target_probabilities(batch.to(device)).cpu()
         for (d, t), p in zip(batch.where, probs):
             out[d][t] = {"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, p.tolist()))}
@@ -393,10 +394,9 @@ class DialogueActs:
         return load_labelled_data(recipe, recipe.get("label_kind", "act"), data_dir, only)[0]
 
     def predict(self, model, tokenizer, run: dict, source: str, data_dir=None, online: bool = False) -> Predictions:
-        dialogues = load_conversations(source, data_dir, self.reader)
-        per_turn = self.annotate(model, tokenizer, run, dialogues, online)
-        note = long_utterances_note(dialogues, per_turn, utterance_reader(model, tokenizer)[1])
-        return label_predictions(dialogues, per_turn, run["recipe"].get("label_kind", "label"), note)
+        return label_predictions(ConversationBlocks(source, data_dir, self.reader),
+                                 lambda dialogues, desc: self.annotate(model, tokenizer, run, dialogues, desc, online),
+                                 run["recipe"].get("label_kind", "label"), utterance_reader(model, tokenizer)[1])
 
     def session(self, model, tokenizer, run: dict) -> DialogueActSession:
         return DialogueActSession(model, tokenizer, run["labels"], int(run["recipe"].get("context_padding", 0)))
@@ -404,13 +404,14 @@ class DialogueActs:
     def serves(self, model) -> frozenset[str]:
         return frozenset({STREAM, ANNOTATE})
 
-    def annotate(self, model, tokenizer, run: dict, dialogues: Sequence[Dialogue], online: bool = False) -> list[list[dict]]:
+    def annotate(self, model, tokenizer, run: dict, dialogues: Sequence[Dialogue], desc: str = "predict",
+                 online: bool = False) -> list[list[dict]]:
         """Every utterance's act: offline, from its sub-dialogue with the recipe's W and P (the context on both sides);
         `online`, from the P utterances before it, as a session answers; and whether the model read only its start
         (``truncated``)."""
         recipe = run["recipe"]
         return mark_cut(predict_dialogues(model, tokenizer, dialogues, run["labels"], int(recipe.get("window", 1)),
-                                          int(recipe.get("context_padding", 0)), online=online),
+                                          int(recipe.get("context_padding", 0)), online=online, desc=desc),
                         dialogues, *utterance_reader(model, tokenizer))
 
 

@@ -25,8 +25,8 @@ from turnformer.plots import HEAD_TYPES, AttentionView
 from turnformer.recipes import recipe_train_config
 from turnformer.structure.packing import truncate_keeping_end_specials
 from turnformer.tasks.base import ANNOTATE, ATTENTION, STREAM, ModelBuilder, Predictions
-from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, label_predictions,
-                                     load_conversations, load_labelled_data, long_utterances_note, mark_cut, model_builder,
+from turnformer.tasks.common import (SPLITS, ConversationBlocks, apply_limits, check_split, checkpoint_paths, label_predictions,
+                                     load_labelled_data, mark_cut, model_builder,
                                      run_description, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import PRIMARY_METRIC, confusion_matrix_plot, erc_metrics
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
@@ -266,14 +266,14 @@ def evaluate_split(model, tokenizer, run: dict, split: str, data_dir=None, limit
 
 
 def predict_dialogues(model, tokenizer, dialogues: Sequence[Dialogue], labels: Sequence[str], max_conversations: int = 16,
-                      max_utterances: int = 256) -> list[list[dict]]:
+                      max_utterances: int = 256, desc: str = "predict") -> list[list[dict]]:
     """Per dialogue, per turn: {"label", "probabilities"}. Gold labels are not needed. Consecutive conversations are
     read together, at most `max_conversations` of at most `max_utterances` utterances in all (a longer one alone):
     a conversation's answers do not depend on the others of its batch (tested), and a file of many short ones is
     not read one forward each."""
     groups = prediction_groups([len(d) for d in dialogues], max_conversations, max_utterances)
     per_turn = []
-    for group in progress(groups, "predict", unit="utterance", sizes=[sum(len(dialogues[i]) for i in g) for g in groups]):
+    for group in progress(groups, desc, unit="utterance", sizes=[sum(len(dialogues[i]) for i in g) for g in groups]):
         encoded, _ = encode_conversations([dialogues[i] for i in group], tokenizer, "", labels, model.config.max_utterance_tokens)
         probs = model.probabilities(make_batch(encoded, tokenizer.pad_token_id))
         for row, i in zip(probs, group):
@@ -353,10 +353,9 @@ class EmotionRecognition:
         return load_erc_data(recipe, data_dir, only)[0]
 
     def predict(self, model, tokenizer, run: dict, source: str, data_dir=None) -> Predictions:
-        dialogues = load_conversations(source, data_dir, self.reader)
-        per_turn = self.annotate(model, tokenizer, run, dialogues)
-        note = long_utterances_note(dialogues, per_turn, model.config.max_utterance_tokens)
-        return label_predictions(dialogues, per_turn, run["recipe"].get("label_kind", "label"), note)
+        return label_predictions(ConversationBlocks(source, data_dir, self.reader),
+                                 lambda dialogues, desc: self.annotate(model, tokenizer, run, dialogues, desc),
+                                 run["recipe"].get("label_kind", "label"), model.config.max_utterance_tokens)
 
     def session(self, model, tokenizer, run: dict) -> DialogXLSession:
         """Streaming: one utterance at a time, each read with the memory of the ones before (DialogXL models only)."""
@@ -368,10 +367,10 @@ class EmotionRecognition:
         """DialogXL streams and shows what its head types attend to; the baselines read whole conversations only."""
         return frozenset({STREAM, ANNOTATE, ATTENTION}) if isinstance(model, DialogXL) else frozenset({ANNOTATE})
 
-    def annotate(self, model, tokenizer, run: dict, dialogues: Sequence[Dialogue]) -> list[list[dict]]:
+    def annotate(self, model, tokenizer, run: dict, dialogues: Sequence[Dialogue], desc: str = "predict") -> list[list[dict]]:
         """Every utterance's emotion, each conversation in one pass (`predict_dialogues`), and whether the model read
         only its start (``truncated``)."""
-        return mark_cut(predict_dialogues(model, tokenizer, dialogues, run["labels"]), dialogues, tokenizer,
+        return mark_cut(predict_dialogues(model, tokenizer, dialogues, run["labels"], desc=desc), dialogues, tokenizer,
                         model.config.max_utterance_tokens, with_specials=True)
 
     def attention(self, model, tokenizer, run: dict, dialogue, utterance: int) -> dict:

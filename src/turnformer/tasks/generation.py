@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
 
@@ -42,8 +42,8 @@ from turnformer.models.transformer_generator import TransformerGenerator
 from turnformer.parsing import DependencyParser
 from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import GENERATE, ModelBuilder, Predictions
-from turnformer.tasks.common import (SPLITS, check_split, checkpoint_paths, first_few, load_conversations, model_builder, read_split_files,
-                                     run_description, scored_run, shorten, upgrade_run)
+from turnformer.tasks.common import (SPLITS, ConversationBlocks, Tally, check_split, checkpoint_paths, model_builder,
+                                     read_split_files, run_description, scored_run, shorten, upgrade_run)
 from turnformer.tasks.generation_metrics import available_word_vectors, generation_metrics, perplexity
 from turnformer.training import load_checkpoint, progress, set_seed, train
 
@@ -438,18 +438,26 @@ class ResponseGenerator:
 
 def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=None, speaker: str | None = None,
                      beam: int = 1) -> Predictions:
-    """One reply to every conversation of `source`, spoken by `speaker` (None: the speaker before the last one)."""
-    dialogues = load_conversations(source, data_dir)
+    """One reply to every conversation of `source`, spoken by `speaker` (None: the speaker before the last one), made
+    a block of conversations at a time (`ConversationBlocks`)."""
+    blocks = ConversationBlocks(source, data_dir)
     generator = ResponseGenerator.from_run(model, vocab, run, beam)
-    replies = generator.respond_all(dialogues, [speaker] * len(dialogues))
-    unread = [generator.unread(d) for d in dialogues]
-    rows = [{"id": name, "speaker": speaker or next_speaker(d), "response": r, "truncated": u is not None}
-            for name, d, r, u in zip(output_names([d.id for d in dialogues]), dialogues, replies, unread)]
-    cells = [(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")
-             for d, r in zip(dialogues, rows)]
-    cut = [f"{r['id']} ({u})" for r, u in zip(rows, unread) if u is not None]
-    note = f"note: the model read only part of {len(cut)} conversation(s): {first_few(cut)}" if cut else None
-    return Predictions(rows, "replies", ("conversation", "last turn", "reply"), cells, notes=[note] if note else [])
+    cut = Tally()
+
+    def blocks_made() -> Iterator[tuple[list[dict], list[tuple[str, ...]]]]:
+        for names, dialogues in blocks:
+            replies = generator.respond_all(dialogues, [speaker] * len(dialogues))
+            unread = [generator.unread(d) for d in dialogues]
+            rows = [{"id": name, "speaker": speaker or next_speaker(d), "response": r, "truncated": u is not None}
+                    for name, d, r, u in zip(names, dialogues, replies, unread)]
+            yield rows, [(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")
+                         for d, r in zip(dialogues, rows)]
+            cut.add(f"{name} ({u})" for name, u in zip(names, unread) if u is not None)
+        if cut.count:
+            predictions.notes.append(f"note: the model read only part of {cut.count} conversation(s): {cut}")
+
+    predictions = Predictions(blocks_made(), "replies", ("conversation", "last turn", "reply"))
+    return predictions
 
 
 class Generation:

@@ -431,7 +431,8 @@ def write_submission(rows: Sequence[dict], path: Path) -> None:
 
 def predict_items(model: MDFN, tokenizer, source: str, data_dir=None, submission: Path | None = None) -> Predictions:
     """The candidates of every item of `source` scored and ranked, best first; with `submission`, MuTual's submission
-    file written there too (the rankings then are not shown as a table)."""
+    file written there too (the rankings then are not shown as a table). The items are read and ranked whole (one
+    block)."""
     items = load_items(source, data_dir)
     truncation: dict = {}
     rows = prediction_rows(items, score_items(model, tokenizer, items, truncation=truncation))
@@ -441,7 +442,7 @@ def predict_items(model: MDFN, tokenizer, source: str, data_dir=None, submission
         written.append(f"wrote the rankings of {len(rows)} items to {submission}")
     cells = [(str(r["id"]), str(r["best"]), shorten(r["best_text"]), " ".join(f"{x:.2f}" for x in r["scores"])) for r in rows]
     note = truncation_note(truncation, model.config)
-    return Predictions(rows, "rankings", ("item", "best", "reply", "scores"), None if submission is not None else cells,
+    return Predictions([(rows, cells)], "rankings", ("item", "best", "reply", "scores"), table=submission is None,
                        notes=[note] if note else [], written=written)
 
 

@@ -1,0 +1,207 @@
+"""`predict` and `generate` read a file and make its predictions a block of conversations at a time, so that a file of
+any length is never held whole: the output is the same whatever the blocks (rows, names of conversations without
+id, notes), a fault anywhere in the file is named before anything is written, and the writer streams."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from turnformer.cli import app
+from turnformer.data import write_jsonl
+from turnformer.data._io import iter_lines, write_chunks, write_file
+from turnformer.dialogue import Dialogue, DialogueError, Turn, output_names
+from turnformer.tasks import common
+
+runner = CliRunner()
+
+TEXTS = ["great news, I passed!", "my dog died", "that is wonderful", "it is raining again", "okay"]
+
+
+def conversations(n: int) -> list[Dialogue]:
+    """`n` conversations of 1 to 5 turns; every third without id, one whose id spells another's place ("6"), and a
+    very long utterance in one (c8's turn 1, longer than the models read)."""
+    out = []
+    for i in range(n):
+        turns = tuple(Turn("Ann" if j % 2 else "Bob", TEXTS[(i + j) % 5] if (i, j) != (8, 1) else "word " * 400)
+                      for j in range(1 + i % 5))
+        out.append(Dialogue(turns, id=None if i % 3 == 0 else ("6" if i == 7 else f"c{i}")))
+    return out
+
+
+@pytest.fixture(scope="module")
+def input_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("input") / "conversations.jsonl"
+    write_jsonl(conversations(14), path)
+    return path
+
+
+def _run(args: list[str], block_utterances: int | None, monkeypatch) -> tuple:
+    if block_utterances is not None:
+        monkeypatch.setattr(common, "BLOCK_UTTERANCES", block_utterances)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def _same_whatever_the_blocks(args: list[str], out: Path, monkeypatch) -> list[dict]:
+    """The command's output file and notes with one block, and with blocks of 4 and of 1 utterance: equal."""
+    outputs = []
+    for size in (None, 4, 1):
+        result = _run([*args, "--out", str(out)], size, monkeypatch)
+        notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+        outputs.append((out.read_text(), notes, [line for line in result.stderr.splitlines() if line.startswith("wrote")]))
+    assert outputs[1] == outputs[0] and outputs[2] == outputs[0]
+    return [json.loads(line) for line in outputs[0][0].splitlines()]
+
+
+@pytest.fixture(scope="module")
+def erc_run(tiny_backbone_dir, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("erc")
+    labelled = [Dialogue(tuple(Turn(t.speaker, t.text, {"emotion": "joy" if j % 2 else "sadness"}) for j, t in enumerate(d.turns)),
+                         id=f"t{i}") for i, d in enumerate(conversations(6))]
+    for split in ("train", "validation", "test"):
+        write_jsonl(labelled, folder / f"{split}.jsonl")
+    out = folder / "run"
+    settings = [f'backbone="{tiny_backbone_dir}"', "model_config.heads=[1,1,1,1]", "train.batch_size=2", "train.epochs=1",
+                "model_config.max_utterance_tokens=16"]
+    result = runner.invoke(app, ["train", *(f"--{s}-file={folder / s}.jsonl" for s in ("train", "validation", "test")),
+                                 "--out", str(out), *(arg for s in settings for arg in ("--set", s))])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_emotion_predictions_are_the_same_whatever_the_blocks(erc_run, input_file, tmp_path, monkeypatch):
+    rows = _same_whatever_the_blocks(["predict", "--checkpoint", str(erc_run), "--input", str(input_file)],
+                                     tmp_path / "p.jsonl", monkeypatch)
+    dialogues = conversations(14)
+    assert len(rows) == sum(len(d) for d in dialogues)
+    # a conversation without id is named by its place in the whole file, "#6" where another's id is "6"
+    names = [r["dialogue"] for r in rows if r["turn"] == 0]
+    assert names == output_names([d.id for d in dialogues]) and names[6:10] == ["#6", "6", "c8", "9"]
+    assert [(r["dialogue"], r["turn"]) for r in rows if r["truncated"]] == [("c8", 1)]
+
+    # the table: one per block, every conversation in one of them
+    monkeypatch.setattr(common, "BLOCK_UTTERANCES", 10)
+    shown = runner.invoke(app, ["predict", "--checkpoint", str(erc_run), "--input", str(input_file)])
+    assert shown.exit_code == 0, shown.output
+    blocks = common.ConversationBlocks(str(input_file)).count
+    assert blocks > 3 and shown.stdout.count("┃ dialogue") == blocks
+    assert all(f"│ {name} " in shown.stdout for name in ("0", "c1", "#6", "c13"))
+
+
+def test_a_fault_anywhere_in_the_file_is_named_before_anything_is_written(erc_run, input_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "BLOCK_UTTERANCES", 2)
+    out = tmp_path / "p.jsonl"
+    lines = input_file.read_text().splitlines()
+    for bad, message in ((lines + ['{"turns": [{"speaker": "A"}]}'], f":{len(lines) + 1}: "),
+                         (lines + [lines[1]], f":{len(lines) + 1}: id: 'c1' is already the id of the conversation on line 2"),
+                         (lines + [json.dumps({"turns": [{"speaker": "A", "text": "hi"}], "meta": {"candidates": ["a"]}})],
+                          f":{len(lines) + 1}: a response-selection item")):
+        broken = tmp_path / "broken.jsonl"
+        broken.write_text("\n".join(bad) + "\n")
+        result = runner.invoke(app, ["predict", "--checkpoint", str(erc_run), "--input", str(broken), "--out", str(out)])
+        assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+        assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".p.jsonl")]
+
+
+def test_an_error_while_the_blocks_are_made_leaves_the_output_as_it_was(erc_run, input_file, tmp_path, monkeypatch):
+    out = tmp_path / "p.jsonl"
+    out.write_text("kept\n")
+    calls = []
+
+    def fails_on_the_second_block(self, model, tokenizer, run, dialogues, desc="predict"):
+        calls.append(desc)
+        if len(calls) == 2:
+            raise DialogueError("the second block failed")
+        return original(self, model, tokenizer, run, dialogues, desc)
+
+    from turnformer.tasks.erc import EmotionRecognition
+    original = EmotionRecognition.annotate
+    monkeypatch.setattr(EmotionRecognition, "annotate", fails_on_the_second_block)
+    monkeypatch.setattr(common, "BLOCK_UTTERANCES", 20)
+    result = runner.invoke(app, ["predict", "--checkpoint", str(erc_run), "--input", str(input_file), "--out", str(out)])
+    assert result.exit_code == 2 and "error: the second block failed" in result.output
+    assert calls == ["predict (block 1 of 3)", "predict (block 2 of 3)"]
+    assert out.read_text() == "kept\n" and [p.name for p in tmp_path.iterdir()] == ["p.jsonl"]
+
+
+def test_dialogue_acts_offline_and_online_are_the_same_whatever_the_blocks(data_dir, input_file, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    _run(["train", "--task", "dialogue-act", "--model", "lstm", "--dataset", "dailydialog", "--limit-dialogues", "4",
+          "--set", "train.epochs=1", "--out", str(run), "--data-dir", str(data_dir)], None, monkeypatch)
+    for online in ([], ["--online"]):
+        rows = _same_whatever_the_blocks(["predict", "--checkpoint", str(run), "--input", str(input_file), *online],
+                                         tmp_path / "p.jsonl", monkeypatch)
+        assert len(rows) == sum(len(d) for d in conversations(14)) and len(rows[0]["probabilities"]) == 4  # DailyDialog's acts
+
+
+def test_generated_replies_are_the_same_whatever_the_blocks(data_dir, input_file, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    _run(["train", "--task", "generation", "--model", "transformer", "--dataset", "dailydialog", "--limit-dialogues", "8",
+          "--set", "model_config.d_model=32", "--set", "model_config.ff=64", "--set", "model_config.layers=1",
+          "--set", "train.epochs=1", "--out", str(run), "--data-dir", str(data_dir)], None, monkeypatch)
+    rows = _same_whatever_the_blocks(["generate", "--checkpoint", str(run), "--input", str(input_file)],
+                                     tmp_path / "r.jsonl", monkeypatch)
+    assert [r["id"] for r in rows] == output_names([d.id for d in conversations(14)])
+    # more turns than the 4 it reads (c4 and 9, of 5 turns), or an utterance over its 50 words (c8)
+    assert [r["id"] for r in rows if r["truncated"]] == ["c4", "c8", "9"]
+
+
+def test_blocks_cut_between_conversations_and_a_long_one_is_alone(tmp_path):
+    path = tmp_path / "c.jsonl"
+    dialogues = conversations(14)
+    write_jsonl(dialogues, path)
+    blocks = common.ConversationBlocks(str(path), block_utterances=6)
+    made = list(blocks)
+    assert len(blocks) == 14 and blocks.utterances == sum(len(d) for d in dialogues) and blocks.count == len(made)
+    assert [d for _, block in made for d in block] == dialogues
+    assert all(sum(map(len, block)) <= 6 or len(block) == 1 for _, block in made)
+    assert [name for names, _ in made for name in names] == output_names([d.id for d in dialogues])
+    assert list(blocks) == made  # read again: the same
+    assert blocks.desc(1) == f"predict (block 2 of {len(made)})" and common.ConversationBlocks(str(path)).desc(0) == "predict"
+
+
+def test_output_names_a_block_at_a_time_equal_the_whole():
+    ids = [None, "0", None, "#2", None, "x", None, None, "6"]
+    taken = {i for i in ids if i is not None}
+    names = [n for start in range(0, len(ids), 2) for n in output_names(ids[start:start + 2], start, taken)]
+    assert names == output_names(ids) == ["#0", "0", "2", "#2", "4", "x", "#6", "7", "6"]
+
+
+def test_write_chunks_streams_and_leaves_nothing_half_written(tmp_path):
+    out = tmp_path / "o.jsonl"
+    assert write_chunks(out, (f"{i}\n".encode() for i in range(3))) == 6 and out.read_text() == "0\n1\n2\n"
+
+    def failing(error):
+        yield b"first\n"
+        raise error
+
+    with pytest.raises(DialogueError, match="made badly"):
+        write_chunks(out, failing(DialogueError("made badly")))
+    with pytest.raises(FileNotFoundError) as raised:  # the maker's own error, not a failure to write `out`
+        write_chunks(out, failing(FileNotFoundError(2, "No such file", "input.jsonl")))
+    assert "input.jsonl" in str(raised.value) and "cannot be written" not in str(raised.value)
+    assert out.read_text() == "0\n1\n2\n" and [p.name for p in tmp_path.iterdir()] == ["o.jsonl"]
+
+    packed = tmp_path / "o.jsonl.gz"  # compressed as it is written, read back a line at a time
+    write_chunks(packed, (f"{i}\n".encode() for i in range(1000)))
+    assert [line for _, line in iter_lines(packed)] == [str(i) for i in range(1000)]
+    write_file(packed, b"a\r\nb")
+    assert gzip.decompress(packed.read_bytes()) == b"a\r\nb" and list(iter_lines(packed)) == [(1, "a"), (2, "b")]
+
+
+def test_a_cut_gzip_file_is_named_with_the_last_line_read(tmp_path):
+    whole = gzip.compress("".join(f"line {i}\n" for i in range(5000)).encode())
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(DialogueError, match=r"cut\.jsonl\.gz: a gzip file that cannot be decompressed after line \d+"):
+        list(iter_lines(cut))
+    with pytest.raises(DialogueError, match="is a directory"):
+        list(iter_lines(tmp_path))
+    assert os.path.exists(cut)
