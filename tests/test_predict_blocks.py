@@ -4,9 +4,9 @@ id, notes), a fault anywhere in the file is named before anything is written, an
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,8 @@ def input_file(tmp_path_factory) -> Path:
     return path
 
 
-def _run(args: list[str], block_utterances: int | None, monkeypatch) -> tuple:
+def _run(args: list[str], block_utterances: int | None, monkeypatch):
+    """The command, its blocks `block_utterances` utterances (None: the default); it must succeed."""
     if block_utterances is not None:
         monkeypatch.setattr(common, "BLOCK_UTTERANCES", block_utterances)
     result = runner.invoke(app, args)
@@ -90,7 +91,7 @@ def test_emotion_predictions_are_the_same_whatever_the_blocks(erc_run, input_fil
     monkeypatch.setattr(common, "BLOCK_UTTERANCES", 10)
     shown = runner.invoke(app, ["predict", "--checkpoint", str(erc_run), "--input", str(input_file)])
     assert shown.exit_code == 0, shown.output
-    blocks = common.ConversationBlocks(str(input_file)).count
+    blocks = common.conversation_blocks(str(input_file)).count
     assert blocks > 3 and shown.stdout.count("┃ dialogue") == blocks
     assert all(f"│ {name} " in shown.stdout for name in ("0", "c1", "#6", "c13"))
 
@@ -157,14 +158,14 @@ def test_blocks_cut_between_conversations_and_a_long_one_is_alone(tmp_path):
     path = tmp_path / "c.jsonl"
     dialogues = conversations(14)
     write_jsonl(dialogues, path)
-    blocks = common.ConversationBlocks(str(path), block_utterances=6)
+    blocks = common.conversation_blocks(str(path), block_utterances=6)
     made = list(blocks)
     assert len(blocks) == 14 and blocks.utterances == sum(len(d) for d in dialogues) and blocks.count == len(made)
     assert [d for _, block in made for d in block] == dialogues
     assert all(sum(map(len, block)) <= 6 or len(block) == 1 for _, block in made)
     assert [name for names, _ in made for name in names] == output_names([d.id for d in dialogues])
     assert list(blocks) == made  # read again: the same
-    assert blocks.desc(1) == f"predict (block 2 of {len(made)})" and common.ConversationBlocks(str(path)).desc(0) == "predict"
+    assert blocks.desc(1) == f"predict (block 2 of {len(made)})" and common.conversation_blocks(str(path)).desc(0) == "predict"
 
 
 def test_output_names_a_block_at_a_time_equal_the_whole():
@@ -204,4 +205,30 @@ def test_a_cut_gzip_file_is_named_with_the_last_line_read(tmp_path):
         list(iter_lines(cut))
     with pytest.raises(DialogueError, match="is a directory"):
         list(iter_lines(tmp_path))
-    assert os.path.exists(cut)
+
+
+def test_rankings_and_the_submission_are_the_same_whatever_the_blocks(data_dir, tiny_backbone_dir, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    _run(["train", "--task", "response-selection", "--model", "mdfn", "--dataset", "mutual", "--limit-dialogues", "4",
+          "--set", f'backbone="{tiny_backbone_dir}"', "--set", "model_config.max_length=48", "--set", "train.epochs=1",
+          "--out", str(run), "--data-dir", str(data_dir)], None, monkeypatch)
+    from turnformer.data import load_split
+
+    items = load_split("mutual", "validation", data_dir).items[:12]
+    jsonl, tsv = tmp_path / "items.jsonl", tmp_path / "items.tsv"
+    write_jsonl([dataclasses.replace(item, id=None, context=dataclasses.replace(item.context, id=None)) if i % 3 == 0 else item
+                 for i, item in enumerate(items)], jsonl)
+    tsv.write_text("".join(f"{int(i == item.answer)}\t" + "\t".join(t.text for t in item.context.turns) + f"\t{c.text}\n"
+                           for item in items for i, c in enumerate(item.candidates)))
+    for source in (jsonl, tsv):
+        made = []
+        for size in (None, 7, 1):
+            result = _run(["predict", "--checkpoint", str(run), "--input", str(source), "--submission", str(tmp_path / "s.txt"),
+                           "--out", str(tmp_path / "r.jsonl")], size, monkeypatch)
+            made.append(((tmp_path / "r.jsonl").read_text(), (tmp_path / "s.txt").read_text(),
+                         [line for line in result.stderr.splitlines() if line.startswith(("note:", "wrote"))]))
+        assert made[1] == made[0] and made[2] == made[0]
+        rows = [json.loads(line) for line in made[0][0].splitlines()]
+        assert len(rows) == len(made[0][1].splitlines()) == 12 and "wrote the rankings of 12 items to" in made[0][2][-2]
+        assert [r["id"] for r in rows] == (output_names([item.id if i % 3 else None for i, item in enumerate(items)])
+                                           if source == jsonl else [f"items-{1 + 4 * i}" for i in range(12)])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Iterator
 
 from turnformer.data._io import iter_lines
 from turnformer.data.report import LoadReport
@@ -36,17 +37,21 @@ def _clean(text: str, where: str, report: LoadReport) -> str:
 
 def read_selection_tsv(path: str | Path, report: LoadReport | None = None) -> list[ResponseSelectionItem]:
     """The items of a file in this format, in file order; ids are ``FILESTEM-LINE`` of each group's first line."""
+    items = list(iter_selection_tsv(path, report))
+    if not items:
+        raise DialogueError(f"{path}: no (label, context, response) lines")
+    return items
+
+
+def iter_selection_tsv(path: str | Path, report: LoadReport | None = None) -> Iterator[ResponseSelectionItem]:
+    """`read_selection_tsv` an item at a time, the file read a line at a time (a file of no items yields none)."""
     path = Path(path)
     report = report if report is not None else LoadReport(source=str(path))
-    items: list[ResponseSelectionItem] = []
     group: dict | None = None
 
-    def close() -> None:
-        if group is not None:
-            items.append(ResponseSelectionItem(
-                context=Dialogue(turns=group["context"], id=group["id"]), candidates=group["candidates"],
-                id=group["id"], relevance=group["relevance"],
-            ))
+    def item() -> ResponseSelectionItem:
+        return ResponseSelectionItem(context=Dialogue(turns=group["context"], id=group["id"]),
+                                     candidates=group["candidates"], id=group["id"], relevance=group["relevance"])
 
     for number, line in iter_lines(path, report):
         where = f"{path}:{number}"
@@ -70,11 +75,10 @@ def read_selection_tsv(path: str | Path, report: LoadReport | None = None) -> li
         context = tuple(Turn(speaker=SPEAKERS[i % 2], text=t) for i, t in enumerate(texts[:-1]))
         candidate = Turn(speaker=SPEAKERS[len(context) % 2], text=texts[-1])
         if group is None or group["context"] != context:
-            close()
+            if group is not None:
+                yield item()
             group = {"context": context, "id": f"{path.stem}-{number}", "candidates": [], "relevance": []}
         group["candidates"].append(candidate)
         group["relevance"].append(int(label))
-    close()
-    if not items:
-        raise DialogueError(f"{path}: no (label, context, response) lines")
-    return items
+    if group is not None:
+        yield item()

@@ -27,7 +27,7 @@ ATTENTION = "attention"  # `attention`: which earlier tokens each head type atte
 class Predictions:
     """What a model made of new input, ready to show: rows for a JSONL file, a table for the terminal. The rows come a
     block of the input at a time, each block made as `blocks` is read, so that a file of any length is never held
-    whole (`turnformer.tasks.common.ConversationBlocks`); `notes` and `written` are complete once it is read to its end."""
+    whole (`turnformer.tasks.common.InputBlocks`); `notes` and `written` are complete once it is read to its end."""
 
     blocks: Iterable[tuple[list[dict], list[tuple[str, ...]]]]  # per block: its rows, one JSON object each (what --out
     #   writes), and their lines in the table (long texts shortened)

@@ -9,7 +9,7 @@ import json
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 from turnformer.data import DATASETS, load_split, parse_split_spec, read_jsonl
 from turnformer.data.jsonl import iter_jsonl, refuse_selection_item, refuse_selection_items
@@ -312,68 +312,74 @@ def load_conversations(spec: str, data_dir=None, reader: str | None = None) -> l
 BLOCK_UTTERANCES = 20_000
 
 
-class ConversationBlocks:
-    """The conversations of a file (generic JSONL) or a benchmark split ``NAME:SPLIT`` (`load_conversations`), a block
-    of about `block_utterances` utterances at a time (a longer conversation alone), each with the name outputs give it
-    (`output_names` over the whole input). A file is read twice, a line at a time: first whole, to check it (a fault
-    is named before any work is done) and count it, keeping only the conversations' ids; then a block at a time as
-    the blocks are used. So a file of any length is never held whole; a benchmark split is (its size is known)."""
+class InputBlocks:
+    """What a command reads (conversations, response-selection items), a block of about `block_utterances` utterances
+    at a time (a longer one alone), each with the name outputs give it (`output_names` over the whole input).
+    ``read(first)`` is a fresh pass over the input; it is made twice: first whole (``first`` True: the pass that
+    checks it, so that a fault is named before any work is done), keeping only the ids and the counts, then a block at
+    a time as the blocks are used. So an input read from a file a line at a time is never held whole. `size` counts
+    the utterances of one (`noun`: what one is, plural); `empty` is the error for an input with none."""
 
-    def __init__(self, spec: str, data_dir=None, reader: str | None = None, block_utterances: int | None = None):
-        self.spec, self.block_utterances = spec, block_utterances or BLOCK_UTTERANCES
-        self.path = Path(spec) if Path(spec).exists() else None
-        self.dialogues = None if self.path else load_conversations(spec, data_dir, reader)
+    def __init__(self, read: Callable[[bool], Iterable], size: Callable[[Any], int] = len, empty: str = "nothing to read",
+                 block_utterances: int | None = None, noun: str = "conversations"):
+        self.read, self.size, self.block_utterances = read, size, block_utterances or BLOCK_UTTERANCES
         self.ids: set[str] = set()  # every id given in the input, for the names of those without one
-        self.conversations = self.utterances = self.count = 0  # count: blocks
-        if self.path is None:
-            self.ids = {d.id for d in self.dialogues if d.id is not None}
-            for _ in self._blocks(self.dialogues):
-                self.count += 1
-            return
-        for _ in self._blocks(self._checked(reader)):
+        self.things = self.utterances = self.count = 0  # count: blocks
+        for block in self._blocks(read(True)):
+            self.ids.update(x.id for x in block if x.id is not None)
             self.count += 1
-        if not self.conversations:
-            raise DialogueError(f"{spec}: no conversations in the file")
+        if not self.things:
+            raise DialogueError(empty)
+        if self.count > 1:
+            logger.info("%d %s, %d utterances: read in %d blocks of about %d utterances", self.things, noun,
+                        self.utterances, self.count, self.block_utterances)
 
-    def _checked(self, reader: str | None) -> Iterator[Dialogue]:
-        """The file's conversations, read for the first time: response-selection items refused for a `reader` that
-        would ignore their candidates, the ids kept."""
-        for line, dialogue in iter_jsonl(self.path):
-            if reader is not None:
-                refuse_selection_item(dialogue, line, self.spec, reader)
-            if dialogue.id is not None:
-                self.ids.add(dialogue.id)
-            yield dialogue
-
-    def _blocks(self, dialogues: Iterable[Dialogue]) -> Iterator[list[Dialogue]]:
-        """Consecutive conversations, cut where a block would pass `block_utterances` (a longer one alone); counts
-        them on the way."""
-        self.conversations = self.utterances = 0
+    def _blocks(self, things: Iterable) -> Iterator[list]:
+        """Consecutive things, cut where a block would pass `block_utterances` (a longer one alone); counts them."""
+        self.things = self.utterances = 0
         block, size = [], 0
-        for dialogue in dialogues:
-            if block and size + len(dialogue) > self.block_utterances:
+        for thing in things:
+            n = self.size(thing)
+            if block and size + n > self.block_utterances:
                 yield block
                 block, size = [], 0
-            block.append(dialogue)
-            size += len(dialogue)
-            self.conversations += 1
-            self.utterances += len(dialogue)
+            block.append(thing)
+            size += n
+            self.things += 1
+            self.utterances += n
         if block:
             yield block
 
     def __len__(self) -> int:
-        return self.conversations
+        return self.things
 
-    def __iter__(self) -> Iterator[tuple[list[str], list[Dialogue]]]:
-        dialogues = self.dialogues if self.path is None else (d for _, d in iter_jsonl(self.path, summary=False))
+    def __iter__(self) -> Iterator[tuple[list[str], list]]:
         taken, start = set(self.ids), 0
-        for block in self._blocks(dialogues):
-            yield output_names([d.id for d in block], start, taken), block
+        for block in self._blocks(self.read(False)):
+            yield output_names([x.id for x in block], start, taken), block
             start += len(block)
 
     def desc(self, k: int, work: str = "predict") -> str:
         """The progress bar's name for the `k`-th block (from 0): "predict", or "predict (block 2 of 7)"."""
         return work if self.count <= 1 else f"{work} (block {k + 1} of {self.count})"
+
+
+def conversation_blocks(spec: str, data_dir=None, reader: str | None = None, block_utterances: int | None = None) -> InputBlocks:
+    """`InputBlocks` of the conversations of a file (generic JSONL, read a line at a time) or a benchmark split
+    ``NAME:SPLIT`` (held whole: its size is known); with `reader`, response-selection items are refused as
+    `load_conversations` does."""
+    path = Path(spec)
+    if not path.exists():
+        dialogues = load_conversations(spec, data_dir, reader)
+        return InputBlocks(lambda first: dialogues, block_utterances=block_utterances)
+
+    def read(first: bool) -> Iterator[Dialogue]:
+        for line, dialogue in iter_jsonl(path, summary=first):
+            if first and reader is not None:
+                refuse_selection_item(dialogue, line, spec, reader)
+            yield dialogue
+
+    return InputBlocks(read, empty=f"{spec}: no conversations in the file", block_utterances=block_utterances)
 
 
 class Tally:
@@ -410,7 +416,7 @@ def mark_cut(per_turn: Sequence[Sequence[dict]], dialogues: Sequence[Dialogue], 
     return [[{**p, "truncated": next(lengths) > max_tokens} for p in predictions] for predictions in per_turn]
 
 
-def label_predictions(blocks: ConversationBlocks, annotate: Callable[[list[Dialogue], str], list[list[dict]]],
+def label_predictions(blocks: InputBlocks, annotate: Callable[[list[Dialogue], str], list[list[dict]]],
                       label_column: str, max_tokens: int) -> Predictions:
     """One row per utterance: its label, the probabilities of every label and whether the model read only the
     utterance's start, made a block of conversations at a time: ``annotate(dialogues, desc)`` gives per dialogue, per

@@ -34,7 +34,7 @@ from turnformer.models.lc_attention import (LCAttentionModel, LCConfig, LocalCon
                                             build_lc_model)
 from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import ANNOTATE, STREAM, ModelBuilder, Predictions
-from turnformer.tasks.common import (SPLITS, ConversationBlocks, apply_limits, check_split, checkpoint_paths, label_predictions,
+from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, conversation_blocks, label_predictions,
                                      load_labelled_data, mark_cut, model_builder,
                                      run_description, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import accuracy
@@ -394,7 +394,7 @@ class DialogueActs:
         return load_labelled_data(recipe, recipe.get("label_kind", "act"), data_dir, only)[0]
 
     def predict(self, model, tokenizer, run: dict, source: str, data_dir=None, online: bool = False) -> Predictions:
-        return label_predictions(ConversationBlocks(source, data_dir, self.reader),
+        return label_predictions(conversation_blocks(source, data_dir, self.reader),
                                  lambda dialogues, desc: self.annotate(model, tokenizer, run, dialogues, desc, online),
                                  run["recipe"].get("label_kind", "label"), utterance_reader(model, tokenizer)[1])
 

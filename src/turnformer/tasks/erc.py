@@ -25,7 +25,7 @@ from turnformer.plots import HEAD_TYPES, AttentionView
 from turnformer.recipes import recipe_train_config
 from turnformer.structure.packing import truncate_keeping_end_specials
 from turnformer.tasks.base import ANNOTATE, ATTENTION, STREAM, ModelBuilder, Predictions
-from turnformer.tasks.common import (SPLITS, ConversationBlocks, apply_limits, check_split, checkpoint_paths, label_predictions,
+from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, conversation_blocks, label_predictions,
                                      load_labelled_data, mark_cut, model_builder,
                                      run_description, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import PRIMARY_METRIC, confusion_matrix_plot, erc_metrics
@@ -353,7 +353,7 @@ class EmotionRecognition:
         return load_erc_data(recipe, data_dir, only)[0]
 
     def predict(self, model, tokenizer, run: dict, source: str, data_dir=None) -> Predictions:
-        return label_predictions(ConversationBlocks(source, data_dir, self.reader),
+        return label_predictions(conversation_blocks(source, data_dir, self.reader),
                                  lambda dialogues, desc: self.annotate(model, tokenizer, run, dialogues, desc),
                                  run["recipe"].get("label_kind", "label"), model.config.max_utterance_tokens)
 

@@ -42,7 +42,7 @@ from turnformer.models.transformer_generator import TransformerGenerator
 from turnformer.parsing import DependencyParser
 from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import GENERATE, ModelBuilder, Predictions
-from turnformer.tasks.common import (SPLITS, ConversationBlocks, Tally, check_split, checkpoint_paths, model_builder,
+from turnformer.tasks.common import (SPLITS, Tally, check_split, checkpoint_paths, conversation_blocks, model_builder,
                                      read_split_files, run_description, scored_run, shorten, upgrade_run)
 from turnformer.tasks.generation_metrics import available_word_vectors, generation_metrics, perplexity
 from turnformer.training import load_checkpoint, progress, set_seed, train
@@ -439,8 +439,8 @@ class ResponseGenerator:
 def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=None, speaker: str | None = None,
                      beam: int = 1) -> Predictions:
     """One reply to every conversation of `source`, spoken by `speaker` (None: the speaker before the last one), made
-    a block of conversations at a time (`ConversationBlocks`)."""
-    blocks = ConversationBlocks(source, data_dir)
+    a block of conversations at a time (`conversation_blocks`)."""
+    blocks = conversation_blocks(source, data_dir)
     generator = ResponseGenerator.from_run(model, vocab, run, beam)
     cut = Tally()
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -31,15 +31,16 @@ import torch
 from turnformer.backbones.loading import load_auto_encoder
 from turnformer.data import load_split, parse_split_spec, read_jsonl
 from turnformer.data._io import first_line, write_file
-from turnformer.data.selection_tsv import read_selection_tsv
+from turnformer.data.jsonl import iter_jsonl
+from turnformer.data.selection_tsv import iter_selection_tsv, read_selection_tsv
 from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, as_dialogue, as_turn,
                                  is_blank, next_speaker, output_names)
 from turnformer.models.mdfn import MDFN, MDFNConfig, SelectionBatch
 from turnformer.recipes import recipe_train_config
 from turnformer.structure import SpecialTokens, pack_token_ids
 from turnformer.tasks.base import RANK, ModelBuilder, Predictions
-from turnformer.tasks.common import (SPLITS, check_split, checkpoint_paths, model_builder, run_description, scored_run, shorten,
-                                     split_file, upgrade_run)
+from turnformer.tasks.common import (SPLITS, InputBlocks, check_split, checkpoint_paths, model_builder, run_description,
+                                     scored_run, shorten, split_file, upgrade_run)
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
@@ -314,7 +315,7 @@ def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None,
 
 @torch.no_grad()
 def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], batch_size: int = 16,
-                truncation: dict | None = None, chunk_items: int = 1024) -> list[list[float]]:
+                truncation: dict | None = None, chunk_items: int = 1024, desc: str = "score") -> list[list[float]]:
     """Scores of every item's candidates (higher = better), in the items' order. ``truncation``, if
     given, is filled with the truncation report (see `make_selection_batches`). Items are encoded and batched
     `chunk_items` at a time: memory holds one chunk's batches, whatever the file's length."""
@@ -323,7 +324,7 @@ def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], 
     scores: list[list[float]] = []
     report: dict = {}
     starts = range(0, len(items), chunk_items) if items else range(1)  # no items: one empty chunk, a report of zeros
-    for start in progress(starts, "score", unit="item", sizes=[min(chunk_items, len(items) - s) for s in starts]):
+    for start in progress(starts, desc, unit="item", sizes=[min(chunk_items, len(items) - s) for s in starts]):
         encoded = encode_items(items[start : start + chunk_items], tokenizer, model.config.max_turns)
         batches, counts = make_selection_batches(encoded, batch_size, special_tokens(tokenizer), model.config.max_length,
                                                  sort_by_length=False)
@@ -408,10 +409,12 @@ def truncation_note(report: dict, config) -> str | None:
             f"({config.max_length} tokens, {config.max_turns} turns) and were cut oldest-first: " + "; ".join(parts))
 
 
-def prediction_rows(items: Sequence[ResponseSelectionItem], scores: Sequence[Sequence[float]]) -> list[dict]:
+def prediction_rows(items: Sequence[ResponseSelectionItem], scores: Sequence[Sequence[float]],
+                    names: Sequence[str] | None = None) -> list[dict]:
+    """A row per item: its scores, the candidates best first, the best one's text (and the answer where known);
+    `names`, the items' names in the output (default: their ids, or, where none, their place in `items`)."""
     rows = []
-    # an item without id: its place in the file
-    for item_id, item, s in zip(output_names([item.id for item in items]), items, scores):
+    for item_id, item, s in zip(names or output_names([item.id for item in items]), items, scores):
         order = rank_candidates(s)
         rows.append({"id": item_id, "scores": [round(float(x), 5) for x in s], "ranking": order, "best": order[0],
                      "best_text": item.candidates[order[0]].text, **({"answer": item.answer} if item.answer is not None else {})})
@@ -420,30 +423,63 @@ def prediction_rows(items: Sequence[ResponseSelectionItem], scores: Sequence[Seq
 
 def write_submission(rows: Sequence[dict], path: Path) -> None:
     """MuTual's submission format: ``id \\t rank-1 letter \\t rank-2 letter ...`` one item a line."""
+    write_file(Path(path), "".join(submission_lines(rows)).encode("utf-8"))
+
+
+def submission_lines(rows: Sequence[dict]) -> list[str]:
+    """`write_submission`'s lines, an id that the format cannot hold refused."""
     for r in rows:
         if any(c in str(r["id"]) for c in "\t\r\n"):  # would shift or split the item's line
             raise DialogueError(f"item {r['id']!r}: an id with a tab or line break cannot be written in the submission format")
         if len(r["ranking"]) > len(LETTERS):
             raise DialogueError(f"item {r['id']}: {len(r['ranking'])} candidates; the submission format has letters A-J only")
-    lines = ("\t".join([str(r["id"]), *(LETTERS[i] for i in r["ranking"])]) + "\n" for r in rows)
-    write_file(Path(path), "".join(lines).encode("utf-8"))
+    return ["\t".join([str(r["id"]), *(LETTERS[i] for i in r["ranking"])]) + "\n" for r in rows]
+
+
+def item_blocks(spec: str, data_dir=None, block_utterances: int | None = None) -> InputBlocks:
+    """The items of `load_items` as `InputBlocks`: a file (JSON Lines or tab-separated) read a line at a time, never
+    whole; a benchmark split held whole."""
+    path = Path(spec)
+    if not path.exists():
+        items = load_items(spec, data_dir)
+        return InputBlocks(lambda first: items, item_utterances, block_utterances=block_utterances, noun="items")
+    if first_line(path).lstrip().startswith("{"):
+        def read(first: bool) -> Iterator[ResponseSelectionItem]:
+            return (dialogue_to_item(d, f"{path}:{line}") for line, d in iter_jsonl(path, summary=first))
+        return InputBlocks(read, item_utterances, f"{spec}: no items in the file", block_utterances, "items")
+    return InputBlocks(lambda first: iter_selection_tsv(path), item_utterances,
+                       f"{path}: no (label, context, response) lines", block_utterances, "items")
+
+
+def item_utterances(item: ResponseSelectionItem) -> int:
+    return len(item.context) + len(item.candidates)
 
 
 def predict_items(model: MDFN, tokenizer, source: str, data_dir=None, submission: Path | None = None) -> Predictions:
-    """The candidates of every item of `source` scored and ranked, best first; with `submission`, MuTual's submission
-    file written there too (the rankings then are not shown as a table). The items are read and ranked whole (one
-    block)."""
-    items = load_items(source, data_dir)
+    """The candidates of every item of `source` scored and ranked, best first, a block of items at a time
+    (`item_blocks`); with `submission`, MuTual's submission file written there too, after the last block (the
+    rankings then are not shown as a table)."""
+    blocks = item_blocks(source, data_dir)
     truncation: dict = {}
-    rows = prediction_rows(items, score_items(model, tokenizer, items, truncation=truncation))
-    written = []
-    if submission is not None:
-        write_submission(rows, submission)
-        written.append(f"wrote the rankings of {len(rows)} items to {submission}")
-    cells = [(str(r["id"]), str(r["best"]), shorten(r["best_text"]), " ".join(f"{x:.2f}" for x in r["scores"])) for r in rows]
-    note = truncation_note(truncation, model.config)
-    return Predictions([(rows, cells)], "rankings", ("item", "best", "reply", "scores"), table=submission is None,
-                       notes=[note] if note else [], written=written)
+    lines: list[str] = []  # the submission's, one short line an item
+
+    def blocks_made() -> Iterator[tuple[list[dict], list[tuple[str, ...]]]]:
+        for k, (names, items) in enumerate(blocks):
+            part: dict = {}
+            rows = prediction_rows(items, score_items(model, tokenizer, items, truncation=part, desc=blocks.desc(k, "score")), names)
+            truncation.update({key: truncation.get(key, 0) + n for key, n in part.items()})
+            if submission is not None:
+                lines.extend(submission_lines(rows))
+            yield rows, [(str(r["id"]), str(r["best"]), shorten(r["best_text"]), " ".join(f"{x:.2f}" for x in r["scores"]))
+                         for r in rows]
+        if submission is not None:
+            write_file(Path(submission), "".join(lines).encode("utf-8"))
+            predictions.written.append(f"wrote the rankings of {len(lines)} items to {submission}")
+        if note := truncation_note(truncation, model.config):
+            predictions.notes.append(note)
+
+    predictions = Predictions(blocks_made(), "rankings", ("item", "best", "reply", "scores"), table=submission is None)
+    return predictions
 
 
 class ResponseSelection:
@@ -481,6 +517,6 @@ class ResponseSelection:
 TASK = ResponseSelection()
 
 __all__ = ["MODELS", "RESPONSE_SELECTION_MODELS", "TASK", "ResponseRanker", "build_selection_model", "dialogue_to_item",
-           "encode_items", "evaluate", "evaluate_split", "load_items", "load_selection_data", "load_trained",
+           "encode_items", "evaluate", "evaluate_split", "item_blocks", "load_items", "load_selection_data", "load_trained",
            "make_selection_batches", "predict_items", "prediction_rows", "rank", "score_items", "train_response_selection",
            "truncation_note", "write_submission"]
