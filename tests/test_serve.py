@@ -357,3 +357,16 @@ def test_a_body_that_stops_half_way_is_a_408_and_frees_its_connection(models):
         with httpx.Client(base_url=url, timeout=60) as http:
             assert http.get("/v1/health").status_code == 200
             assert http.post("/v1/annotate", json={"turns": TURNS}).status_code == 200
+
+
+def test_a_model_is_named_after_its_run_folder_or_the_link_to_it(tmp_path, monkeypatch):
+    from turnformer.serve.models import default_name
+
+    run = tmp_path / "runs" / "meld-mb"
+    (run / "best").mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    (tmp_path / "meld").symlink_to(run)
+    monkeypatch.chdir(run)
+    assert [default_name(p) for p in (run, run / "best", tmp_path / "meld", Path("."), Path("best"), Path("../meld-mb/"))] \
+        == ["meld-mb", "meld-mb", "meld", "meld-mb", "meld-mb", "meld-mb"]
+    assert default_name(tmp_path / "a run (2)") == "a-run-2"

@@ -27,6 +27,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping, Sequence
@@ -54,6 +55,7 @@ __all__ = [
     "load_state_dict_file",
     "load_tokenizer",
     "load_weights",
+    "quiet_loading",
     "random_backbone",
     "resolve_backbone",
     "tiny_config",
@@ -397,24 +399,33 @@ def load_auto_encoder(name_or_path: str, pretrained: bool = True) -> tuple[torch
     `load_backbone`; ``pretrained=False`` builds the architecture only (weights from a checkpoint).
     BERT-type [CLS] poolers are left out: those models never use them, so no parameter goes untrained."""
     folder = resolve_backbone(name_or_path)
+    with quiet_loading():  # the load report would list the unused pooler weights of every BERT checkpoint
+        try:
+            config = AutoConfig.from_pretrained(str(folder))
+            options = {"add_pooling_layer": False} if config.model_type in ("bert", "roberta", "mpnet") else {}
+            if pretrained:
+                encoder = AutoModel.from_pretrained(str(folder), config=config, **options)
+            else:
+                encoder = AutoModel.from_config(config, **options)
+        except (OSError, ValueError, KeyError) as err:
+            raise BackboneLoadError(f"{name_or_path} ({folder}): cannot load the encoder ({type(err).__name__}: {err})") from err
+    return encoder, _tokenizer_from(folder)
+
+
+@contextmanager
+def quiet_loading():
+    """`transformers` loading a model without its load report (errors only) and with its "Loading weights" bar on a
+    terminal only, as every bar of ours; both as they were afterwards."""
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()  # the load report would list the unused pooler weights of every BERT checkpoint
-    if not sys.stderr.isatty():  # transformers' "Loading weights" bar: on a terminal only, as every bar of ours
+    hf_logging.set_verbosity_error()
+    if not sys.stderr.isatty():
         hf_logging.disable_progress_bar()
     try:
-        config = AutoConfig.from_pretrained(str(folder))
-        options = {"add_pooling_layer": False} if config.model_type in ("bert", "roberta", "mpnet") else {}
-        if pretrained:
-            encoder = AutoModel.from_pretrained(str(folder), config=config, **options)
-        else:
-            encoder = AutoModel.from_config(config, **options)
-    except (OSError, ValueError, KeyError) as err:
-        raise BackboneLoadError(f"{name_or_path} ({folder}): cannot load the encoder ({type(err).__name__}: {err})") from err
+        yield
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
-    return encoder, _tokenizer_from(folder)
 
 
 def freeze_lower_layers(encoder: torch.nn.Module, n_layers: int) -> None:

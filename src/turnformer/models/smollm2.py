@@ -40,15 +40,18 @@ Fine-tuned (`SmolLM2Generator`, model ids ``smollm2`` and ``smollm2-phaed``), pl
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 from pathlib import Path
 from typing import Sequence
+from unittest import mock
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+from turnformer.backbones.loading import quiet_loading
 from turnformer.data.generation_scores import generation_metrics, perplexity
 from turnformer.data.generation_vocab import SPEAKER_Q, SPEAKER_R, UNK, GenerationInstance, Vocabulary, detokenize, words
 from turnformer.dialogue import DialogueError
@@ -82,7 +85,9 @@ def load_smollm2_tokenizer():
 def load_smollm2(dtype: torch.dtype = torch.float32):
     """(model in eval mode, tokenizer) from the GGUF file; the Q4_1 weights are dequantised to `dtype`."""
     path = smollm2_gguf_path()
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    from transformers import modeling_gguf_pytorch_utils as gguf  # its de-quantizing bar is a plain tqdm: on a terminal only
+    with quiet_loading(), mock.patch.object(gguf, "tqdm", functools.partial(tqdm, disable=None)):
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
     return model.eval(), load_smollm2_tokenizer()
 
 

@@ -159,8 +159,9 @@ def parse_spec(spec: str) -> tuple[str | None, Path]:
 
 
 def default_name(path: Path) -> str:
-    """The run folder's name (that of the run above a best/ or last/ checkpoint), made fit for a URL."""
-    folder = path.resolve()
+    """The run folder's name (that of the run above a best/ or last/ checkpoint), made fit for a URL; a link's own name,
+    not its target's."""
+    folder = Path(os.path.abspath(path))  # "." and ".." made names, links not followed
     if folder.name in ("best", "last") and (folder.parent / "run.json").exists():
         folder = folder.parent
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", folder.name).strip("-.") or "model"

@@ -328,6 +328,8 @@ class InputBlocks:
         for block in self._blocks(read(True)):
             self.ids.update(x.id for x in block if x.id is not None)
             self.count += 1
+            self.things += len(block)
+            self.utterances += sum(map(size, block))
         if not self.things:
             raise DialogueError(empty)
         if self.count > 1:
@@ -335,8 +337,7 @@ class InputBlocks:
                         self.utterances, self.count, self.block_utterances)
 
     def _blocks(self, things: Iterable) -> Iterator[list]:
-        """Consecutive things, cut where a block would pass `block_utterances` (a longer one alone); counts them."""
-        self.things = self.utterances = 0
+        """Consecutive things, cut where a block would pass `block_utterances` (a longer one alone)."""
         block, size = [], 0
         for thing in things:
             n = self.size(thing)
@@ -345,8 +346,6 @@ class InputBlocks:
                 block, size = [], 0
             block.append(thing)
             size += n
-            self.things += 1
-            self.utterances += n
         if block:
             yield block
 
@@ -395,7 +394,7 @@ class Tally:
                 self.first.append(name)
 
     def __str__(self) -> str:
-        """"a, b, c, d, e and 7 more"."""
+        """The first few, then how many more: "a, b, c, d, e and 7 more"."""
         more = self.count - len(self.first)
         return ", ".join(self.first) + (f" and {more} more" if more else "")
 
