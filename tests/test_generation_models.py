@@ -255,3 +255,39 @@ def test_the_samples_page_takes_each_model_from_the_first_folder_and_suffix_that
     monkeypatch.setattr(sys, "argv", ["generation_samples.py", "--runs-dir", str(tmp_path / "a"), "--suffix=-none"])
     with pytest.raises(SystemExit, match=r"no trained generator: no .*/generation-dailydialog-MODEL\{-none\}/seed1 holds a best/"):
         samples.main()
+
+
+@pytest.mark.parametrize("settings", [{}, {"speaker_tokens": False, "turn_embeddings": False}, {"layers": 3}])
+def test_the_gpt2_decoders_cached_steps_give_the_logits_of_decoding_the_whole_sequence(settings):
+    """Greedy decoding reads one new token a step, against kept keys and values: at every step the logits equal
+    `decode` over the whole context and response, for contexts of other lengths in one batch, beside rows already
+    ended (pads appended; their logits are not read), and `generate` gives the replies that decoding the whole sequence each step gives."""
+    from turnformer.models.gpt2_generator import CachedSteps
+
+    dialogues = [*DIALOGUES, Dialogue.from_turns([("A", "ok .")], id="d3"),
+                 Dialogue.from_turns([("A", "a " * 30 + "."), ("B", "b ."), ("A", "c .")], id="d4")]
+    vocab = Vocabulary.build(dialogues, min_count=1)
+    (batch,) = make_generation_batches([encode_instance(x, vocab, speaker_tokens=settings.get("speaker_tokens", True))
+                                        for x in make_instances(dialogues)], 16, sort_by_length=False)
+    assert len(set(batch.context.ne(0).sum(1).tolist())) > 3  # contexts of several lengths, padded
+    torch.manual_seed(0)
+    model = build_generator("gpt2-scratch", {"d_model": 16, "heads": 2, "layers": 2, "ff": 32, "dropout": 0.0,
+                                             "max_response_words": 12, **settings}, vocab).eval()
+    state = model.encode(batch)
+    steps, response = CachedSteps(model, state), model._response_prefix(batch)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for t in range(10):
+            live = response[:, -1].ne(0)  # an ended row's logits are not read
+            assert torch.allclose(steps(response)[live], model.decode(state, response, last_only=True)[live], atol=1e-5), t
+            token = torch.randint(4, len(vocab), (len(batch),), generator=generator)
+            token[: t // 3] = 0  # the first rows "ended": pads from here on
+            response = torch.cat([response, token[:, None]], 1)
+        with pytest.raises(ValueError, match="one token longer"):
+            steps(response[:, :-1])
+    whole = lambda self, state: (lambda response_in: self.decode(state, response_in, last_only=True))  # noqa: E731
+    cached = model.generate(batch)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(model), "stepper", whole)
+        assert model.generate(batch) == cached
+    assert any(len(reply) > 3 for reply in cached)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Callable
 
 import torch
 from torch import nn
@@ -136,6 +137,11 @@ class GeneratorBase(nn.Module):
         """Next-token logits (B, Lr, V), or with ``last_only`` (B, V): the states times the tied embeddings."""
         return self.decode_states(state, response_in, last_only) @ self.embed.weight.T
 
+    def stepper(self, state) -> Callable[[torch.Tensor], torch.Tensor]:
+        """What greedy decoding calls at each step: the response so far [B, T] (one token longer at each call) ->
+        the next token's logits [B, V]; here `decode` over the whole response, which a model may do faster."""
+        return lambda response_in: self.decode(state, response_in, last_only=True)
+
     def forward(self, batch: GenerationBatch) -> torch.Tensor:
         return self.decode(self.encode(batch), batch.response_in)
 
@@ -170,8 +176,9 @@ class GeneratorBase(nn.Module):
         ids = self._response_prefix(batch)
         prefix = ids.shape[1]
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+        next_logits = self.stepper(state)
         for _ in range(max_words + 1):
-            step = self.decode(state, ids, last_only=True)
+            step = next_logits(ids)
             step[:, self.pad_id] = float("-inf")
             token = step.argmax(-1).masked_fill(done, self.pad_id)
             ids = torch.cat([ids, token[:, None]], 1)

@@ -12,8 +12,8 @@ positions only, so the inherited loss, perplexity and greedy decoding score the 
 
 Padding: each row is re-packed as ``[context without its padding ; response_in]`` and right-padded to
 the batch's longest; with causal attention no real token sees a later pad, so a padded example gives
-the logits it gives alone. Decoding reruns the whole sequence at every step (no key/value cache: the
-sequences are short, and it keeps the model one forward pass).
+the logits it gives alone. Greedy decoding keeps every layer's keys and values (`CachedSteps`): each step reads
+the newest token alone, where `decode` reruns the whole sequence (equal logits, tested); beam search reruns it.
 
 Size: ``layers`` counts decoder layers. The encoder-decoder `TransformerGenerator` with ``layers = N``
 has N encoder and N decoder layers (with cross-attention), so a recipe comparing "at equal size"
@@ -74,5 +74,49 @@ class GPT2Generator(GeneratorBase):
         rows = hidden.gather(1, (start[:, None] + steps)[:, :, None].expand(-1, -1, hidden.shape[-1]))  # the response's positions
         return rows[:, 0] if last_only else rows
 
+    def stepper(self, state) -> "CachedSteps":
+        return CachedSteps(self, state)
 
-__all__ = ["IGNORE", "GPT2Generator", "GenerationBatch", "GeneratorConfig"]
+
+class CachedSteps:
+    """Greedy decoding's next-token logits with a key/value cache: the first call reads the context and the response
+    prefix as `decode` does, keeping each layer's keys and values; every later call reads only the token added since,
+    at its own position, attending to the kept keys (the pads between a shorter row's tokens and the new ones are
+    masked, as a pad always is). The logits equal ``decode(state, response_in, last_only=True)`` (tested)."""
+
+    def __init__(self, model: GPT2Generator, state):
+        self.model, self.state = model, state
+        self.past: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: keys and values [B, K, d]
+        self.visible = self.position = None  # [B, K]: keys that are not padding; [B]: the next token's position
+        self.read = 0  # response tokens read
+
+    def __call__(self, response_in: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        if not self.past:
+            ids, turns, start = m.pack(self.state, response_in)
+            x = m.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), turns)
+            sequence = sequence_meta(ids.eq(m.pad_id))
+            mask, self.visible = CAUSAL(sequence, sequence), ids.ne(m.pad_id)
+            self.position = start + response_in.shape[1]
+            last = (self.position - 1)[:, None, None].expand(-1, 1, x.shape[-1])
+        else:
+            if response_in.shape[1] != self.read + 1:
+                raise ValueError(f"a cached decoding step takes the response one token longer ({self.read + 1}), "
+                                 f"got {response_in.shape[1]}")
+            if int(self.position.max()) >= m.config.max_positions:
+                raise ValueError(f"a context + response of {int(self.position.max()) + 1} tokens is over "
+                                 f"max_positions = {m.config.max_positions}")
+            token = response_in[:, -1:]  # [B, 1]
+            x = m.embed_tokens(token, self.position[:, None], torch.zeros_like(token))
+            self.visible = torch.cat([self.visible, token.ne(m.pad_id)], 1)
+            mask, last = self.visible[:, None, :], None  # the new token sees every earlier real token and itself
+            self.position = self.position + 1
+        for i, layer in enumerate(m.layers.layers):
+            x, kept = layer.step(x, mask, self.past[i] if i < len(self.past) else None)
+            self.past[i:i + 1] = [kept]
+        self.read = response_in.shape[1]
+        hidden = m.layers.norm(x if last is None else x.gather(1, last))[:, 0]  # [B, d]
+        return hidden @ m.embed.weight.T
+
+
+__all__ = ["IGNORE", "CachedSteps", "GPT2Generator", "GenerationBatch", "GeneratorConfig"]

@@ -58,9 +58,20 @@ class EncoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor, return_probs: bool = False):
         """x [B, L, d], mask [B, L, L] (True = visible) -> (x [B, L, d], attention [B, H, L, L] or None)."""
         attended, probs = self.self_attn(self.norm1(x), mask=mask, return_probs=return_probs)
-        x = x + self.dropout(attended)
-        feed_forward = self.linear2(self.dropout(self.activation(self.linear1(self.norm2(x)))))
-        return x + self.dropout(feed_forward), probs
+        return self._feed_forward(x + self.dropout(attended)), probs
+
+    def step(self, x: torch.Tensor, mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """`forward` for the newest positions x [B, Q, d] of a sequence whose earlier positions' keys and values are
+        `past` ([B, P, d] each; None: none): mask [B, Q, P + Q] (True = visible). Returns (x [B, Q, d], the keys and
+        values of all P + Q positions): a key/value cache, for decoding a token at a time."""
+        query, key, value = self.self_attn.project(self.norm1(x))
+        if past is not None:
+            key, value = torch.cat([past[0], key], 1), torch.cat([past[1], value], 1)
+        attended, _ = self.self_attn.attend(query, key, value, mask)
+        return self._feed_forward(x + self.dropout(attended)), (key, value)
+
+    def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.dropout(self.linear2(self.dropout(self.activation(self.linear1(self.norm2(x))))))
 
 
 class DecoderLayer(nn.Module):
