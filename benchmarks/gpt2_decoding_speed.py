@@ -16,6 +16,7 @@ import time
 
 import torch
 
+from turnformer.models.generator_base import WholeSteps
 from turnformer.models.gpt2_generator import GPT2Generator
 from turnformer.results import make_result, write_result
 from turnformer.tasks.generation import eval_batch_size, instance_batches, load_trained, split_instances
@@ -36,7 +37,7 @@ def main() -> None:
     instances = split_instances(run, "test", args.data_dir)[: args.instances]
     batches = instance_batches(model, instances, vocab, eval_batch_size(run), sort_by_length=False)
     cached_stepper = GPT2Generator.stepper
-    whole = lambda self, state: (lambda response_in: self.decode(state, response_in, last_only=True))  # noqa: E731
+    whole = lambda self, state: WholeSteps(self, state)  # noqa: E731
 
     def decode(stepper) -> tuple[float, list]:
         GPT2Generator.stepper = stepper

@@ -261,7 +261,9 @@ def test_the_samples_page_takes_each_model_from_the_first_folder_and_suffix_that
 def test_the_gpt2_decoders_cached_steps_give_the_logits_of_decoding_the_whole_sequence(settings):
     """Greedy decoding reads one new token a step, against kept keys and values: at every step the logits equal
     `decode` over the whole context and response, for contexts of other lengths in one batch, beside rows already
-    ended (pads appended; their logits are not read), and `generate` gives the replies that decoding the whole sequence each step gives."""
+    ended (pads appended; their logits are not read), and greedy decoding and beam search give the replies that
+    decoding the whole sequence at each step gives."""
+    from turnformer.models.generator_base import WholeSteps
     from turnformer.models.gpt2_generator import CachedSteps
 
     dialogues = [*DIALOGUES, Dialogue.from_turns([("A", "ok .")], id="d3"),
@@ -285,9 +287,8 @@ def test_the_gpt2_decoders_cached_steps_give_the_logits_of_decoding_the_whole_se
             response = torch.cat([response, token[:, None]], 1)
         with pytest.raises(ValueError, match="one token longer"):
             steps(response[:, :-1])
-    whole = lambda self, state: (lambda response_in: self.decode(state, response_in, last_only=True))  # noqa: E731
-    cached = model.generate(batch)
+    cached = [model.generate(batch, beam_size=beam) for beam in (1, 3)]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(type(model), "stepper", whole)
-        assert model.generate(batch) == cached
-    assert any(len(reply) > 3 for reply in cached)
+        patch.setattr(type(model), "stepper", lambda self, state: WholeSteps(self, state))
+        assert [model.generate(batch, beam_size=beam) for beam in (1, 3)] == cached
+    assert any(len(reply) > 3 for reply in cached[0]) and cached[1] != cached[0]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, is_dataclass, replace
-from typing import Callable
 
 import torch
 from torch import nn
@@ -137,10 +136,11 @@ class GeneratorBase(nn.Module):
         """Next-token logits (B, Lr, V), or with ``last_only`` (B, V): the states times the tied embeddings."""
         return self.decode_states(state, response_in, last_only) @ self.embed.weight.T
 
-    def stepper(self, state) -> Callable[[torch.Tensor], torch.Tensor]:
-        """What greedy decoding calls at each step: the response so far [B, T] (one token longer at each call) ->
-        the next token's logits [B, V]; here `decode` over the whole response, which a model may do faster."""
-        return lambda response_in: self.decode(state, response_in, last_only=True)
+    def stepper(self, state) -> "WholeSteps":
+        """What decoding calls at each step: the response so far [B, T] (one token longer at each call) -> the next
+        token's logits [B, V]; here `decode` over the whole response, which a model may do faster (keeping what it
+        read: `reorder` then tells it which rows a beam search kept)."""
+        return WholeSteps(self, state)
 
     def forward(self, batch: GenerationBatch) -> torch.Tensor:
         return self.decode(self.encode(batch), batch.response_in)
@@ -227,14 +227,16 @@ class GeneratorBase(nn.Module):
             best_score[better], best_length[better] = value[better], length
             best_tokens[better, :length] = tokens[rows[:, 0], beam][better]
 
+        next_logits = self.stepper(state)
         for step in range(1, max_steps + 1):
-            log_probs = self.decode(state, ids, last_only=True).double().log_softmax(-1)
+            log_probs = next_logits(ids).double().log_softmax(-1)
             log_probs[:, self.pad_id] = float("-inf")
             vocab_size = log_probs.shape[-1]
             total = scores[:, :, None] + log_probs.view(examples, beam_size, vocab_size)
             total = total.masked_fill(~scores.isfinite()[:, :, None], float("-inf"))  # dead beams stay dead
             scores, flat = total.flatten(1).topk(beam_size, 1)
             parent, token = flat // vocab_size, flat % vocab_size
+            next_logits.reorder((rows * beam_size + parent).flatten())  # each kept hypothesis continues its parent
             ids = torch.cat([ids.view(examples, beam_size, -1)[rows, parent], token[..., None]], -1)  # [B, beam, prefix + step]
             tokens, ids = ids[..., prefix.shape[1]:], ids.flatten(0, 1)
             ended = token.eq(self.eou_id) & scores.isfinite()
@@ -255,6 +257,19 @@ class GeneratorBase(nn.Module):
         """(reference ids, generated ids: greedy, or beam search with ``beam_size > 1``) of every example of the batch."""
         references = [[t for t in row if t not in (IGNORE, self.eou_id)] for row in batch.response_out.tolist()]
         return references, self.generate(batch, beam_size=beam_size)
+
+
+class WholeSteps:
+    """`GeneratorBase.stepper`: every step decodes the whole response again, so nothing is kept to reorder."""
+
+    def __init__(self, model: GeneratorBase, state):
+        self.model, self.state = model, state
+
+    def __call__(self, response_in: torch.Tensor) -> torch.Tensor:
+        return self.model.decode(self.state, response_in, last_only=True)
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """The rows the next step continues, each from the row it names (beam search); nothing kept here."""
 
 
 def repeat_state(state, batch_size: int, times: int):

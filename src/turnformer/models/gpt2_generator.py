@@ -12,8 +12,9 @@ positions only, so the inherited loss, perplexity and greedy decoding score the 
 
 Padding: each row is re-packed as ``[context without its padding ; response_in]`` and right-padded to
 the batch's longest; with causal attention no real token sees a later pad, so a padded example gives
-the logits it gives alone. Greedy decoding keeps every layer's keys and values (`CachedSteps`): each step reads
-the newest token alone, where `decode` reruns the whole sequence (equal logits, tested); beam search reruns it.
+the logits it gives alone. Decoding keeps every layer's keys and values (`CachedSteps`, reordered as a beam search
+keeps its hypotheses): each step reads the newest token alone, where `decode` reruns the whole sequence (equal
+logits and replies, tested).
 
 Size: ``layers`` counts decoder layers. The encoder-decoder `TransformerGenerator` with ``layers = N``
 has N encoder and N decoder layers (with cross-attention), so a recipe comparing "at equal size"
@@ -79,7 +80,7 @@ class GPT2Generator(GeneratorBase):
 
 
 class CachedSteps:
-    """Greedy decoding's next-token logits with a key/value cache: the first call reads the context and the response
+    """Decoding's next-token logits with a key/value cache: the first call reads the context and the response
     prefix as `decode` does, keeping each layer's keys and values; every later call reads only the token added since,
     at its own position, attending to the kept keys (the pads between a shorter row's tokens and the new ones are
     masked, as a pad always is). The logits equal ``decode(state, response_in, last_only=True)`` (tested)."""
@@ -117,6 +118,11 @@ class CachedSteps:
         self.read = response_in.shape[1]
         hidden = m.layers.norm(x if last is None else x.gather(1, last))[:, 0]  # [B, d]
         return hidden @ m.embed.weight.T
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Row i of the next step continues row ``rows[i]`` of this one (beam search keeps some hypotheses twice)."""
+        self.past = [(key[rows], value[rows]) for key, value in self.past]
+        self.visible, self.position = self.visible[rows], self.position[rows]
 
 
 __all__ = ["IGNORE", "CachedSteps", "GPT2Generator", "GenerationBatch", "GeneratorConfig"]
