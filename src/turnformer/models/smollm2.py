@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Sequence
 from unittest import mock
@@ -85,8 +86,9 @@ def load_smollm2_tokenizer():
 def load_smollm2(dtype: torch.dtype = torch.float32):
     """(model in eval mode, tokenizer) from the GGUF file; the Q4_1 weights are dequantised to `dtype`."""
     path = smollm2_gguf_path()
-    from transformers import modeling_gguf_pytorch_utils as gguf  # its de-quantizing bar is a plain tqdm: on a terminal only
-    with quiet_loading(), mock.patch.object(gguf, "tqdm", functools.partial(tqdm, disable=None)):
+    import transformers.modeling_gguf_pytorch_utils as gguf  # its de-quantizing bar is a plain tqdm: on a terminal only
+    bar = mock.patch.object(gguf, "tqdm", functools.partial(tqdm, disable=None)) if hasattr(gguf, "tqdm") else nullcontext()
+    with quiet_loading(), bar:
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
     return model.eval(), load_smollm2_tokenizer()
 
