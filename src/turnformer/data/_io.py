@@ -8,8 +8,8 @@ import os
 import sys
 import tempfile
 import zlib
-from pathlib import Path
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from turnformer.data.report import DataNotFoundError, LoadReport

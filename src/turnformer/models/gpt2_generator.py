@@ -62,11 +62,15 @@ class GPT2Generator(GeneratorBase):
         ids = torch.where(in_context, from_context(context), torch.where(in_response, from_response, self.pad_id))
         return ids, torch.where(in_context, from_context(turns), 0), lengths
 
-    def decode_states(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    def embed_packed(self, state, response_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The rows of `pack` embedded [B, L, d], their causal mask [B, L, L], their ids [B, L] and response starts [B]."""
         ids, turns, start = self.pack(state, response_in)
         x = self.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), turns)
         sequence = sequence_meta(ids.eq(self.pad_id))
-        causal = CAUSAL(sequence, sequence)  # [B, L, L]
+        return x, CAUSAL(sequence, sequence), ids, start
+
+    def decode_states(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        x, causal, ids, start = self.embed_packed(state, response_in)
         for layer in self.layers.layers:
             x, _ = layer(x, causal)
         hidden = self.layers.norm(x)
@@ -94,11 +98,8 @@ class CachedSteps:
     def __call__(self, response_in: torch.Tensor) -> torch.Tensor:
         m = self.model
         if not self.past:
-            ids, turns, start = m.pack(self.state, response_in)
-            x = m.embed_tokens(ids, torch.arange(ids.shape[1], device=ids.device), turns)
-            sequence = sequence_meta(ids.eq(m.pad_id))
-            mask, self.visible = CAUSAL(sequence, sequence), ids.ne(m.pad_id)
-            self.position = start + response_in.shape[1]
+            x, mask, ids, start = m.embed_packed(self.state, response_in)
+            self.visible, self.position = ids.ne(m.pad_id), start + response_in.shape[1]
             last = (self.position - 1)[:, None, None].expand(-1, 1, x.shape[-1])
         else:
             if response_in.shape[1] != self.read + 1:
