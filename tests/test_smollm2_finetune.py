@@ -186,10 +186,44 @@ def test_a_tiny_smollm2_trains_scores_saves_and_serves(tokenizer, vocab, tmp_pat
 def test_bad_settings_and_over_long_instances_are_refused(tokenizer, vocab):
     with pytest.raises(ValueError, match="unknown SmolLM2Config settings"):
         SmolLM2Config.from_dict({"heads": 2})
-    model = generator(tokenizer, vocab, max_tokens=40)
-    with pytest.raises(DialogueError, match=r"dialogue 'd1' turn 1: \d+ tokens of context and response, over max_tokens = 40"):
+    model = generator(tokenizer, vocab, max_tokens=20)  # the system message alone is longer
+    with pytest.raises(DialogueError, match=r"dialogue 'd1' turn 1: its response alone takes \d+ tokens, \d+ more with "
+                                            r"the system message and its header: over max_tokens = 20"):
         model.make_batches(make_instances(LONGER), 8)
     with pytest.raises(ValueError, match="replies greedily"):
         ResponseGenerator(model, vocab, beam_size=3)
     with pytest.raises(ValueError, match="greedy"):
         generator(tokenizer, vocab).predict(generator(tokenizer, vocab).make_batches(make_instances(DIALOGUES), 8)[0], beam_size=2)
+
+
+def test_a_context_over_max_tokens_keeps_its_newest_sub_words(tokenizer, vocab):
+    """The prompt of an instance over max_tokens: the system message, the newest context messages that fit whole, the
+    newest one that does not as its role header and its last sub-words (where a text token fits), the reply's header."""
+    full = generator(tokenizer, vocab)
+    instance = next(x for x in make_instances(LONGER) if x.dialogue_id == "d3" and len(x.context) == 4)
+    system, context, header, target, room = full._parts(instance)
+    assert full.encode(instance)[0] == system + [i for m in context for i in m] + header and full.unread(instance) is None
+    for budget in range(len(system) + len(header) + len(target), full.config.max_tokens - room + 1):
+        model = generator(tokenizer, vocab, max_tokens=budget)
+        prompt, message, got_target = model.encode(instance)
+        assert got_target == target and len(prompt) + len(target) <= budget
+        assert prompt[: len(system)] == system and prompt[len(prompt) - len(header) :] == header
+        read = prompt[len(system) : len(prompt) - len(header)]
+        left = budget - len(system) - len(header) - len(target)
+        whole = max(w for w in range(len(context) + 1) if sum(map(len, context[len(context) - w :])) <= left)
+        newest = [i for m in context[len(context) - whole :] for i in m]
+        assert read[len(read) - len(newest) :] == newest
+        partial, rest = read[: len(read) - len(newest)], left - len(newest)
+        if whole < len(context):
+            role = model._message(model.roles[instance.context[len(context) - 1 - whole].role])
+            cut = context[len(context) - 1 - whole]
+            assert partial == (role + cut[len(cut) - (rest - len(role)) :] if rest > len(role) + 2 else [])
+        assert message == sorted(message) and message[0] == 0 and len(set(message)) == 3 + whole - (not partial) - (not system)
+        assert model.unread(instance) == (None if whole == len(context) else
+                                          f"{whole} of the 4 turns it reads whole, to fit its {budget} sub-words")
+    # a conversation ending in a pasted blob (one word of thousands of characters): a reply, and a note saying so
+    blob = "".join("qxzjvk"[i * 7 % 6] + "aeiou"[i % 5] for i in range(2000))
+    chat = ResponseGenerator(generator(tokenizer, vocab, max_tokens=100).eval(), vocab)
+    dialogue = [("A", "hi , how are you ?"), ("B", blob)]
+    assert isinstance(chat.respond(dialogue), str)
+    assert chat.unread(dialogue) == "0 of the 2 turns it reads whole, to fit its 100 sub-words"

@@ -191,7 +191,7 @@ class SmolLM2Config(ModelConfig):
     turn_attention: bool = False  # PHAED's turn-level relative attention: a learned bias per layer, head and distance
     r_max: int = 4  # largest turn distance with a bias of its own
     max_new_tokens: int = 60  # sub-words of a greedy response at most
-    max_tokens: int = 1024  # prompt + response; a longer instance is refused
+    max_tokens: int = 1024  # prompt + response; a longer context keeps its newest sub-words (`fit_context`)
     system_prompt: str = SYSTEM_PROMPT
 
     def __post_init__(self) -> None:
@@ -280,18 +280,48 @@ class SmolLM2Generator(nn.Module):
             self._pieces[piece] = self.tokenizer(piece, add_special_tokens=False)["input_ids"]
         return self._pieces[piece]
 
+    def _parts(self, instance: GenerationInstance) -> tuple[list[int], list[list[int]], list[int], list[int], int]:
+        """(system message, context messages, the reply's role header, target: the response's sub-words and
+        <|im_end|>) as ids, and the room `max_tokens` leaves for the context."""
+        system = self._message("system", self.config.system_prompt) if self.config.system_prompt else []
+        context = [self._message(self.roles[u.role], detokenize(u.words)) for u in instance.context]
+        header = self._message(self.roles["R"])
+        target = self.tokenizer(detokenize(instance.response.words), add_special_tokens=False)["input_ids"] + [self.end_id]
+        return system, context, header, target, self.config.max_tokens - len(system) - len(header) - len(target)
+
     def encode(self, instance: GenerationInstance) -> tuple[list[int], list[int], list[int]]:
-        """(prompt ids, the message number of each, target ids: the response's sub-words and <|im_end|>)."""
-        pieces = [self._message("system", self.config.system_prompt)] if self.config.system_prompt else [[]]
-        pieces += [self._message(self.roles[u.role], detokenize(u.words)) for u in instance.context]
-        pieces.append(self._message(self.roles["R"]))
+        """(prompt ids, the message number of each, target ids); a context that does not fit `max_tokens` beside the
+        response keeps its newest sub-words (`fit_context`)."""
+        system, context, header, target, room = self._parts(instance)
+        if room < 0:
+            raise DialogueError(f"dialogue {instance.dialogue_id!r} turn {instance.turn}: its response alone takes "
+                                f"{len(target)} tokens, {len(system) + len(header)} more with the system message and its "
+                                f"header: over max_tokens = {self.config.max_tokens}")
+        pieces = [system, *self.fit_context(instance, context, room)[0], header]
         prompt = [i for piece in pieces for i in piece]
         message = [n for n, piece in enumerate(pieces) for _ in piece]
-        target = self.tokenizer(detokenize(instance.response.words), add_special_tokens=False)["input_ids"] + [self.end_id]
-        if len(prompt) + len(target) > self.config.max_tokens:
-            raise DialogueError(f"dialogue {instance.dialogue_id!r} turn {instance.turn}: {len(prompt) + len(target)} tokens of "
-                                f"context and response, over max_tokens = {self.config.max_tokens}")
         return prompt, message, target
+
+    def fit_context(self, instance: GenerationInstance, context: list[list[int]], room: int) -> tuple[list[list[int]], int]:
+        """(the messages of `context` that fit in `room` tokens, how many of them are whole): the newest messages
+        whole; the newest one left out keeps its role header and its last sub-words where any fit; older ones go."""
+        whole = 0
+        while whole < len(context) and len(context[-1 - whole]) <= room:
+            room, whole = room - len(context[-1 - whole]), whole + 1
+        kept = context[len(context) - whole :]
+        if whole < len(context):
+            message, header = context[-1 - whole], self._message(self.roles[instance.context[-1 - whole].role])
+            if room > len(header) + 2 and message[: len(header)] == header:  # a text token or more, <|im_end|>, "\n"
+                kept = [header + message[len(message) - (room - len(header)) :], *kept]
+        return kept, whole
+
+    def unread(self, instance: GenerationInstance) -> str | None:
+        """What of `instance`'s context its prompt leaves out to fit `max_tokens`, in words (None: nothing)."""
+        _, context, _, _, room = self._parts(instance)
+        whole = self.fit_context(instance, context, max(room, 0))[1]
+        if whole == len(context):
+            return None
+        return f"{whole} of the {len(context)} turns it reads whole, to fit its {self.config.max_tokens} sub-words"
 
     def make_batches(self, instances: Sequence[GenerationInstance], batch_size: int, sort_by_length: bool = True) -> list[LMBatch]:
         """`LMBatch`es of `instances`; sorted by length (less padding) unless told not to."""

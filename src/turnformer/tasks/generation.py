@@ -402,17 +402,23 @@ class ResponseGenerator:
     def respond(self, dialogue, speaker: str | None = None) -> str:
         return self.respond_all([dialogue], [speaker])[0]
 
-    def unread(self, dialogue) -> str | None:
+    def unread(self, dialogue, speaker: str | None = None) -> str | None:
         """What of `dialogue` the model does not read, in words ("its last 4 of 9 turns; 1 of them cut to its first
         50 words"); None: it reads all of it. The model reads the last `max_context_turns` turns, each its first
-        `max_words` words, as in training."""
-        turns = as_dialogue(dialogue).turns
+        `max_words` words, as in training; a sub-word decoder, what of them fits its window (a reply by `speaker`,
+        None: `next_speaker`)."""
+        dialogue = as_dialogue(dialogue)
+        turns = dialogue.turns
+        read = min(len(turns), self.max_context_turns)
         cut = sum(len(words(t.text)) > self.max_words for t in turns[-self.max_context_turns:])
-        parts = [f"its last {self.max_context_turns} of {len(turns)} turns"] if len(turns) > self.max_context_turns else []
+        parts = [f"its last {read} of {len(turns)} turns"] if len(turns) > read else []
         if cut:
             parts.append(f"{cut} of {'them' if parts else 'its turns'} cut to {'its' if cut == 1 else 'their'} first "
                          f"{self.max_words} words")
-        return "; ".join(parts) or None
+        if hasattr(self.model, "unread") and turns:
+            instance = reply_instance(dialogue, speaker or next_speaker(dialogue), self.max_context_turns, self.max_words)
+            parts.append(self.model.unread(instance))
+        return "; ".join(p for p in parts if p) or None
 
     def respond_all(self, dialogues, speakers=None) -> list[str]:
         """One reply per dialogue (a Dialogue or a list of turns), spoken by ``speakers[i]`` (None: `next_speaker`), as
@@ -447,7 +453,7 @@ def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=
     def blocks_made() -> Iterator[tuple[list[dict], list[tuple[str, ...]]]]:
         for names, dialogues in blocks:
             replies = generator.respond_all(dialogues, [speaker] * len(dialogues))
-            unread = [generator.unread(d) for d in dialogues]
+            unread = [generator.unread(d, speaker) for d in dialogues]
             rows = [{"id": name, "speaker": speaker or next_speaker(d), "response": r, "truncated": u is not None}
                     for name, d, r, u in zip(names, dialogues, replies, unread)]
             yield rows, [(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")
@@ -490,7 +496,7 @@ class Generation:
     def respond(self, model, vocab: Vocabulary, run: dict, dialogue, speaker: str | None = None, beam: int = 1,
                 truncation: dict | None = None) -> str:
         generator = self.session(model, vocab, run, beam)
-        if truncation is not None and (unread := generator.unread(dialogue)) is not None:
+        if truncation is not None and (unread := generator.unread(dialogue, speaker)) is not None:
             truncation["note"] = f"the model read {unread}"
         return generator.respond(dialogue, speaker)
 
