@@ -566,6 +566,7 @@ def test_an_output_that_fails_when_written_is_one_line(trained_run, files, tmp_p
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", str(out)])
     assert result.exit_code == 2 and f"error: {out}: cannot be written: No space left on device" in " ".join(result.output.split())
     assert "Traceback" not in result.output and not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("p.jsonl")] == []  # nor a partial one to go on from
 
 
 def test_terminal_control_characters_in_a_text_are_shown_as_escapes(trained_run, tmp_path):

@@ -152,6 +152,12 @@ def test_generated_replies_are_the_same_whatever_the_blocks(data_dir, input_file
     assert [r["id"] for r in rows] == output_names([d.id for d in conversations(14)])
     # more turns than the 4 it reads (c4 and 9, of 5 turns), or an utterance over its 50 words (c8)
     assert [r["id"] for r in rows if r["truncated"]] == ["c4", "c8", "9"]
+    from turnformer.tasks.generation import ResponseGenerator
+
+    source = tmp_path / "in.jsonl"
+    source.write_text(input_file.read_text())
+    _goes_on_after_an_interrupt(["generate", "--checkpoint", str(run), "--input", str(source)], tmp_path / "r.jsonl",
+                                ResponseGenerator, "respond_all", monkeypatch, at=6)  # c4 and c8 noted before it
 
 
 def test_blocks_cut_between_conversations_and_a_long_one_is_alone(tmp_path):
@@ -232,3 +238,73 @@ def test_rankings_and_the_submission_are_the_same_whatever_the_blocks(data_dir, 
         assert len(rows) == len(made[0][1].splitlines()) == 12 and "wrote the rankings of 12 items to" in made[0][2][-2]
         assert [r["id"] for r in rows] == (output_names([item.id if i % 3 else None for i, item in enumerate(items)])
                                            if source == jsonl else [f"items-{1 + 4 * i}" for i in range(12)])
+    from turnformer.tasks import response_selection
+
+    for source in (jsonl, tsv):  # the submission and the note on what was cut cover the blocks made before the interrupt
+        _goes_on_after_an_interrupt(["predict", "--checkpoint", str(run), "--input", str(source), "--submission",
+                                     str(tmp_path / "s.txt")], tmp_path / "r.jsonl", response_selection, "score_items",
+                                    monkeypatch, also=(tmp_path / "s.txt",))
+
+
+def _text(path: Path) -> str:
+    """A file's text; a gzip file's (of one member or several) decompressed."""
+    data = path.read_bytes()
+    return (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode("utf-8")
+
+
+def _goes_on_after_an_interrupt(args: list[str], out: Path, owner, name: str, monkeypatch, also: tuple[Path, ...] = (),
+                                at: int = 3):
+    """The command (its blocks 6 utterances) interrupted by Ctrl-C in its block `at`, then run again: the second run
+    makes only the blocks left (``owner.name`` is called once a block), and its output, the files in `also`, its notes
+    and its "wrote" lines are those of a run never interrupted. Then an input changed since the interruption: made
+    anew, whole."""
+    monkeypatch.setattr(common, "BLOCK_UTTERANCES", 6)
+    said = lambda result: [line for line in result.stderr.splitlines() if line.startswith(("note:", "wrote"))]  # noqa: E731
+    whole = _run([*args, "--out", str(out)], None, monkeypatch)
+    expected = (_text(out), [_text(f) for f in also], said(whole))
+    for f in (out, *also):
+        f.unlink()
+    original, calls = getattr(owner, name), []
+
+    def counted(*a, **k):
+        calls.append(1)
+        if len(calls) == at and interrupt:
+            raise KeyboardInterrupt
+        return original(*a, **k)
+
+    monkeypatch.setattr(owner, name, counted)
+    partial = out.with_name(out.name + ".partial")
+    for changed in (False, True):
+        calls.clear()
+        interrupt = True
+        stopped = runner.invoke(app, [*args, "--out", str(out)])
+        message = " ".join(stopped.stderr.split())
+        assert stopped.exit_code == 130 and "interrupted (Ctrl-C): " in message and f"kept in {partial}" in message
+        blocks = int(message.split(f"(blocks 1-{at - 1} of ")[1].split(")")[0])
+        kept = _text(partial)
+        assert kept and expected[0].startswith(kept) and len(kept) < len(expected[0])
+        assert (_text(out) if out.exists() else None) == (expected[0] if changed else None)  # as it was
+        if changed:
+            source = Path(args[args.index("--input") + 1])
+            source.write_text(source.read_text())  # the same text, a new modification time: another input
+        calls.clear()
+        interrupt = False
+        again = _run([*args, "--out", str(out)], None, monkeypatch)
+        assert len(calls) == (blocks if changed else blocks - at + 1) and ("going on from" in again.stderr) != changed
+        assert ("with another model, input or options; starting anew" in " ".join(again.stderr.split())) == changed
+        assert (_text(out), [_text(f) for f in also], said(again)) == expected
+        assert not partial.exists() and not out.with_name(out.name + ".partial.json").exists()
+
+
+def test_an_interrupted_predict_goes_on_where_it_stopped(erc_run, input_file, tmp_path, monkeypatch):
+    from turnformer.tasks.erc import EmotionRecognition
+
+    source = tmp_path / "in.jsonl"
+    source.write_text(input_file.read_text())
+    for at in (3, 6):  # c8's long utterance, the note's, in a block made after the interrupt, then in one before it
+        _goes_on_after_an_interrupt(["predict", "--checkpoint", str(erc_run), "--input", str(source)], tmp_path / "p.jsonl",
+                                    EmotionRecognition, "annotate", monkeypatch, at=at)
+    gz = tmp_path / "p.jsonl.gz"  # compressed, a gzip member a block: read back as one file
+    _goes_on_after_an_interrupt(["predict", "--checkpoint", str(erc_run), "--input", str(source)], gz,
+                                EmotionRecognition, "annotate", monkeypatch)
+    assert [line for _, line in iter_lines(gz)] == (tmp_path / "p.jsonl").read_text().splitlines()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import unicodedata
@@ -24,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from turnformer.backbones.cli import backbone_app
-from turnformer.data._io import check_output_file as check_file, write_chunks
+from turnformer.data._io import PartialOutput, check_output_file as check_file, write_chunks
 from turnformer.data.cli import data_app
 from turnformer.data.stats import dataset_stats, print_stats
 from turnformer.dialogue import Dialogue, DialogueError
@@ -645,26 +646,31 @@ def predict(
         given = {"submission": (submission, submission is not None), "online": (online, online)}
         options = task_options(task, checkpoint, given)
         predictions = task.predict(model, tokenizer, run, input, data_dir, **options)
+        key = work_key("predict", checkpoint, input, **options)
     except USER_ERRORS as e:
         fail(describe(e))
-    show(predictions, out)
+    show(predictions, out, key)
 
 
-def show(predictions, out: Optional[Path]) -> None:
+def show(predictions, out: Optional[Path], key: dict) -> None:
     """A model's `Predictions`, made a block of the input at a time: JSONL rows written to `out` as they are made (the
-    file appears whole after the last block; an error or an interrupt leaves it as it was), or a table per block;
-    then the notes on stderr. An error while the predictions are made fails as the command's own errors do."""
+    file appears whole after the last block; an error leaves it as it was; an interrupt keeps the blocks made, to go
+    on from: `write_going_on`), or a table per block; then the notes on stderr. An error while the predictions are
+    made fails as the command's own errors do."""
     count = 0
 
-    def jsonl() -> Iterator[bytes]:
+    def blocks() -> Iterator[tuple[bytes, int]]:
         nonlocal count
         for rows, _ in predictions.blocks:
             count += len(rows)
-            yield "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+            yield "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"), len(rows)
 
     try:
-        if out is not None:
-            write_chunks(out, jsonl())
+        if out is not None and predictions.source is not None and PartialOutput.usable(out):
+            kept = write_going_on(predictions, out, key, blocks())  # (then added: the call counts the rows it makes)
+            count += kept
+        elif out is not None:
+            write_chunks(out, (data for data, _ in blocks()))
         else:
             for _, cells in predictions.blocks:
                 if predictions.table:
@@ -680,6 +686,53 @@ def show(predictions, out: Optional[Path]) -> None:
         said(line)
     if out is not None:
         said(f"wrote {count} {predictions.noun} to {out}")
+
+
+def write_going_on(predictions, out: Path, key: dict, blocks: Iterator[tuple[bytes, int]]) -> int:
+    """Write `blocks` ((JSONL bytes, rows) of `predictions`, one a block) to `out` through ``OUT.partial``
+    (`PartialOutput`): where an interrupted run of the same command (`key`: what the blocks depend on) left blocks
+    there, go on after them. Ctrl-C, SIGTERM or a killed process keeps the blocks finished, and says so. Returns the
+    rows the interrupted run had made."""
+    from turnformer.training.signals import Terminated, raise_terminated, signal_handlers  # torch: loaded when it runs
+
+    partial = PartialOutput(out, {**key, "block_utterances": predictions.source.block_utterances})
+
+    def done() -> str:  # "2568 replies (blocks 1-2 of 7)"
+        span = f"blocks 1-{partial.blocks}" if partial.blocks > 1 else "block 1"
+        return f"{partial.rows} {predictions.noun} ({span} of {predictions.source.count})"
+
+    kept = 0
+    if (saved := partial.kept()) is not None:
+        predictions.resume(partial.blocks, saved)
+        kept = partial.rows
+        said(f"going on from {partial.partial}: its {done()} were made by an interrupted run of this command")
+    elif partial.partial.exists():
+        said(f"{partial.partial}: left by an interrupted run with another model, input or options; starting anew")
+    try:
+        with signal_handlers({signal.SIGTERM: raise_terminated}):
+            partial.write(blocks, predictions.saved)
+    except KeyboardInterrupt as interruption:
+        terminated = isinstance(interruption, Terminated)
+        left = (f"{done()} are kept in {partial.partial}: the same command goes on from there" if partial.blocks
+                else "no block was finished: the same command starts again")
+        err.print(Text.assemble(("interrupted", "yellow"), f" ({'SIGTERM' if terminated else 'Ctrl-C'}): {left}"),
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(143 if terminated else 130)
+    return kept
+
+
+def work_key(command: str, checkpoint: Path, source: str, **options) -> dict:
+    """What the output of `command` (predict, generate) depends on, for an interrupted output to go on from: the model's
+    files and the input's (each by path, size and modification time; a benchmark split by its name), the options."""
+    from turnformer.tasks.common import checkpoint_paths  # torch: loaded only when the command runs
+
+    def files(path: Path) -> list:
+        found = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        return [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in found]
+
+    return {"command": command, "checkpoint": files(checkpoint_paths(checkpoint)[0]),
+            "input": files(Path(source)) if Path(source).exists() else source,
+            "options": {name: None if value is None else str(value) for name, value in options.items()}}
 
 
 def visible(cell: str) -> str:
@@ -711,11 +764,12 @@ def generate(
             raise DialogueError(f"{checkpoint} is a model for {task.name}, not a generation model")
         model, vocab, run = task.load_trained(checkpoint)
         replies = task.predict(model, vocab, run, input, data_dir, speaker=speaker, beam=beam) if input is not None else None
+        key = work_key("generate", checkpoint, input, speaker=speaker, beam=beam) if input is not None else {}
     except USER_ERRORS as e:
         fail(describe(e))
     if replies is None:
         return chat(task.session(model, vocab, run, beam=beam))
-    show(replies, out)
+    show(replies, out, key)
 
 
 def chat(bot) -> None:

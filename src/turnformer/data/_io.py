@@ -95,6 +95,81 @@ def _write(path: Path, chunks: Iterable[bytes]) -> int:
         raise
 
 
+class PartialOutput:
+    """A file made a block at a time that an interruption does not waste: the blocks go to ``NAME.partial``, each on
+    disk before the next is made, and are counted in ``NAME.partial.json`` with `key` (what made them: the command,
+    its input and model files, its options) and what the maker carries from block to block; ``NAME`` appears, whole,
+    after the last block. Started again with the same key, the blocks already on disk are kept (`kept`) and the
+    writing goes on after them; with another key, or none recorded, it starts anew. A name ending in ``.gz`` gets
+    each block as a gzip member of its own (a gzip file of several members reads as one)."""
+
+    def __init__(self, path: Path, key: dict):
+        self.path, self.key = Path(path), json.loads(json.dumps(key))  # as the record reads it back
+        self.partial = self.path.with_name(self.path.name + ".partial")
+        self.record = self.path.with_name(self.path.name + ".partial.json")
+        self.blocks = self.rows = self.bytes = 0
+
+    @staticmethod
+    def usable(path: Path) -> bool:
+        """Whether `path` is a regular file's name (or nothing yet): standard output, a link or a device are written
+        through as they are (`write_chunks`), with nothing kept."""
+        path = Path(path)
+        return str(path) != "-" and not path.is_symlink() and (path.is_file() or not path.exists())
+
+    def kept(self) -> Any:
+        """What an interrupted run with the same key left to go on from: the state its maker carried (None where there
+        is nothing to go on from); `blocks`, `rows` and `bytes` say how much."""
+        try:
+            record = json.loads(self.record.read_text(encoding="utf-8"))
+            if record["key"] != self.key or self.partial.stat().st_size < record["bytes"]:
+                return None
+            self.blocks, self.rows, self.bytes = int(record["blocks"]), int(record["rows"]), int(record["bytes"])
+            return record["state"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def write(self, blocks: Iterable[tuple[bytes, int]], state: Any) -> None:
+        """Append `blocks` ((bytes, rows) each) after the kept ones, recording each with ``state()`` once it is on
+        disk; then ``NAME`` in place of the partial file. An error (not an interrupt), in making a block or in writing
+        it, removes the partial file, leaving things as they were; an interrupt keeps it, to go on from."""
+        compress = self.path.name.endswith(".gz")
+        try:
+            with open(self.partial, "r+b" if self.blocks else "wb") as fh:
+                fh.truncate(self.bytes)
+                fh.seek(self.bytes)
+                made = iter(blocks)
+                while True:
+                    try:
+                        data, rows = next(made)
+                    except StopIteration:
+                        break
+                    except OSError as error:
+                        raise _NotWriting(error) from None
+                    fh.write(gzip.compress(data, mtime=0) if compress else data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                    self.blocks, self.rows, self.bytes = self.blocks + 1, self.rows + rows, fh.tell()
+                    _write(self.record, [json.dumps({"key": self.key, "blocks": self.blocks, "rows": self.rows,
+                                                      "bytes": self.bytes, "state": state()}).encode("utf-8")])
+            os.replace(self.partial, self.path)
+            self.record.unlink(missing_ok=True)
+        except _NotWriting as making:
+            self.discard()
+            raise making.error from None
+        except OSError as error:  # a full disk, say
+            self.discard()
+            failure = OSError(f"{self.path}: cannot be written: {error.strerror or error}")
+            failure.errno = error.errno
+            raise failure from None
+        except Exception:
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        self.partial.unlink(missing_ok=True)
+        self.record.unlink(missing_ok=True)
+
+
 class _NotWriting(Exception):
     """An OSError raised while a chunk was made, carried past the handler that names the file being written."""
 

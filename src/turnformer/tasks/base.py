@@ -36,10 +36,31 @@ class Predictions:
     table: bool = True  # False: no table (a file the task wrote stands for it)
     notes: list[str] = field(default_factory=list)  # what the model did not read whole, for stderr
     written: list[str] = field(default_factory=list)  # other files the task wrote, as "wrote ..." lines
+    source: Any = None  # the `InputBlocks` the blocks are made from, a block of them each
+    state: dict[str, Any] = field(default_factory=dict)  # what the maker carries from block to block (tallies of what
+    #   the model did not read, the submission's lines), by name: lists, dicts, or objects with `saved` and `restore`;
+    #   updated for a block before the block is given out (it is saved with the block)
 
     def rows(self) -> list[dict]:
         """Every row, the blocks read to their end (once: they are made as they are read)."""
         return [row for rows, _ in self.blocks for row in rows]
+
+    def saved(self) -> dict[str, Any]:
+        """`state` as JSON, as it is after the blocks made so far."""
+        return {name: value.saved() if hasattr(value, "saved") else value for name, value in self.state.items()}
+
+    def resume(self, blocks: int, saved: dict[str, Any]) -> None:
+        """Go on after the first `blocks` blocks, made by an interrupted run whose `state` was `saved`: they are not
+        made again, and the notes at the end cover them too."""
+        for name, value in self.state.items():
+            if hasattr(value, "restore"):
+                value.restore(saved[name])
+            elif isinstance(value, list):
+                value[:] = saved[name]
+            else:
+                value.clear()
+                value.update(saved[name])
+        self.source.skip(blocks)
 
 
 class Task(Protocol):

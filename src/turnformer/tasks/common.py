@@ -325,6 +325,7 @@ class InputBlocks:
         self.read, self.size, self.block_utterances = read, size, block_utterances or BLOCK_UTTERANCES
         self.ids: set[str] = set()  # every id given in the input, for the names of those without one
         self.things = self.utterances = self.count = 0  # count: blocks
+        self.skipped = 0  # blocks a pass leaves out (made by an interrupted run: `skip`)
         for block in self._blocks(read(True)):
             self.ids.update(x.id for x in block if x.id is not None)
             self.count += 1
@@ -354,13 +355,21 @@ class InputBlocks:
 
     def __iter__(self) -> Iterator[tuple[list[str], list]]:
         taken, start = set(self.ids), 0
-        for block in self._blocks(self.read(False)):
-            yield output_names([x.id for x in block], start, taken), block
+        for k, block in enumerate(self._blocks(self.read(False))):
+            names = output_names([x.id for x in block], start, taken)  # the names of later blocks depend on these
+            if k >= self.skipped:
+                yield names, block
             start += len(block)
 
+    def skip(self, blocks: int) -> None:
+        """Leave the first `blocks` blocks out of the passes from now on (their names still count)."""
+        if not 0 <= blocks <= self.count:
+            raise ValueError(f"cannot skip {blocks} of {self.count} blocks")
+        self.skipped = blocks
+
     def desc(self, k: int, work: str = "predict") -> str:
-        """The progress bar's name for the `k`-th block (from 0): "predict", or "predict (block 2 of 7)"."""
-        return work if self.count <= 1 else f"{work} (block {k + 1} of {self.count})"
+        """The progress bar's name for the `k`-th block of a pass (from 0): "predict", or "predict (block 2 of 7)"."""
+        return work if self.count <= 1 else f"{work} (block {self.skipped + k + 1} of {self.count})"
 
 
 def conversation_blocks(spec: str, data_dir=None, reader: str | None = None, block_utterances: int | None = None) -> InputBlocks:
@@ -392,6 +401,12 @@ class Tally:
             self.count += 1
             if len(self.first) < self.shown:
                 self.first.append(name)
+
+    def saved(self) -> dict:
+        return {"count": self.count, "first": self.first}
+
+    def restore(self, saved: dict) -> None:
+        self.count, self.first = saved["count"], list(saved["first"])
 
     def __str__(self) -> str:
         """The first few, then how many more: "a, b, c, d, e and 7 more"."""
@@ -431,13 +446,14 @@ def label_predictions(blocks: InputBlocks, annotate: Callable[[list[Dialogue], s
                      **({"truncated": bool(p["truncated"])} if "truncated" in p else {})}
                     for name, dialogue, answers in zip(names, dialogues, per_turn)
                     for i, (turn, p) in enumerate(zip(dialogue.turns, answers))]
-            yield rows, [(str(r["dialogue"]), str(r["turn"]), r["speaker"], shorten(r["text"]), r["label"],
-                          f"{r['probabilities'][r['label']]:.2f}") for r in rows]
             cut.add(f"{name} turn {i}" for name, answers in zip(names, per_turn)
                     for i, p in enumerate(answers) if p.get("truncated"))
+            yield rows, [(str(r["dialogue"]), str(r["turn"]), r["speaker"], shorten(r["text"]), r["label"],
+                          f"{r['probabilities'][r['label']]:.2f}") for r in rows]
         if cut.count:
             predictions.notes.append(f"note: {cut.count} utterance(s) longer than the model's {max_tokens} word pieces "
                                      f"were cut to their start: {cut}")
 
-    predictions = Predictions(blocks_made(), "predictions", ("dialogue", "turn", "speaker", "text", label_column, "p"))
+    predictions = Predictions(blocks_made(), "predictions", ("dialogue", "turn", "speaker", "text", label_column, "p"),
+                              source=blocks, state={"cut": cut})
     return predictions

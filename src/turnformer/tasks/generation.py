@@ -456,13 +456,13 @@ def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=
             unread = [generator.unread(d, speaker) for d in dialogues]
             rows = [{"id": name, "speaker": speaker or next_speaker(d), "response": r, "truncated": u is not None}
                     for name, d, r, u in zip(names, dialogues, replies, unread)]
+            cut.add(f"{name} ({u})" for name, u in zip(names, unread) if u is not None)
             yield rows, [(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")
                          for d, r in zip(dialogues, rows)]
-            cut.add(f"{name} ({u})" for name, u in zip(names, unread) if u is not None)
         if cut.count:
             predictions.notes.append(f"note: the model read only part of {cut.count} conversation(s): {cut}")
 
-    predictions = Predictions(blocks_made(), "replies", ("conversation", "last turn", "reply"))
+    predictions = Predictions(blocks_made(), "replies", ("conversation", "last turn", "reply"), source=blocks, state={"cut": cut})
     return predictions
 
 

@@ -478,7 +478,8 @@ def predict_items(model: MDFN, tokenizer, source: str, data_dir=None, submission
         if note := truncation_note(truncation, model.config):
             predictions.notes.append(note)
 
-    predictions = Predictions(blocks_made(), "rankings", ("item", "best", "reply", "scores"), table=submission is None)
+    predictions = Predictions(blocks_made(), "rankings", ("item", "best", "reply", "scores"), table=submission is None,
+                              source=blocks, state={"truncation": truncation, "lines": lines})
     return predictions
 
 
