@@ -2,6 +2,7 @@
 tiny random Llama with the real SmolLM2 tokenizer (the 135M weights are too slow to load in a test)."""
 
 import copy
+import logging
 
 import pytest
 import torch
@@ -196,7 +197,7 @@ def test_bad_settings_and_over_long_instances_are_refused(tokenizer, vocab):
         generator(tokenizer, vocab).predict(generator(tokenizer, vocab).make_batches(make_instances(DIALOGUES), 8)[0], beam_size=2)
 
 
-def test_a_context_over_max_tokens_keeps_its_newest_sub_words(tokenizer, vocab):
+def test_a_context_over_max_tokens_keeps_its_newest_sub_words(tokenizer, vocab, caplog):
     """The prompt of an instance over max_tokens: the system message, the newest context messages that fit whole, the
     newest one that does not as its role header and its last sub-words (where a text token fits), the reply's header."""
     full = generator(tokenizer, vocab)
@@ -221,6 +222,12 @@ def test_a_context_over_max_tokens_keeps_its_newest_sub_words(tokenizer, vocab):
         assert message == sorted(message) and message[0] == 0 and len(set(message)) == 3 + whole - (not partial) - (not system)
         assert model.unread(instance) == (None if whole == len(context) else
                                           f"{whole} of the 4 turns it reads whole, to fit its {budget} sub-words")
+    model = generator(tokenizer, vocab, max_tokens=50)  # training batches: the instances cut are counted, and said
+    with caplog.at_level(logging.INFO, logger="turnformer.models.smollm2"):
+        batches = model.make_batches(make_instances(LONGER), 8)
+    cut = sum(model.unread(x) is not None for x in make_instances(LONGER))
+    assert cut and model.cut_contexts == cut and len(batches[0]) and (batches[0].ids.shape[1] <= 50)
+    assert f"{cut} of {len(make_instances(LONGER))} instances: the context cut to its newest sub-words" in caplog.text
     # a conversation ending in a pasted blob (one word of thousands of characters): a reply, and a note saying so
     blob = "".join("qxzjvk"[i * 7 % 6] + "aeiou"[i % 5] for i in range(2000))
     chat = ResponseGenerator(generator(tokenizer, vocab, max_tokens=100).eval(), vocab)

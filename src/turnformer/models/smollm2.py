@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import logging
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Sequence
@@ -62,6 +63,8 @@ from turnformer.structure.attention import pretrained_layer_attention
 from turnformer.structure.biases import turn_relative_distance
 from turnformer.structure.masks import CAUSAL
 from turnformer.structure.packing import token_meta
+
+logger = logging.getLogger(__name__)
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PRETRAINED = f"SmolLM2-135M-Instruct ({GGUF_FILE}, dequantised to float32)"  # what every SmolLM2 row starts from
@@ -246,6 +249,7 @@ class SmolLM2Generator(nn.Module):
         self.lm = lm.train()
         self.lm.set_attn_implementation(STRUCTURE_ATTENTION)
         self.roles, self._pieces = (PHAED_ROLES if config.speaker_tokens else CHAT_ROLES), {}  # _pieces: `_message`'s ids
+        self.cut_contexts = 0  # instances `encode` has cut the context of (`make_batches` counts them and says so)
         if config.speaker_tokens:
             self._add_speaker_tokens()
         self.end_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
@@ -297,7 +301,10 @@ class SmolLM2Generator(nn.Module):
             raise DialogueError(f"dialogue {instance.dialogue_id!r} turn {instance.turn}: its response alone takes "
                                 f"{len(target)} tokens, {len(system) + len(header)} more with the system message and its "
                                 f"header: over max_tokens = {self.config.max_tokens}")
-        pieces = [system, *self.fit_context(instance, context, room)[0], header]
+        kept, whole = self.fit_context(instance, context, room)
+        if whole < len(context):
+            self.cut_contexts += 1
+        pieces = [system, *kept, header]
         prompt = [i for piece in pieces for i in piece]
         message = [n for n, piece in enumerate(pieces) for _ in piece]
         return prompt, message, target
@@ -325,7 +332,11 @@ class SmolLM2Generator(nn.Module):
 
     def make_batches(self, instances: Sequence[GenerationInstance], batch_size: int, sort_by_length: bool = True) -> list[LMBatch]:
         """`LMBatch`es of `instances`; sorted by length (less padding) unless told not to."""
+        self.cut_contexts = 0
         encoded = [self.encode(x) for x in instances]
+        if self.cut_contexts:
+            logger.info("%d of %d instances: the context cut to its newest sub-words, to fit max_tokens = %d",
+                        self.cut_contexts, len(instances), self.config.max_tokens)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]) + len(encoded[i][2])) if sort_by_length \
             else list(range(len(encoded)))
         batches = []
