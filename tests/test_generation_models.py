@@ -11,8 +11,8 @@ from turnformer.cli import app
 from turnformer.data import load_split, write_jsonl
 from turnformer.dialogue import Dialogue, DialogueError, next_speaker
 from turnformer.models.transformer_generator import IGNORE, GeneratorConfig, TransformerGenerator
-from turnformer.tasks.generation import (EOU, SOU, SPEAKER_R, Vocabulary, build_generator, encode_instance, make_generation_batches,
-                                         make_instances)
+from turnformer.tasks.generation import (EOU, SOU, SPEAKER_R, Vocabulary, build_generator, encode_instance, encode_instances,
+                                         make_generation_batches, make_instances)
 
 from _benchmark_scripts import load_benchmark_script
 from _generation_checks import (assert_learns_its_training_responses, assert_loss_projects_only_the_targets_as_the_full_logits_would,
@@ -282,6 +282,49 @@ def test_the_gpt2_decoders_cached_steps_give_the_logits_of_decoding_the_whole_se
         for t in range(10):
             live = response[:, -1].ne(0)  # an ended row's logits are not read
             assert torch.allclose(steps(response)[live], model.decode(state, response, last_only=True)[live], atol=1e-5), t
+            token = torch.randint(4, len(vocab), (len(batch),), generator=generator)
+            token[: t // 3] = 0  # the first rows "ended": pads from here on
+            response = torch.cat([response, token[:, None]], 1)
+        with pytest.raises(ValueError, match="one token longer"):
+            steps(response[:, :-1])
+    cached = [model.generate(batch, beam_size=beam) for beam in (1, 3)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(model), "stepper", lambda self, state: WholeSteps(self, state))
+        assert [model.generate(batch, beam_size=beam) for beam in (1, 3)] == cached
+    assert any(len(reply) > 3 for reply in cached[0]) and cached[1] != cached[0]
+
+
+@pytest.mark.parametrize("model_id", ["transformer", "transformer-dra", "dialogbert", "dialogbert-dra"])
+def test_the_encoder_decoders_cached_steps_give_the_logits_of_decoding_the_whole_response(model_id):
+    """The encoder-decoders (the Transformer, DialogBERT, each with DRA) decode one new token a step against kept
+    self-attention keys and values and the context's cross-attention keys and values projected once: at every step
+    the logits equal `decode` over the whole response, rows already ended too (a pad sees nothing either way), and
+    greedy decoding and beam search give the replies of decoding the whole response at each step."""
+    from turnformer.models.generator_base import WholeSteps
+    from turnformer.models.transformer_generator import CachedDecoderSteps
+
+    class ChainParser:  # stands in for spaCy: each word governed by the one before it
+        def parse_many(self, texts):
+            pass
+
+        def __call__(self, words):
+            return [i - 1 for i in range(len(words))]
+
+    dialogues = [*DIALOGUES, Dialogue.from_turns([("A", "ok .")], id="d3"),
+                 Dialogue.from_turns([("A", "a " * 30 + "."), ("B", "b ."), ("A", "c .")], id="d4")]
+    vocab = Vocabulary.build(dialogues, min_count=1)
+    torch.manual_seed(0)
+    model = build_generator(model_id, {"d_model": 16, "heads": 2, "layers": 2, "ff": 32, "dropout": 0.0,
+                                       "max_response_words": 12}, vocab).eval()
+    (batch,) = make_generation_batches(encode_instances(make_instances(dialogues), vocab, model, parser=ChainParser()), 16,
+                                       sort_by_length=False)
+    assert len(set(batch.context.ne(0).sum(1).tolist())) > 3  # contexts of several lengths, padded
+    state = model.encode(batch)
+    steps, response = CachedDecoderSteps(model, state), model._response_prefix(batch)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for t in range(10):
+            assert torch.allclose(steps(response), model.decode(state, response, last_only=True), atol=1e-5), t
             token = torch.randint(4, len(vocab), (len(batch),), generator=generator)
             token[: t // 3] = 0  # the first rows "ended": pads from here on
             response = torch.cat([response, token[:, None]], 1)

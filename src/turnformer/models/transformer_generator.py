@@ -87,9 +87,20 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor, memory_mask: torch.Tensor) -> torch.Tensor:
         """x [B, L, d], memory [B, M, d], mask [B, L, L] and memory_mask [B, L, M] (True = visible) -> [B, L, d]."""
-        x = x + self.dropout(self.self_attn(self.norm1(x), mask=mask)[0])
-        x = x + self.dropout(self.multihead_attn(self.norm2(x), memory, memory_mask)[0])
-        return x + self.dropout(self.linear2(self.dropout(F.relu(self.linear1(self.norm3(x))))))
+        return self.step(x, self.multihead_attn.project_keys(memory), mask, memory_mask)[0]
+
+    def step(self, x: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor, memory_mask: torch.Tensor,
+             past: tuple[torch.Tensor, torch.Tensor] | None = None):
+        """`forward` for the newest positions x [B, Q, d] of a response whose earlier positions' self-attention keys
+        and values are `past` ([B, P, d] each; None: none), over the encoded context's cross-attention keys and values
+        `memory` ([B, M, d] each, projected once: ``multihead_attn.project_keys``); mask [B, Q, P + Q], memory_mask
+        [B, Q, M] (True = visible). Returns (x [B, Q, d], the self-attention keys and values of all P + Q positions)."""
+        query, key, value = self.self_attn.project(self.norm1(x))
+        if past is not None:
+            key, value = torch.cat([past[0], key], 1), torch.cat([past[1], value], 1)
+        x = x + self.dropout(self.self_attn.attend(query, key, value, mask)[0])
+        x = x + self.dropout(self.multihead_attn.attend(self.multihead_attn.project_queries(self.norm2(x)), *memory, memory_mask)[0])
+        return x + self.dropout(self.linear2(self.dropout(F.relu(self.linear1(self.norm3(x)))))), (key, value)
 
 
 class LayerStack(nn.Module):
@@ -147,5 +158,53 @@ class TransformerGenerator(GeneratorBase):
             x = layer(x, memory, causal, cross)
         return self.decoder.norm(x[:, -1] if last_only else x)  # decoding needs only the last row
 
+    def stepper(self, state) -> "CachedDecoderSteps":
+        return CachedDecoderSteps(self, state)
 
-__all__ = ["IGNORE", "DecoderLayer", "EncoderLayer", "GenerationBatch", "GeneratorConfig", "LayerStack", "TransformerGenerator"]
+
+class CachedDecoderSteps:
+    """Decoding's next-token logits with the decoder's keys and values kept: the encoded context's cross-attention keys
+    and values are projected once per layer; the first call reads the response prefix as `decode` does, keeping each
+    layer's self-attention keys and values; every later call reads only the token added since, at its position. A
+    padding token (a row already ended) sees nothing, as in `decode`. The logits equal ``decode(state, response_in,
+    last_only=True)`` (tested)."""
+
+    def __init__(self, model: TransformerGenerator, state):
+        memory, padding = state
+        self.model = model
+        self.memory = [layer.multihead_attn.project_keys(memory) for layer in model.decoder.layers]  # per layer: [B, M, d] x 2
+        self.memory_visible = ~padding  # [B, M]
+        self.past: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: keys and values [B, T, d]
+        self.visible = None  # [B, T]: response tokens that are not padding
+
+    def __call__(self, response_in: torch.Tensor) -> torch.Tensor:
+        m, first = self.model, self.visible is None
+        read = 0 if first else self.visible.shape[1]
+        if not first and response_in.shape[1] != read + 1:
+            raise ValueError(f"a cached decoding step takes the response one token longer ({read + 1}), got {response_in.shape[1]}")
+        new = response_in if first else response_in[:, -1:]  # [B, Q]
+        real = new.ne(m.pad_id)
+        if first:
+            response = sequence_meta(~real)
+            mask, x, self.visible = CAUSAL(response, response), m._embed(new), real  # [B, Q, Q]
+        else:
+            if read >= m.config.max_positions:
+                raise ValueError(f"a sequence of {read + 1} tokens is over max_positions = {m.config.max_positions}")
+            self.visible = torch.cat([self.visible, real], 1)
+            mask = real[:, :, None] & self.visible[:, None, :]  # [B, 1, T + 1]: a real token sees every earlier real one
+            x = m.embed_tokens(new, torch.full_like(new, read))
+        cross = real[:, :, None] & self.memory_visible[:, None, :]  # [B, Q, M]
+        for i, layer in enumerate(m.decoder.layers):
+            x, kept = layer.step(x, self.memory[i], mask, cross, self.past[i] if i < len(self.past) else None)
+            self.past[i:i + 1] = [kept]
+        return m.decoder.norm(x[:, -1]) @ m.embed.weight.T
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Row i of the next step continues row ``rows[i]`` of this one (beam search keeps some hypotheses twice)."""
+        self.past = [(key[rows], value[rows]) for key, value in self.past]
+        self.memory = [(key[rows], value[rows]) for key, value in self.memory]
+        self.visible, self.memory_visible = self.visible[rows], self.memory_visible[rows]
+
+
+__all__ = ["IGNORE", "CachedDecoderSteps", "DecoderLayer", "EncoderLayer", "GenerationBatch", "GeneratorConfig", "LayerStack",
+           "TransformerGenerator"]

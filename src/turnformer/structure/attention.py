@@ -243,11 +243,17 @@ class MultiHeadAttention(nn.Module):
         """Queries from x [B, Q, d], keys and values from keys [B, K, d] (None: x, with one product): each [B, L, d]."""
         if keys is None:
             return self.qkv(x).chunk(3, dim=-1)
-        d = x.shape[-1]
-        weight, bias = self.qkv.weight, self.qkv.bias
-        query = F.linear(x, weight[:d], None if bias is None else bias[:d])
-        key, value = F.linear(keys, weight[d:], None if bias is None else bias[d:]).chunk(2, dim=-1)
-        return query, key, value
+        return self.project_queries(x), *self.project_keys(keys)
+
+    def project_queries(self, x: torch.Tensor) -> torch.Tensor:
+        """`project`'s queries alone [B, Q, d] (keys projected once and kept: a decoder's encoded context)."""
+        d, bias = x.shape[-1], self.qkv.bias
+        return F.linear(x, self.qkv.weight[:d], None if bias is None else bias[:d])
+
+    def project_keys(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`project`'s keys and values alone, from keys [B, K, d]: each [B, K, d]."""
+        d, bias = keys.shape[-1], self.qkv.bias
+        return F.linear(keys, self.qkv.weight[d:], None if bias is None else bias[d:]).chunk(2, dim=-1)
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, relative: RelativeTerms | None = None,
