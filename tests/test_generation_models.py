@@ -294,14 +294,16 @@ def test_the_gpt2_decoders_cached_steps_give_the_logits_of_decoding_the_whole_se
     assert any(len(reply) > 3 for reply in cached[0]) and cached[1] != cached[0]
 
 
-@pytest.mark.parametrize("model_id", ["transformer", "transformer-dra", "dialogbert", "dialogbert-dra"])
-def test_the_encoder_decoders_cached_steps_give_the_logits_of_decoding_the_whole_response(model_id):
-    """The encoder-decoders (the Transformer, DialogBERT, each with DRA) decode one new token a step against kept
-    self-attention keys and values and the context's cross-attention keys and values projected once: at every step
-    the logits equal `decode` over the whole response, rows already ended too (a pad sees nothing either way), and
-    greedy decoding and beam search give the replies of decoding the whole response at each step."""
+@pytest.mark.parametrize("model_id, settings", [("transformer", {}), ("transformer-dra", {}), ("dialogbert", {}),
+                                               ("dialogbert-dra", {}), ("phaed", {}), ("phaed", {"c_max": 0}),
+                                               ("phaed", {"turn_count": "conversation", "turn_attention": False})])
+def test_the_encoder_decoders_cached_steps_give_the_logits_of_decoding_the_whole_response(model_id, settings):
+    """The encoder-decoders (the Transformer, DialogBERT, each with DRA; PHAED, with and without its memory of earlier
+    responses) decode one new token a step against kept self-attention keys and values and the context's (and PHAED's
+    memory's) keys and values projected once: at every step the logits equal `decode` over the whole response, rows
+    already ended too (a pad sees nothing either way), and greedy decoding and beam search give the replies of
+    decoding the whole response at each step."""
     from turnformer.models.generator_base import WholeSteps
-    from turnformer.models.transformer_generator import CachedDecoderSteps
 
     class ChainParser:  # stands in for spaCy: each word governed by the one before it
         def parse_many(self, texts):
@@ -315,12 +317,13 @@ def test_the_encoder_decoders_cached_steps_give_the_logits_of_decoding_the_whole
     vocab = Vocabulary.build(dialogues, min_count=1)
     torch.manual_seed(0)
     model = build_generator(model_id, {"d_model": 16, "heads": 2, "layers": 2, "ff": 32, "dropout": 0.0,
-                                       "max_response_words": 12}, vocab).eval()
+                                       "max_response_words": 12, **settings}, vocab).eval()
     (batch,) = make_generation_batches(encode_instances(make_instances(dialogues), vocab, model, parser=ChainParser()), 16,
                                        sort_by_length=False)
     assert len(set(batch.context.ne(0).sum(1).tolist())) > 3  # contexts of several lengths, padded
     state = model.encode(batch)
-    steps, response = CachedDecoderSteps(model, state), model._response_prefix(batch)
+    steps, response = model.stepper(state), model._response_prefix(batch)
+    assert not isinstance(steps, WholeSteps)
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for t in range(10):

@@ -46,7 +46,7 @@ answers: the latest utterance of another speaker before it) and `own_turns` for 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
@@ -121,6 +121,20 @@ class Layer(nn.Module):
         if self.cross_attention is not None:
             x = x + self.dropout(self.cross_attention(self.cross_norm(x), cross, cross_mask))
         return x + self.dropout(self.ff(self.ff_norm(x)))
+
+    def step(self, x, mask, past=None, cross=None, cross_mask=None):
+        """`forward` (without relative terms) for the newest positions x [B, Q, d], the keys and values of what they
+        attend to before them kept in `past` ([B, P, d] each: the memory's, then the earlier positions'; None: none)
+        and the cross-attention's in `cross` (projected once: ``cross_attention.project_keys``); mask [B, Q, P + Q].
+        Returns (x [B, Q, d], the self-attention keys and values of all P + Q positions)."""
+        query, key, value = self.self_attention.project(self.self_norm(x))
+        if past is not None:
+            key, value = torch.cat([past[0], key], 1), torch.cat([past[1], value], 1)
+        x = x + self.dropout(self.self_attention.attend(query, key, value, mask)[0])
+        if self.cross_attention is not None:
+            query = self.cross_attention.project_queries(self.cross_norm(x))
+            x = x + self.dropout(self.cross_attention.attend(query, *cross, cross_mask)[0])
+        return x + self.dropout(self.ff(self.ff_norm(x))), (key, value)
 
 
 class PHAED(GeneratorBase):
@@ -214,16 +228,60 @@ class PHAED(GeneratorBase):
 
     def decode_states(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         encoded, context, memory, response_turn = state
-        length = response_in.shape[1]
-        position = torch.arange(length, device=response_in.device).expand_as(response_in)
-        x = self._embed(response_in, position, response_turn.expand_as(response_in))
-        response = self._response_meta(response_in, context)
-        keys = response if memory is None else TokenMeta.concat([context, response])  # [memory ; response]
-        mask = (DECODER_SELF | own_turns(self.config.c_max))(response, keys)  # [B, Lr, (Lc +) Lr]
-        cross_mask = REPLY_TO(response, context)  # the response answers the newest query: [B, Lr, Lc]
+        x = self._embed_response(response_in, response_turn, 0)
+        mask, cross_mask = self._decoder_masks(context, memory is not None, response_in)
         for n, layer in enumerate(self.decoder):
             x = layer(x, mask, memory=None if memory is None else memory[n], cross=encoded, cross_mask=cross_mask)
         return self.decoder_norm(x[:, -1] if last_only else x)  # eq. 8's input (the output is tied to the embeddings)
 
+    def _embed_response(self, response_in: torch.Tensor, response_turn: torch.Tensor, start: int) -> torch.Tensor:
+        """The response's tokens from `start` on, embedded at their positions and the response's aligned turn [B, 1]."""
+        new = response_in[:, start:]
+        position = torch.arange(start, response_in.shape[1], device=response_in.device).expand_as(new)
+        return self._embed(new, position, response_turn.expand_as(new))
 
-__all__ = ["IGNORE", "PHAED", "PHAEDConfig"]
+    def _decoder_masks(self, context: TokenMeta, with_memory: bool, response_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder's self-attention mask [B, Lr, (Lc +) Lr] (keys [memory ; response], the memory `with_memory`)
+        and its cross-attention mask [B, Lr, Lc] (the response answers the newest query)."""
+        response = self._response_meta(response_in, context)
+        keys = TokenMeta.concat([context, response]) if with_memory else response
+        return (DECODER_SELF | own_turns(self.config.c_max))(response, keys), REPLY_TO(response, context)
+
+    def stepper(self, state) -> "CachedSteps":
+        return CachedSteps(self, state)
+
+
+class CachedSteps:
+    """Decoding's next-token logits with the decoder's keys and values kept: each layer's memory of the earlier
+    responses and the encoded queries projected once, the response's own keys and values added a token at a time; the
+    first call reads the response prefix as `decode` does, every later call only the token added since. The masks are
+    `decode`'s rows for the new tokens. The logits equal ``decode(state, response_in, last_only=True)`` (tested)."""
+
+    def __init__(self, model: PHAED, state):
+        encoded, self.context, memory, self.response_turn = state
+        self.model, self.with_memory, self.read = model, memory is not None, 0
+        self.cross = [layer.cross_attention.project_keys(encoded) for layer in model.decoder]
+        self.past = [None if memory is None else layer.self_attention.project_keys(layer.self_norm(memory[n]))
+                     for n, layer in enumerate(model.decoder)]  # per layer: keys and values [B, (Lc +) T, d]
+
+    def __call__(self, response_in: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        if self.read and response_in.shape[1] != self.read + 1:
+            raise ValueError(f"a cached decoding step takes the response one token longer ({self.read + 1}), "
+                             f"got {response_in.shape[1]}")
+        x = m._embed_response(response_in, self.response_turn, self.read)
+        mask, cross_mask = (rows[:, self.read:] for rows in m._decoder_masks(self.context, self.with_memory, response_in))
+        for n, layer in enumerate(m.decoder):
+            x, self.past[n] = layer.step(x, mask, self.past[n], self.cross[n], cross_mask)
+        self.read = response_in.shape[1]
+        return m.decoder_norm(x[:, -1]) @ m.embed.weight.T
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Row i of the next step continues row ``rows[i]`` of this one (beam search keeps some hypotheses twice)."""
+        self.past = [(key[rows], value[rows]) for key, value in self.past]
+        self.cross = [(key[rows], value[rows]) for key, value in self.cross]
+        self.context = TokenMeta(**{f.name: getattr(self.context, f.name)[rows] for f in fields(self.context)})
+        self.response_turn = self.response_turn[rows]
+
+
+__all__ = ["IGNORE", "CachedSteps", "PHAED", "PHAEDConfig"]
