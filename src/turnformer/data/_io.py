@@ -69,9 +69,14 @@ def write_chunks(path: Path, chunks: Iterable[bytes]) -> int:
     except _NotWriting as making:  # the chunks' maker failed (reading its input, say): its own error, not the file's
         raise making.error from None
     except OSError as error:
-        failure = OSError(f"{path}: cannot be written: {error.strerror or error}")
-        failure.errno = error.errno
-        raise failure from None
+        raise cannot_write(path, error) from None
+
+
+def cannot_write(path: Path, error: OSError) -> OSError:
+    """`error` (a full disk, a folder gone) as one line naming the file that was being written."""
+    failure = OSError(f"{path}: cannot be written: {error.strerror or error}")
+    failure.errno = error.errno
+    return failure
 
 
 def _write(path: Path, chunks: Iterable[bytes]) -> int:
@@ -158,9 +163,7 @@ class PartialOutput:
             raise making.error from None
         except OSError as error:  # a full disk, say
             self.discard()
-            failure = OSError(f"{self.path}: cannot be written: {error.strerror or error}")
-            failure.errno = error.errno
-            raise failure from None
+            raise cannot_write(self.path, error) from None
         except Exception:
             self.discard()
             raise

@@ -127,14 +127,12 @@ class Layer(nn.Module):
         attend to before them kept in `past` ([B, P, d] each: the memory's, then the earlier positions'; None: none)
         and the cross-attention's in `cross` (projected once: ``cross_attention.project_keys``); mask [B, Q, P + Q].
         Returns (x [B, Q, d], the self-attention keys and values of all P + Q positions)."""
-        query, key, value = self.self_attention.project(self.self_norm(x))
-        if past is not None:
-            key, value = torch.cat([past[0], key], 1), torch.cat([past[1], value], 1)
-        x = x + self.dropout(self.self_attention.attend(query, key, value, mask)[0])
+        attended, kept = self.self_attention.step(self.self_norm(x), mask, past)
+        x = x + self.dropout(attended)
         if self.cross_attention is not None:
             query = self.cross_attention.project_queries(self.cross_norm(x))
             x = x + self.dropout(self.cross_attention.attend(query, *cross, cross_mask)[0])
-        return x + self.dropout(self.ff(self.ff_norm(x))), (key, value)
+        return x + self.dropout(self.ff(self.ff_norm(x))), kept
 
 
 class PHAED(GeneratorBase):

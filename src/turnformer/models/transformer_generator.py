@@ -64,11 +64,8 @@ class EncoderLayer(nn.Module):
         """`forward` for the newest positions x [B, Q, d] of a sequence whose earlier positions' keys and values are
         `past` ([B, P, d] each; None: none): mask [B, Q, P + Q] (True = visible). Returns (x [B, Q, d], the keys and
         values of all P + Q positions): a key/value cache, for decoding a token at a time."""
-        query, key, value = self.self_attn.project(self.norm1(x))
-        if past is not None:
-            key, value = torch.cat([past[0], key], 1), torch.cat([past[1], value], 1)
-        attended, _ = self.self_attn.attend(query, key, value, mask)
-        return self._feed_forward(x + self.dropout(attended)), (key, value)
+        attended, kept = self.self_attn.step(self.norm1(x), mask, past)
+        return self._feed_forward(x + self.dropout(attended)), kept
 
     def _feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.dropout(self.linear2(self.dropout(self.activation(self.linear1(self.norm2(x))))))
@@ -95,12 +92,10 @@ class DecoderLayer(nn.Module):
         and values are `past` ([B, P, d] each; None: none), over the encoded context's cross-attention keys and values
         `memory` ([B, M, d] each, projected once: ``multihead_attn.project_keys``); mask [B, Q, P + Q], memory_mask
         [B, Q, M] (True = visible). Returns (x [B, Q, d], the self-attention keys and values of all P + Q positions)."""
-        query, key, value = self.self_attn.project(self.norm1(x))
-        if past is not None:
-            key, value = torch.cat([past[0], key], 1), torch.cat([past[1], value], 1)
-        x = x + self.dropout(self.self_attn.attend(query, key, value, mask)[0])
+        attended, kept = self.self_attn.step(self.norm1(x), mask, past)
+        x = x + self.dropout(attended)
         x = x + self.dropout(self.multihead_attn.attend(self.multihead_attn.project_queries(self.norm2(x)), *memory, memory_mask)[0])
-        return x + self.dropout(self.linear2(self.dropout(F.relu(self.linear1(self.norm3(x)))))), (key, value)
+        return x + self.dropout(self.linear2(self.dropout(F.relu(self.linear1(self.norm3(x)))))), kept
 
 
 class LayerStack(nn.Module):

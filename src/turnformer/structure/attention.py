@@ -245,6 +245,16 @@ class MultiHeadAttention(nn.Module):
             return self.qkv(x).chunk(3, dim=-1)
         return self.project_queries(x), *self.project_keys(keys)
 
+    def step(self, x: torch.Tensor, mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None = None
+             ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Self-attention of the newest positions x [B, Q, d] of a sequence whose earlier positions' keys and values are
+        `past` ([B, P, d] each; None: none), mask [B, Q, P + Q] (True = visible): (output [B, Q, d], the keys and values
+        of all P + Q positions), a key/value cache for decoding a token at a time."""
+        query, key, value = self.project(x)
+        if past is not None:
+            key, value = torch.cat([past[0], key], 1), torch.cat([past[1], value], 1)
+        return self.attend(query, key, value, mask)[0], (key, value)
+
     def project_queries(self, x: torch.Tensor) -> torch.Tensor:
         """`project`'s queries alone [B, Q, d] (keys projected once and kept: a decoder's encoded context)."""
         d, bias = x.shape[-1], self.qkv.bias
