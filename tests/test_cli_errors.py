@@ -117,6 +117,7 @@ def test_file_options_with_a_benchmark_are_refused(files, tmp_path):
     ("model_config.mem_len=-5", "model_config.mem_len = -5: must be 0 or more"),
     ("model_config.dropout=1.0", "model_config.dropout = 1.0: must be at least 0 and below 1"),
     ("model_config.mem_len=2.5", "model_config.mem_len = 2.5: expected a whole number"),
+    ('model_config.memory_grad="yes"', "model_config.memory_grad = 'yes': expected true or false"),
     ('labels="joy"', "labels = 'joy'; expected a list of distinct label names"),  # was read as the labels j, o, y
     ("label_kind=3", "label_kind = 3; expected a label kind"),
 ])

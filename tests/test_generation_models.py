@@ -136,6 +136,26 @@ def test_config_checks_and_next_speaker():
         model(batch)
 
 
+@pytest.mark.parametrize("config_class", ["phaed", "dialogbert", "smollm2"])
+def test_every_true_or_false_setting_refuses_anything_else(config_class):
+    """A setting such as ``model_config.transformer_attention="yes"`` (or 1) is named, not read as true."""
+    from dataclasses import fields
+
+    from turnformer.models.dialogbert import DialogBERTConfig
+    from turnformer.models.phaed import PHAEDConfig
+    from turnformer.models.smollm2 import SmolLM2Config
+
+    config = {"phaed": PHAEDConfig, "dialogbert": DialogBERTConfig, "smollm2": SmolLM2Config}[config_class]
+    required = {} if config is SmolLM2Config else {"vocab_size": 10}
+    switches = [f.name for f in fields(config) if f.type in ("bool", bool)]
+    assert len(switches) >= 2
+    for name in switches:
+        for bad in ("yes", 1):
+            with pytest.raises(ValueError, match=f"model_config.{name} = {bad!r}: expected true or false"):
+                config(**required, **{name: bad})
+        assert getattr(config(**required, **{name: True}), name) is True
+
+
 @pytest.mark.data
 def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
     out = tmp_path / "run"

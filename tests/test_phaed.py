@@ -200,6 +200,36 @@ def test_turn_embeddings_started_at_zero_start_phaed_as_without_them(vocab, turn
             tiny(vocab, turn_init_std=bad)
 
 
+def test_transformer_attention_draws_and_regularises_phaeds_attention_as_the_transformers(vocab):
+    """`transformer_attention`: every attention layer of PHAED as the Transformer baseline's (nn.MultiheadAttention's
+    draw: Xavier-uniform input projections, zero biases; dropout on the probabilities); the default keeps nn.Linear's
+    draw and no dropout there. Only the draw and the dropout change: the same weights give the same outputs."""
+    from turnformer.models.transformer_generator import torch_initialised_attention
+
+    d, dropout = SMALL["d_model"], 0.25
+    like = tiny(vocab, transformer_attention=True, dropout=dropout)
+    plain = tiny(vocab, dropout=dropout)
+    reference = torch_initialised_attention(d, SMALL["heads"], dropout)
+    bound = math.sqrt(6 / (d + 3 * d))  # Xavier-uniform over the [3d, d] input projection
+    attentions = [m for m in like.modules() if isinstance(m, Attention)]
+    assert len(attentions) == 2 * SMALL["layers"] + 1 + SMALL["layers"]  # inner, inter, decoder self and cross
+    for attention in attentions:  # dropout but where relation vectors are read (they read the probabilities before it)
+        assert attention.dropout == (0 if attention.rel_key is not None else reference.dropout)
+        assert attention.qkv.bias.abs().sum() == 0 and attention.out.bias.abs().sum() == 0
+        assert attention.qkv.weight.abs().max() <= bound and attention.qkv.weight.abs().max() > 0.9 * bound
+        assert reference.qkv.weight.abs().max() <= bound
+    for attention in (m for m in plain.modules() if isinstance(m, Attention)):
+        assert attention.dropout == 0 and attention.qkv.bias.abs().sum() > 0
+        assert attention.qkv.weight.abs().max() <= 1 / math.sqrt(d)  # nn.Linear's draw
+    plain.load_state_dict(like.state_dict())
+    (batch,) = batches(like, vocab, make_instances(DIALOGUES))
+    assert torch.equal(like.eval()(batch), plain.eval()(batch))
+    torch.manual_seed(1)
+    trained = like.train()(batch)
+    torch.manual_seed(1)
+    assert not torch.allclose(trained, plain.train()(batch))  # the attention probabilities dropped too
+
+
 def test_the_memory_is_stop_gradient(vocab):
     model = tiny(vocab, c_max=2)
     (batch,) = batches(model, vocab, the_reply(4))

@@ -17,11 +17,13 @@
 - ``generation-full-cpu``: the main rows at the recipes' size (width 256, 3 + 3 layers) on all of DailyDialog,
   trained for one epoch (``GENERATION_FULL_CPU``): the papers' claims measured on full data on the 2-core CPU, where
   an epoch takes 45-75 minutes of one core; over ``--grid-seeds`` (default: seed 1); and PHAED with its turn
-  embeddings counted from the conversation's start and started at zero, together and each alone; PHAED without its
-  memory (``phaed-no-recurrence``), with its turn embeddings at unit scale and from zero.
+  embeddings counted from the conversation's start and started at zero, together and each alone; PHAED with its
+  attention layers as the Transformer's (``model_config.transformer_attention``); PHAED without its memory
+  (``phaed-no-recurrence``), with its turn embeddings at unit scale and from zero.
 - ``generation-full-cpu-2epochs``: the main rows as in ``generation-full-cpu``, trained for two epochs (the schedule
   decays to zero over both): whether PHAED's distance to the Transformer and the GPT-2-style decoder, and DRA's to
-  its two encoders, change with more training; over ``--grid-seeds``.
+  its two encoders, change with more training; over ``--grid-seeds``. And PHAED with its attention layers as the
+  Transformer's (``model_config.transformer_attention``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ GENERATION_CPU = {"train": 1000, "eval": 100, "settings": {
 PHAED_CONVERSATION_TURNS = ("model_config.turn_count=conversation", "model_config.max_turns=20")
 # turn embeddings drawn at zero instead of the inputs' unit scale: the model starts as without them
 TURNS_ZERO = ("model_config.turn_init_std=0.0",)
+# PHAED's attention layers drawn and regularised as the Transformer's (Xavier-uniform input projections, zero biases,
+# dropout on the attention probabilities): whether those differences, not the paper's, are part of its distance
+TRANSFORMER_ATTENTION = ("model_config.transformer_attention=true",)
 
 # SmolLM2 on the CPU: GENERATION_CPU's conversations, the recipes' optimiser (AdamW at 5e-5, batches of 32), one epoch
 # of 200 updates (so 20 warm-up steps, not the recipes' 200)
@@ -124,7 +129,8 @@ PLANS: dict[str, list[Experiment]] = {
                    task=TASK, extra={"scale": GENERATION_FULL_CPU})
         for name, settings in (("phaed-conversation-turns-zero", (*PHAED_CONVERSATION_TURNS, *TURNS_ZERO)),
                                ("phaed-conversation-turns", PHAED_CONVERSATION_TURNS),
-                               ("phaed-turns-zero", TURNS_ZERO))] + [
+                               ("phaed-turns-zero", TURNS_ZERO),
+                               ("phaed-transformer-attention", TRANSFORMER_ATTENTION))] + [
         # without the memory of earlier responses (c_max = 0, the paper's ablation), with the turn embeddings at unit
         # scale and from zero: whether what the zero-started turn embeddings cost is the memory (docs/generation.md)
         Experiment(f"{TASK}-dailydialog-{name}-full-cpu", "phaed-no-recurrence", "dailydialog", GRID_SEEDS,
@@ -136,5 +142,8 @@ PLANS: dict[str, list[Experiment]] = {
         Experiment(f"{TASK}-dailydialog-{model}-full-cpu-2epochs", model, "dailydialog", GRID_SEEDS,
                    tuple(f"{k}={v}" for k, v in GENERATION_FULL_CPU_2EPOCHS.items()), task=TASK,
                    extra={"scale": GENERATION_FULL_CPU_2EPOCHS})
-        for model in ("transformer", "phaed", "gpt2-scratch", "transformer-dra", "dialogbert", "dialogbert-dra")],
+        for model in ("transformer", "phaed", "gpt2-scratch", "transformer-dra", "dialogbert", "dialogbert-dra")] + [
+        Experiment(f"{TASK}-dailydialog-phaed-transformer-attention-full-cpu-2epochs", "phaed", "dailydialog", GRID_SEEDS,
+                   (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU_2EPOCHS.items()), *TRANSFORMER_ATTENTION),
+                   task=TASK, extra={"scale": GENERATION_FULL_CPU_2EPOCHS})],
 }

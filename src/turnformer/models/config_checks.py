@@ -25,12 +25,14 @@ class ModelConfig:
 
 def check_config(config, positive: Iterable[str] = ()) -> None:
     """Raise ValueError naming the first whole-number setting that is not one or is below 0 (below 1 for `positive`),
-    or a dropout outside [0, 1)."""
+    a true-or-false setting that is neither, or a dropout outside [0, 1)."""
     positive = set(positive)
     for f in fields(config):
         value = getattr(config, f.name)
         if f.type in ("int", int) and (not isinstance(value, int) or isinstance(value, bool)):
             raise ValueError(f"model_config.{f.name} = {value!r}: expected a whole number")
+        if f.type in ("bool", bool) and not isinstance(value, bool):
+            raise ValueError(f"model_config.{f.name} = {value!r}: expected true or false")
         parts = value if isinstance(value, tuple | list) else (value,)
         whole = [v for v in parts if isinstance(v, int) and not isinstance(v, bool)]
         least = 1 if f.name in positive else 0

@@ -92,8 +92,6 @@ class DialogXLConfig(ModelConfig):
             raise ValueError(f"model_config.heads = {shown!r}: expected 4 whole numbers (local, global, speaker and "
                              "listener heads, summing to the backbone's)")
         check_config(self, positive=("num_labels", "max_utterance_tokens", "classifier_hidden", "chunk_tokens"))
-        if not isinstance(self.memory_grad, bool):
-            raise ValueError(f"model_config.memory_grad = {self.memory_grad!r}: expected true or false")
         bias = self.memory_bias
         if bias is not None and (isinstance(bias, bool) or not isinstance(bias, int | float) or not math.isfinite(bias)):
             raise ValueError(f"model_config.memory_bias = {bias!r}: expected a finite number (the start of the learned logit), or no setting")

@@ -34,7 +34,8 @@ Each instance is one response with its context (at most 4 utterances, flat in ``
 Simplifications: the recurrence is one level deep (earlier responses are decoded without a memory of
 their own), so exactly ``c_max`` earlier responses are visible, where Transformer-XL's would reach
 N * c_max back; the memory is recomputed per instance; no dropout on attention probabilities (only on
-sub-layer outputs and in the FFN); a query with no visible key (no query in the context, an earlier
+sub-layer outputs and in the FFN; ``transformer_attention`` adds it, with the Transformer baseline's initialisation of
+the attention projections); a query with no visible key (no query in the context, an earlier
 response answering no query) outputs zero by the project's empty-row policy (`masked_attention`).
 
 Every mask is a predicate of the structure layer over the tokens' metadata, whose speakers are the
@@ -74,6 +75,10 @@ class PHAEDConfig(GeneratorConfig):
     turn_attention: bool = True  # False: plain attention in the inter-query encoder (ablation)
     inter_layers: int = 1  # turn-level relative attention layers (eq. 3)
     turn_count: str = "back"  # TE counted back from the response, or from the conversation's start ("conversation")
+    # the attention layers drawn and regularised as the Transformer baseline's (Xavier-uniform input projections, zero
+    # biases, dropout on the attention probabilities but those of the turn-level relative attention); False: nn.Linear's
+    # draw and no dropout there
+    transformer_attention: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -85,11 +90,20 @@ class PHAEDConfig(GeneratorConfig):
 
 class Attention(MultiHeadAttention):
     """The structure layer's attention; with ``relative`` > 0 buckets, PHAED's turn-level relative attention
-    (eq. 4-5): the relation vectors B^K_r added to the keys and B^V_r to the values (`RelativeTerms`)."""
+    (eq. 4-5): the relation vectors B^K_r added to the keys and B^V_r to the values (`RelativeTerms`). With
+    `like_transformer`, drawn and regularised as the Transformer baseline's attention (nn.MultiheadAttention's
+    Xavier-uniform input projections and zero biases; `dropout` on the attention probabilities, where no relation vectors
+    are read)."""
 
-    def __init__(self, d: int, heads: int, relative: int = 0):
+    def __init__(self, d: int, heads: int, relative: int = 0, like_transformer: bool = False, dropout: float = 0.0):
         # the query, key, value and output projections drawn one after the other, as separate layers were
-        super().__init__(d, heads, qkv=stacked_linear(*(nn.Linear(d, d) for _ in range(3))), out=nn.Linear(d, d))
+        # no dropout where relative terms are read (they read the probabilities before it): the Transformer has no such layer
+        super().__init__(d, heads, dropout if like_transformer and not relative else 0.0,
+                         qkv=stacked_linear(*(nn.Linear(d, d) for _ in range(3))), out=nn.Linear(d, d))
+        if like_transformer:
+            nn.init.xavier_uniform_(self.qkv.weight)  # one [3d, d] matrix, as nn.MultiheadAttention's in_proj_weight
+            nn.init.zeros_(self.qkv.bias)
+            nn.init.zeros_(self.out.bias)
         self.rel_key = nn.Parameter(torch.randn(relative, d) * 0.02) if relative else None  # B^K (one row per r)
         self.rel_value = nn.Parameter(torch.randn(relative, d) * 0.02) if relative else None  # B^V
         keep_checkpoint_names(self, SEPARATE_PROJECTION_NAMES)  # checkpoints hold query, key and value apart
@@ -107,9 +121,10 @@ class Layer(nn.Module):
     def __init__(self, config: PHAEDConfig, cross: bool = False, relative: int = 0):
         super().__init__()
         d = config.d_model
-        self.self_norm, self.self_attention = nn.LayerNorm(d), Attention(d, config.heads, relative)
+        like = {"like_transformer": config.transformer_attention, "dropout": config.dropout}
+        self.self_norm, self.self_attention = nn.LayerNorm(d), Attention(d, config.heads, relative, **like)
         self.cross_norm = nn.LayerNorm(d) if cross else None
-        self.cross_attention = Attention(d, config.heads) if cross else None
+        self.cross_attention = Attention(d, config.heads, **like) if cross else None
         self.ff_norm = nn.LayerNorm(d)
         self.ff = nn.Sequential(nn.Linear(d, config.ff), nn.ReLU(), nn.Dropout(config.dropout), nn.Linear(config.ff, d))
         self.dropout = nn.Dropout(config.dropout)
@@ -238,12 +253,15 @@ class PHAED(GeneratorBase):
         position = torch.arange(start, response_in.shape[1], device=response_in.device).expand_as(new)
         return self._embed(new, position, response_turn.expand_as(new))
 
-    def _decoder_masks(self, context: TokenMeta, with_memory: bool, response_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The decoder's self-attention mask [B, Lr, (Lc +) Lr] (keys [memory ; response], the memory `with_memory`)
-        and its cross-attention mask [B, Lr, Lc] (the response answers the newest query)."""
+    def _decoder_masks(self, context: TokenMeta, with_memory: bool, response_in: torch.Tensor,
+                       first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder's self-attention mask [B, Lr - first, (Lc +) Lr] (keys [memory ; response], the memory
+        `with_memory`) and its cross-attention mask [B, Lr - first, Lc] (the response answers the newest query): the
+        rows of the response's tokens from `first` on (a cached step's new ones)."""
         response = self._response_meta(response_in, context)
         keys = TokenMeta.concat([context, response]) if with_memory else response
-        return (DECODER_SELF | own_turns(self.config.c_max))(response, keys), REPLY_TO(response, context)
+        queries = response.select(slice(first, None))
+        return (DECODER_SELF | own_turns(self.config.c_max))(queries, keys), REPLY_TO(queries, context)
 
     def stepper(self, state) -> "CachedSteps":
         return CachedSteps(self, state)
@@ -253,7 +271,8 @@ class CachedSteps:
     """Decoding's next-token logits with the decoder's keys and values kept: each layer's memory of the earlier
     responses and the encoded queries projected once, the response's own keys and values added a token at a time; the
     first call reads the response prefix as `decode` does, every later call only the token added since. The masks are
-    `decode`'s rows for the new tokens. The logits equal ``decode(state, response_in, last_only=True)`` (tested)."""
+    `decode`'s rows for the new tokens, and only those are built. The logits equal
+    ``decode(state, response_in, last_only=True)`` (tested)."""
 
     def __init__(self, model: PHAED, state):
         encoded, self.context, memory, self.response_turn = state
@@ -268,7 +287,7 @@ class CachedSteps:
             raise ValueError(f"a cached decoding step takes the response one token longer ({self.read + 1}), "
                              f"got {response_in.shape[1]}")
         x = m._embed_response(response_in, self.response_turn, self.read)
-        mask, cross_mask = (rows[:, self.read:] for rows in m._decoder_masks(self.context, self.with_memory, response_in))
+        mask, cross_mask = m._decoder_masks(self.context, self.with_memory, response_in, first=self.read)
         for n, layer in enumerate(m.decoder):
             x, self.past[n] = layer.step(x, mask, self.past[n], self.cross[n], cross_mask)
         self.read = response_in.shape[1]

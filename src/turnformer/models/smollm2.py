@@ -57,7 +57,7 @@ from turnformer.backbones.loading import quiet_loading
 from turnformer.data.generation_scores import generation_metrics, perplexity
 from turnformer.data.generation_vocab import SPEAKER_Q, SPEAKER_R, UNK, GenerationInstance, Vocabulary, detokenize, words
 from turnformer.dialogue import DialogueError
-from turnformer.models.config_checks import ModelConfig
+from turnformer.models.config_checks import ModelConfig, check_config
 from turnformer.models.generator_base import IGNORE
 from turnformer.structure.attention import pretrained_layer_attention
 from turnformer.structure.biases import turn_relative_distance
@@ -198,8 +198,9 @@ class SmolLM2Config(ModelConfig):
     system_prompt: str = SYSTEM_PROMPT
 
     def __post_init__(self) -> None:
-        if self.r_max < 0 or self.max_new_tokens < 1 or self.max_tokens < 1:
-            raise ValueError(f"need r_max >= 0, max_new_tokens >= 1 and max_tokens >= 1: {self}")
+        check_config(self, positive=("max_new_tokens", "max_tokens"))
+        if not isinstance(self.system_prompt, str):
+            raise ValueError(f"model_config.system_prompt = {self.system_prompt!r}: expected a text")
 
 
 @dataclasses.dataclass
