@@ -1,5 +1,5 @@
-"""One check for every model config: sizes, lengths and counts are whole numbers, none negative, and dropout a
-probability. Each config names the settings that cannot be 0 either. The error names the setting as a recipe
+"""One check for every model config: sizes, lengths and counts are whole numbers, none negative, switches true or
+false, and dropout a probability. Each config names the settings that cannot be 0 either. The error names the setting as a recipe
 writes it (``model_config.mem_len``), so that a bad ``--set`` is caught where the model is built."""
 
 from __future__ import annotations
