@@ -91,19 +91,15 @@ class PHAEDConfig(GeneratorConfig):
 class Attention(MultiHeadAttention):
     """The structure layer's attention; with ``relative`` > 0 buckets, PHAED's turn-level relative attention
     (eq. 4-5): the relation vectors B^K_r added to the keys and B^V_r to the values (`RelativeTerms`). With
-    `like_transformer`, drawn and regularised as the Transformer baseline's attention (nn.MultiheadAttention's
-    Xavier-uniform input projections and zero biases; `dropout` on the attention probabilities, where no relation vectors
-    are read)."""
+    `like_transformer`, drawn and regularised as the Transformer baseline's attention (`draw_as_torch`; its `dropout`
+    on the attention probabilities, where no relation vectors are read: they read the probabilities before it)."""
 
     def __init__(self, d: int, heads: int, relative: int = 0, like_transformer: bool = False, dropout: float = 0.0):
         # the query, key, value and output projections drawn one after the other, as separate layers were
-        # no dropout where relative terms are read (they read the probabilities before it): the Transformer has no such layer
         super().__init__(d, heads, dropout if like_transformer and not relative else 0.0,
                          qkv=stacked_linear(*(nn.Linear(d, d) for _ in range(3))), out=nn.Linear(d, d))
         if like_transformer:
-            nn.init.xavier_uniform_(self.qkv.weight)  # one [3d, d] matrix, as nn.MultiheadAttention's in_proj_weight
-            nn.init.zeros_(self.qkv.bias)
-            nn.init.zeros_(self.out.bias)
+            self.draw_as_torch()
         self.rel_key = nn.Parameter(torch.randn(relative, d) * 0.02) if relative else None  # B^K (one row per r)
         self.rel_value = nn.Parameter(torch.randn(relative, d) * 0.02) if relative else None  # B^V
         keep_checkpoint_names(self, SEPARATE_PROJECTION_NAMES)  # checkpoints hold query, key and value apart

@@ -35,10 +35,8 @@ def torch_initialised_attention(d: int, heads: int, dropout: float) -> MultiHead
     Xavier-uniform input projections; zero biases) and saved under its names (in_proj_weight, out_proj...)."""
     out = nn.Linear(d, d)
     qkv = nn.utils.skip_init(nn.Linear, d, 3 * d)  # drawn below, after the output projection
-    nn.init.xavier_uniform_(qkv.weight)
-    nn.init.zeros_(qkv.bias)
-    nn.init.zeros_(out.bias)
     attention = MultiHeadAttention(d, heads, dropout, qkv=qkv, out=out)
+    attention.draw_as_torch()
     keep_checkpoint_names(attention, TORCH_MULTIHEAD_NAMES)
     return attention
 

@@ -231,6 +231,13 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model) if qkv is None else qkv
         self.out = nn.Linear(d_model, d_model) if out is None else out
 
+    def draw_as_torch(self) -> None:
+        """Draw the projections as nn.MultiheadAttention does: the input projections Xavier-uniform over the one
+        [3d, d] matrix, zero biases (the output projection's weight stays nn.Linear's)."""
+        nn.init.xavier_uniform_(self.qkv.weight)
+        nn.init.zeros_(self.qkv.bias)
+        nn.init.zeros_(self.out.bias)
+
     def forward(self, x: torch.Tensor, keys: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None, relative: RelativeTerms | None = None,
                 return_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
