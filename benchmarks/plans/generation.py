@@ -19,7 +19,8 @@
   an epoch takes 45-75 minutes of one core; over ``--grid-seeds`` (default: seed 1); and PHAED with its turn
   embeddings counted from the conversation's start and started at zero, together and each alone; PHAED with its
   attention layers as the Transformer's (``model_config.transformer_attention``); PHAED without its memory
-  (``phaed-no-recurrence``), with its turn embeddings at unit scale and from zero.
+  (``phaed-no-recurrence``), with its turn embeddings at unit scale and from zero; the Transformer and PHAED with one
+  utterance of context for every response (``CONTEXT_ONE``).
 - ``generation-full-cpu-2epochs``: the main rows as in ``generation-full-cpu``, trained for two epochs (the schedule
   decays to zero over both): whether PHAED's distance to the Transformer and the GPT-2-style decoder, and DRA's to
   its two encoders, change with more training; over ``--grid-seeds``. And PHAED with its attention layers as the
@@ -49,6 +50,9 @@ TURNS_ZERO = ("model_config.turn_init_std=0.0",)
 # PHAED's attention layers drawn and regularised as the Transformer's (Xavier-uniform input projections, zero biases,
 # dropout on the attention probabilities): whether those differences, not the paper's, are part of its distance
 TRANSFORMER_ATTENTION = ("model_config.transformer_attention=true",)
+# one utterance of context for every response: no earlier query and no earlier response, so PHAED's hierarchy, its
+# query-only cross-attention and its memory have nothing to do; whether it is still behind the Transformer there
+CONTEXT_ONE = ("data.max_context_turns=1",)
 
 # SmolLM2 on the CPU: GENERATION_CPU's conversations, the recipes' optimiser (AdamW at 5e-5, batches of 32), one epoch
 # of 200 updates (so 20 warm-up steps, not the recipes' 200)
@@ -136,7 +140,13 @@ PLANS: dict[str, list[Experiment]] = {
         Experiment(f"{TASK}-dailydialog-{name}-full-cpu", "phaed-no-recurrence", "dailydialog", GRID_SEEDS,
                    (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *settings),
                    task=TASK, extra={"scale": GENERATION_FULL_CPU})
-        for name, settings in (("phaed-no-recurrence", ()), ("phaed-no-recurrence-turns-zero", TURNS_ZERO))],
+        for name, settings in (("phaed-no-recurrence", ()), ("phaed-no-recurrence-turns-zero", TURNS_ZERO))] + [
+        # every response with one utterance of context, the Transformer and PHAED: PHAED's distance where its structure
+        # has nothing to do
+        Experiment(f"{TASK}-dailydialog-{model}-context1-full-cpu", model, "dailydialog", GRID_SEEDS,
+                   (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *CONTEXT_ONE),
+                   task=TASK, extra={"scale": GENERATION_FULL_CPU, "max_context_turns": 1})
+        for model in ("transformer", "phaed")],
     # the same, two epochs: whether the papers' directions change with more training
     "generation-full-cpu-2epochs": [
         Experiment(f"{TASK}-dailydialog-{model}-full-cpu-2epochs", model, "dailydialog", GRID_SEEDS,
