@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from turnformer.cli import app
 from turnformer.data import write_jsonl
-from turnformer.data._io import iter_lines, write_chunks, write_file
+from turnformer.data._io import PartialOutput, iter_lines, write_chunks, write_file
 from turnformer.dialogue import Dialogue, DialogueError, Turn, output_names
 from turnformer.tasks import common
 
@@ -211,6 +211,31 @@ def test_a_cut_gzip_file_is_named_with_the_last_line_read(tmp_path):
         list(iter_lines(cut))
     with pytest.raises(DialogueError, match="is a directory"):
         list(iter_lines(tmp_path))
+
+
+def test_an_interrupted_output_gives_back_the_rows_of_its_recorded_blocks(tmp_path):
+    """What a maker rebuilds on going on (a submission's lines) comes from the rows of the recorded blocks only: a block
+    written but not recorded when the run stopped is cut off, plain or gzip-compressed."""
+    blocks = [[{"id": f"i{b}-{r}", "ranking": [r, b]} for r in range(3)] for b in range(4)]
+
+    def made(stop_after: int):
+        for b, rows in enumerate(blocks):
+            if b == stop_after:
+                raise KeyboardInterrupt
+            yield "".join(json.dumps(row) + "\n" for row in rows).encode(), len(rows)
+
+    for name in ("out.jsonl", "out.jsonl.gz"):
+        out = PartialOutput(tmp_path / name, {"input": "x"})
+        with pytest.raises(KeyboardInterrupt):
+            out.write(made(2), lambda: {"count": 1})
+        with open(out.partial, "ab") as fh:  # the next block, on disk but not in the record
+            fh.write(gzip.compress(b'{"id": "lost"}\n') if name.endswith(".gz") else b'{"id": "lost"}\n')
+        again = PartialOutput(tmp_path / name, {"input": "x"})
+        assert again.kept() == {"count": 1} and (again.blocks, again.rows) == (2, 6)
+        assert list(again.kept_rows()) == blocks[0] + blocks[1]
+        again.write((block for b, block in enumerate(made(len(blocks))) if b >= 2), dict)  # the blocks left
+        assert [json.loads(line) for line in _text(tmp_path / name).splitlines()] == [r for rows in blocks for r in rows]
+        assert PartialOutput(tmp_path / name, {"input": "y"}).kept() is None  # another key: nothing to go on from
 
 
 def test_rankings_and_the_submission_are_the_same_whatever_the_blocks(data_dir, tiny_backbone_dir, tmp_path, monkeypatch):

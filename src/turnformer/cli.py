@@ -703,7 +703,7 @@ def write_going_on(predictions, out: Path, key: dict, blocks: Iterator[tuple[byt
 
     kept = 0
     if (saved := partial.kept()) is not None:
-        predictions.resume(partial.blocks, saved)
+        predictions.resume(partial.blocks, saved, partial.kept_rows)
         kept = partial.rows
         said(f"going on from {partial.partial}: its {done()} were made by an interrupted run of this command")
     elif partial.partial.exists():

@@ -129,9 +129,15 @@ class PartialOutput:
             if record["key"] != self.key or self.partial.stat().st_size < record["bytes"]:
                 return None
             self.blocks, self.rows, self.bytes = int(record["blocks"]), int(record["rows"]), int(record["bytes"])
+            os.truncate(self.partial, self.bytes)  # a block written but not recorded is made again
             return record["state"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def kept_rows(self) -> Iterator[dict]:
+        """The rows of the blocks `kept` found, read back from the partial file (for a maker that rebuilds what it
+        carries from them rather than saving it with each block)."""
+        return (json.loads(line) for _, line in iter_lines(self.partial))
 
     def write(self, blocks: Iterable[tuple[bytes, int]], state: Any) -> None:
         """Append `blocks` ((bytes, rows) each) after the kept ones, recording each with ``state()`` once it is on

@@ -38,8 +38,10 @@ class Predictions:
     written: list[str] = field(default_factory=list)  # other files the task wrote, as "wrote ..." lines
     source: Any = None  # the `InputBlocks` the blocks are made from, a block of them each
     state: dict[str, Any] = field(default_factory=dict)  # what the maker carries from block to block (tallies of what
-    #   the model did not read, the submission's lines), by name: lists, dicts, or objects with `saved` and `restore`;
+    #   the model did not read), by name: lists, dicts, or objects with `saved` and `restore`;
     #   updated for a block before the block is given out (it is saved with the block)
+    rebuild: Callable[[Iterable[dict]], None] | None = None  # what the maker carries that grows with the input (the
+    #   submission's lines), made again on going on from the rows an interrupted run wrote, rather than saved in `state`
 
     def rows(self) -> list[dict]:
         """Every row, the blocks read to their end (once: they are made as they are read)."""
@@ -49,9 +51,12 @@ class Predictions:
         """`state` as JSON, as it is after the blocks made so far."""
         return {name: value.saved() if hasattr(value, "saved") else value for name, value in self.state.items()}
 
-    def resume(self, blocks: int, saved: dict[str, Any]) -> None:
-        """Go on after the first `blocks` blocks, made by an interrupted run whose `state` was `saved`: they are not
-        made again, and the notes at the end cover them too."""
+    def resume(self, blocks: int, saved: dict[str, Any], kept_rows: Callable[[], Iterable[dict]] = tuple) -> None:
+        """Go on after the first `blocks` blocks, made by an interrupted run whose `state` was `saved` and whose rows
+        `kept_rows` reads back (for `rebuild`): they are not made again, and the notes and the files written at the end
+        cover them too."""
+        if self.rebuild is not None:
+            self.rebuild(kept_rows())
         for name, value in self.state.items():
             if hasattr(value, "restore"):
                 value.restore(saved[name])

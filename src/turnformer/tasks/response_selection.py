@@ -426,14 +426,17 @@ def write_submission(rows: Sequence[dict], path: Path) -> None:
     write_file(Path(path), "".join(submission_lines(rows)).encode("utf-8"))
 
 
-def submission_lines(rows: Sequence[dict]) -> list[str]:
-    """`write_submission`'s lines, an id that the format cannot hold refused."""
-    for r in rows:
-        if any(c in str(r["id"]) for c in "\t\r\n"):  # would shift or split the item's line
-            raise DialogueError(f"item {r['id']!r}: an id with a tab or line break cannot be written in the submission format")
-        if len(r["ranking"]) > len(LETTERS):
-            raise DialogueError(f"item {r['id']}: {len(r['ranking'])} candidates; the submission format has letters A-J only")
-    return ["\t".join([str(r["id"]), *(LETTERS[i] for i in r["ranking"])]) + "\n" for r in rows]
+def submission_lines(rows: Iterable[dict]) -> list[str]:
+    """`write_submission`'s lines (`rows` read once), an id that the format cannot hold refused."""
+    return [submission_line(r) for r in rows]
+
+
+def submission_line(row: dict) -> str:
+    if any(c in str(row["id"]) for c in "\t\r\n"):  # would shift or split the item's line
+        raise DialogueError(f"item {row['id']!r}: an id with a tab or line break cannot be written in the submission format")
+    if len(row["ranking"]) > len(LETTERS):
+        raise DialogueError(f"item {row['id']}: {len(row['ranking'])} candidates; the submission format has letters A-J only")
+    return "\t".join([str(row["id"]), *(LETTERS[i] for i in row["ranking"])]) + "\n"
 
 
 def item_blocks(spec: str, data_dir=None, block_utterances: int | None = None) -> InputBlocks:
@@ -461,7 +464,7 @@ def predict_items(model: MDFN, tokenizer, source: str, data_dir=None, submission
     rankings then are not shown as a table)."""
     blocks = item_blocks(source, data_dir)
     truncation: dict = {}
-    lines: list[str] = []  # the submission's, one short line an item
+    lines: list[str] = []  # the submission's, one short line an item (on going on, made again from the rows kept)
 
     def blocks_made() -> Iterator[tuple[list[dict], list[tuple[str, ...]]]]:
         for k, (names, items) in enumerate(blocks):
@@ -479,7 +482,8 @@ def predict_items(model: MDFN, tokenizer, source: str, data_dir=None, submission
             predictions.notes.append(note)
 
     predictions = Predictions(blocks_made(), "rankings", ("item", "best", "reply", "scores"), table=submission is None,
-                              source=blocks, state={"truncation": truncation, "lines": lines})
+                              source=blocks, state={"truncation": truncation},
+                              rebuild=(lambda rows: lines.extend(submission_lines(rows))) if submission is not None else None)
     return predictions
 
 
