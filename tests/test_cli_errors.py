@@ -120,6 +120,10 @@ def test_file_options_with_a_benchmark_are_refused(files, tmp_path):
     ('model_config.memory_grad="yes"', "model_config.memory_grad = 'yes': expected true or false"),
     ('labels="joy"', "labels = 'joy'; expected a list of distinct label names"),  # was read as the labels j, o, y
     ("label_kind=3", "label_kind = 3; expected a label kind"),
+    ("model_config.bogus=1", "model_config.bogus: unknown DialogXLConfig settings; known: "),
+    ('task="generation"', "--set task=\"generation\": the task is --task's to set; give --task generation"),
+    ("model=lstm", "--set model=lstm: the model is --model's to set; give --model lstm"),
+    ('dataset="dailydialog"', "the dataset is --dataset's to set; give --dataset dailydialog"),
 ])
 def test_bad_settings_name_the_key(files, tmp_path, setting, message):
     result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
@@ -136,6 +140,44 @@ def test_a_run_folder_that_cannot_be_made_is_named(files, tmp_path):
         result = runner.invoke(app, ["train", *data, "--out", str(out)])
         assert result.exit_code == 2 and f"--out {out}: {why}" in result.output and "Errno" not in result.output
     assert blocking.read_text() == "keep me"
+
+
+def test_train_refuses_an_output_that_is_no_folder_and_a_budget_that_is_no_time(files, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = ["--train-file", str(files["train"]), "--validation-file", str(files["validation"]), "--test-file", str(files["test"])]
+    result = runner.invoke(app, ["train", *data, "--out", "-"])
+    assert result.exit_code == 2 and "--out -: a run is a folder" in result.output and not (tmp_path / "-").exists()
+    for budget in ("-1", "0", "nan"):
+        result = runner.invoke(app, ["train", *data, "--out", "x", "--time-budget", budget])
+        assert result.exit_code == 2 and "give a number of seconds above 0" in result.output, result.output
+        assert not (tmp_path / "x").exists()
+
+
+def test_a_recipe_of_another_task_or_model_than_the_options_is_refused(tmp_path):
+    for option, value, says in (("--task", "generation", "trains task 'erc'"), ("--model", "lstm", "trains model 'dialogxl'")):
+        result = runner.invoke(app, ["train", "--recipe", "erc-meld-dialogxl", option, value, "--out", str(tmp_path / "x")])
+        assert result.exit_code == 2 and f"{option} {value}: the recipe erc-meld-dialogxl {says}" in result.output, result.output
+        assert not (tmp_path / "x").exists()
+
+
+def test_an_output_file_of_the_run_read_is_refused(trained_run, files, tmp_path):
+    """predict --out over a file of its own run (run.json, a checkpoint's weights) would leave a run that no longer
+    loads: refused before any work, the file as it was; a new file in the run folder is written."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    for checkpoint in (run, run / "best"):
+        for out, says in ((run / "run.json", "the run.json"), (run / "best" / "model.safetensors", "a file in best/")):
+            before = out.read_bytes()
+            result = runner.invoke(app, ["predict", "--checkpoint", str(checkpoint), "--input", str(files["test"]),
+                                         "--out", str(out)])
+            message = " ".join(result.output.split())
+            assert result.exit_code == 2 and f"{says} of the run {checkpoint}" in message, result.output
+            assert out.read_bytes() == before
+    result = runner.invoke(app, ["predict", "--checkpoint", str(run), "--input", str(files["test"]),
+                                 "--out", str(run / "predictions.jsonl")])
+    assert result.exit_code == 0 and (run / "predictions.jsonl").read_text(), result.output
 
 
 @pytest.mark.parametrize("option", ["--limit-train", "--limit-dialogues", "--limit-eval"])
@@ -183,6 +225,20 @@ def test_checkpoint_problems(trained_run, files, tmp_path):
     (unfinished / "result.json").write_text((trained_run / "result.json").read_text())  # finished, then pruned
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(unfinished)])
     assert result.exit_code == 2 and "a finished run whose checkpoints were removed" in result.output
+
+    import shutil
+
+    damaged = tmp_path / "damaged"  # best/ without its weights; then a finished run with last/ alone
+    shutil.copytree(trained_run, damaged)
+    (damaged / "best" / "model.safetensors").unlink()
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(damaged)])
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2 and "best: an incomplete checkpoint, without its model.safetensors" in message, message
+    shutil.rmtree(damaged / "best")
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(damaged)])
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2 and f"without a best checkpoint (its latest checkpoint is whole: pass {damaged / 'last'}" in message
+    assert runner.invoke(app, ["evaluate", "--checkpoint", str(damaged / "last")]).exit_code == 0
 
     corrupt = tmp_path / "corrupt"
     (corrupt / "best").mkdir(parents=True)

@@ -81,6 +81,12 @@ def test_blank_lines_and_unknown_fields_are_counted(tmp_path):
         (conv(HI, {"speaker": "\u200b", "text": "x"}), r"conv\.jsonl:2: turns\[1\]\.speaker: missing speaker"),
         (conv(HI, {"speaker": "B"}), r"conv\.jsonl:2: turns\[1\]\.text: missing text"),
         (conv(HI, {"speaker": "B", "text": 3}), r"conv\.jsonl:2: turns\[1\]\.text: expected a string"),
+        # what the line holds is named as JSON names it, not as Python does
+        (conv(HI, {"speaker": "B", "text": None}), r"conv\.jsonl:2: turns\[1\]\.text: expected a string, got null$"),
+        (conv(HI, {"speaker": "B", "text": {"a": 1}}), r"turns\[1\]\.text: expected a string, got an object$"),
+        (json.dumps({"turns": "hi"}), r"conv\.jsonl:2: turns: expected a list of turns, got a string$"),
+        (conv(HI, None), r"conv\.jsonl:2: turns\[1\]: expected an object with speaker and text, got null$"),
+        (json.dumps(3.5), r"conv\.jsonl:2: expected a JSON object with 'turns', got a number$"),
         (json.dumps({"turns": []}), r"conv\.jsonl:2: turns: a conversation needs at least one turn"),
         (json.dumps({"id": "x"}), r"conv\.jsonl:2: turns: missing field"),
         (json.dumps([1, 2]), r"conv\.jsonl:2: expected a JSON object"),

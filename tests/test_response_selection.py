@@ -312,6 +312,9 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     same = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", "mutual:test", "--submission", str(submission),
                                "--out", str(submission), *common])  # the rankings would replace the submission
     assert same.exit_code == 2 and "are the same file" in same.output and len(submission.read_text().splitlines()) == 886
+    both = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", "mutual:test", "--submission", "-",
+                               "--out", "-", *common])  # the two would be mixed on standard output
+    assert both.exit_code == 2 and "--submission - and --out - are the same file" in both.output
 
     wrong = runner.invoke(app, ["predict", "--task", "erc", "--checkpoint", str(out), "--input", "mutual:test", *common])
     assert wrong.exit_code != 0 and "is a model for response-selection" in wrong.output

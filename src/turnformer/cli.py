@@ -162,16 +162,39 @@ def load_input(spec: str, data_dir: Optional[Path]) -> list[Dialogue]:
 MAX_BEAM = 32
 
 
-def check_output_file(path: Optional[Path], option: str = "--out", source: Optional[str] = None) -> None:
+# what `train` writes in a run folder beside its checkpoints' folders
+RUN_FILES = ("run.json", "result.json", "config.toml", "train.log")
+
+
+def check_output_file(path: Optional[Path], option: str = "--out", source: Optional[str] = None,
+                      checkpoint: Optional[Path] = None) -> None:
     """Fail before any work when an output file cannot be written, or is the file `source` (--input) that the command
-    reads: writing it would replace the conversations with the command's output. Creates its folder."""
+    reads (writing it would replace the conversations with the command's output), or a file of the run `checkpoint`
+    (its description, scores and log, or anything in one of its checkpoints: writing it would destroy the model).
+    Creates its folder."""
     if path is None:
         return
     if source is not None and str(path) != "-" and Path(path).exists() and Path(source).exists() \
             and os.path.samefile(path, source):
         raise DialogueError(f"{option} {path}: it is the --input file; writing there would replace the conversations "
                             "it holds: give another file")
+    if checkpoint is not None and str(path) != "-" and (held := run_file(Path(path), Path(checkpoint))):
+        raise DialogueError(f"{option} {path}: {held} of the run {checkpoint}, which the command reads; writing there "
+                            "would destroy the model: give a file outside it")
     check_file(path, option)
+
+
+def run_file(path: Path, checkpoint: Path) -> Optional[str]:
+    """What `path` is of the run that `checkpoint` (a run folder, or one of its checkpoints) belongs to: one of its
+    `RUN_FILES`, or a file in one of its checkpoints' folders; None where it is neither (a new file beside them)."""
+    folder = checkpoint.resolve()
+    run = folder.parent if not (folder / "run.json").exists() and (folder.parent / "run.json").exists() else folder
+    target = path.resolve()
+    if not target.is_relative_to(run):
+        return None
+    if target.parent != run:
+        return f"a file in {target.parent.name}/"
+    return f"the {target.name}" if target.name in RUN_FILES else None
 
 
 def check_counts(options: dict[str, Optional[int]]) -> None:
@@ -414,9 +437,10 @@ def load_trained(checkpoint: Path):
 
 @app.command()
 def train(
-    task: str = typer.Option("erc", help="Task: erc (emotions), dialogue-act, response-selection or generation."),
+    task: Optional[str] = typer.Option(None, help="Task: erc (emotions), dialogue-act, response-selection or generation "
+                                       "(default: erc, or the --recipe's)."),
     model: Optional[str] = typer.Option(
-        None, help="Default: dialogxl for erc on a benchmark (the paper's model), dialogxl-memory-bias for erc on your own "
+        None, help="Default: the --recipe's; dialogxl for erc on a benchmark (the paper's model), dialogxl-memory-bias for erc on your own "
         "files (the setting that measured best on the benchmarks); other tasks name theirs. "
         "erc: dialogxl (and its variants dialogxl-memory-bias, dialogxl-memory-grad, dialogxl-no-speaker, dialogxl-speaker-emb, ...), concat-context, "
         "segment-recurrence. dialogue-act: lc-attention, lstm, lstm-blstm, lstm-attention, minilm-utterance. response-selection: mdfn, "
@@ -424,7 +448,7 @@ def train(
         "transformer-dra, dialogbert, dialogbert-dra, phaed (and phaed-no-speaker-tokens, phaed-no-turn-emb, phaed-no-turn-attn, "
         "phaed-no-recurrence), gpt2-scratch."
     ),
-    dataset: Optional[str] = typer.Option(None, help="Benchmark name (default meld), or 'file' with --train-file/--validation-file/"
+    dataset: Optional[str] = typer.Option(None, help="Benchmark name (default meld, or the --recipe's), or 'file' with --train-file/--validation-file/"
                                           "--test-file (which imply it). Generation on a benchmark without a recipe of its own "
                                           "uses the model's DailyDialog recipe."),
     recipe: Optional[str] = typer.Option(None, help="Recipe: a TOML file, or the name of one of turnformer's own (e.g. "
@@ -452,15 +476,23 @@ def train(
         fail(f"--{given_files[0].replace('_', '-')} is for your own data: drop --dataset {dataset}, or write --dataset file")
     if resume and overwrite:
         fail("--resume continues the run in --out, --overwrite replaces it: give one of them")
+    if str(out) == "-":
+        fail("--out -: a run is a folder (its checkpoints, run.json, result.json); give a folder name")
+    if time_budget is not None and not time_budget > 0:
+        fail(f"--time-budget {time_budget}: give a number of seconds above 0")
     try:
         check_run_folder(out)
+        check_set_keys(set_)
+        if recipe is not None:
+            task, model = recipe_identity(recipe, task, model)
     except DialogueError as e:
         fail(str(e))
     held = [name for name in RUN_ENTRIES if (out / name).exists()]
     if held and not (resume or overwrite):
         fail(f"{out} holds a run ({', '.join(held)}): --resume continues it, --overwrite replaces it (the old run is kept "
              f"until the new one's first checkpoint), or give another --out")
-    dataset = dataset or ("file" if given_files else "meld")
+    task = task or "erc"
+    dataset = dataset or ("file" if given_files else None if recipe is not None else "meld")
     model = model or (DEFAULT_FILE_MODEL.get(task) if dataset == "file" else None) or "dialogxl"
     try:
         trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
@@ -510,12 +542,39 @@ def training_limits(limit_dialogues: Optional[int], limit_train: Optional[int], 
     return limits
 
 
-def training_recipe(task: str, model: str, dataset: str, recipe: Optional[str], files: dict[str, Optional[Path]],
+# a recipe's keys that the command's own options set, not --set
+RECIPE_OPTIONS = {"task": "--task", "model": "--model", "dataset": "--dataset"}
+
+
+def check_set_keys(overrides: list[str]) -> None:
+    """Refuse a --set of what an option of `train` sets (the task, the model, the dataset): the trainer, the recipe and
+    the run's description would disagree."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if (option := RECIPE_OPTIONS.get(key.strip())) is not None:
+            raise DialogueError(f"--set {override}: the {key.strip()} is {option}'s to set; give {option} "
+                                f"{value.strip().strip(chr(34) + chr(39)) or '...'}")
+
+
+def recipe_identity(recipe: str, task: Optional[str], model: Optional[str]) -> tuple[str, str]:
+    """The task and model of the --recipe file; a --task or --model that names others is refused."""
+    from turnformer.recipes import load_recipe  # torch: loaded only when the command runs
+
+    loaded = load_recipe(recipe)
+    for key, option, given in (("task", "--task", task), ("model", "--model", model)):
+        if given is not None and given != loaded[key]:
+            raise DialogueError(f"{option} {given}: the recipe {recipe} trains {key} {loaded[key]!r}; leave {option} out, "
+                                "or give a recipe of that " + key)
+    return loaded["task"], loaded["model"]
+
+
+def training_recipe(task: str, model: str, dataset: Optional[str], recipe: Optional[str], files: dict[str, Optional[Path]],
                     overrides: list[str]) -> dict:
-    """The recipe a training reads: --recipe, else the task's recipe for the model and dataset (retargeted: a generation
-    benchmark without a recipe of its own runs the model's DailyDialog recipe on itself), with the user's files and
-    the --set overrides."""
-    path, retarget = (recipe_path(recipe), None) if recipe is not None else recipe_for_dataset(task, model, dataset)
+    """The recipe a training reads: --recipe (on --dataset where given), else the task's recipe for the model and
+    dataset (retargeted: a generation benchmark without a recipe of its own runs the model's DailyDialog recipe on
+    itself), with the user's files and the --set overrides."""
+    path, retarget = ((recipe_path(recipe), dataset if dataset not in (None, "file") else None) if recipe is not None
+                      else recipe_for_dataset(task, model, dataset))
     if dataset == "file" and recipe is None and not path.name.startswith(f"{task}-file-"):
         err.print(f"no recipe {task}-file-{model}.toml: training on your files with the settings of {path.name}",
                   highlight=False, soft_wrap=True)
@@ -525,8 +584,9 @@ def training_recipe(task: str, model: str, dataset: str, recipe: Optional[str], 
         overrides.insert(0, 'dataset="file"')
     elif retarget is not None:
         overrides.insert(0, f'dataset="{retarget}"')
-        err.print(f"no recipe {task}-{retarget}-{model}.toml: using {path.name} with dataset = {retarget!r} "
-                  "(its settings)", highlight=False, soft_wrap=True)
+        if recipe is None:
+            err.print(f"no recipe {task}-{retarget}-{model}.toml: using {path.name} with dataset = {retarget!r} "
+                      "(its settings)", highlight=False, soft_wrap=True)
     loaded = load_recipe(path, overrides)
     if loaded["dataset"] == "file":  # what the files held when the run read them (checked on resume and by evaluate)
         loaded["file_sha256"] = file_digests(loaded)
@@ -631,11 +691,12 @@ def predict(
     from turnformer.tasks.registry import TASKS  # torch: loaded only when the command runs
 
     try:
-        check_output_file(out, source=input)
-        check_output_file(submission, "--submission", source=input)
-        if submission is not None and out is not None and str(out) != "-" and submission.resolve() == out.resolve():
+        check_output_file(out, source=input, checkpoint=checkpoint)
+        check_output_file(submission, "--submission", source=input, checkpoint=checkpoint)
+        if submission is not None and out is not None and (
+                str(out) == str(submission) == "-" or str(out) != "-" and submission.resolve() == out.resolve()):
             raise DialogueError(f"--submission {submission} and --out {out} are the same file: the rankings would "
-                                "replace the submission; give two files")
+                                "replace the submission (or mix with it); give two files")
         task, model, tokenizer, run = load_trained(checkpoint)
         if task_ is not None and task_ not in TASKS:
             raise DialogueError(f"--task {task_}: unknown task; known: {', '.join(TASKS)}")
@@ -757,7 +818,7 @@ def generate(
     from turnformer.tasks.registry import read_run  # torch: loaded only when the command runs
 
     try:
-        check_output_file(out, source=input)
+        check_output_file(out, source=input, checkpoint=checkpoint)
         if speaker is not None and not speaker.strip():
             raise DialogueError(f"--speaker {speaker!r}: empty; give a name, or leave it out for the speaker before the last one")
         task, _ = read_run(checkpoint)

@@ -57,6 +57,14 @@ class DialogueList(list):
         self.lines = list(lines)
 
 
+JSON_TYPES = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "a number", float: "a number"}
+
+
+def json_type(value: Any) -> str:
+    """What a value read from JSON is, in JSON's words ("an object", "null"), for messages about a file."""
+    return "null" if value is None else JSON_TYPES.get(type(value), type(value).__name__)
+
+
 def _err(where: str, field: str, msg: str) -> DialogueError:
     return DialogueError(f"{where}: {field}: {msg}" if field else f"{where}: {msg}")
 
@@ -69,7 +77,7 @@ def parse_dialogue(
 ) -> Dialogue:
     """Build a `Dialogue` from one parsed JSON object; `where` (``file:line``) prefixes every error."""
     if not isinstance(obj, dict):
-        raise _err(where, "", f"expected a JSON object with 'turns', got {type(obj).__name__}")
+        raise _err(where, "", f"expected a JSON object with 'turns', got {json_type(obj)}")
     for key in obj:
         if key not in DIALOGUE_KEYS and report is not None:
             report.ignore_field(where, key, key)
@@ -77,7 +85,7 @@ def parse_dialogue(
         raise _err(where, "turns", "missing field")
     turns_raw = obj["turns"]
     if not isinstance(turns_raw, list):
-        raise _err(where, "turns", f"expected a list of turns, got {type(turns_raw).__name__}")
+        raise _err(where, "turns", f"expected a list of turns, got {json_type(turns_raw)}")
     if not turns_raw:
         raise _err(where, "turns", "a conversation needs at least one turn")
     dlg_id = obj.get("id")
@@ -89,13 +97,13 @@ def parse_dialogue(
     if meta is None:
         meta = {}
     elif not isinstance(meta, dict):
-        raise _err(where, "meta", f"expected an object, got {type(meta).__name__}")
+        raise _err(where, "meta", f"expected an object, got {json_type(meta)}")
 
     turns, turn_ids = [], {}
     for i, t in enumerate(turns_raw):
         at = f"turns[{i}]"
         if not isinstance(t, dict):
-            raise _err(where, at, f"expected an object with speaker and text, got {type(t).__name__}")
+            raise _err(where, at, f"expected an object with speaker and text, got {json_type(t)}")
         for key in t:
             if key not in TURN_KEYS and report is not None:
                 report.ignore_field(where, f"{at}.{key}", key)
@@ -118,7 +126,7 @@ def parse_dialogue(
             raise _err(where, f"{at}.text", "missing text")
         text = t["text"]
         if not isinstance(text, str):
-            raise _err(where, f"{at}.text", f"expected a string, got {type(text).__name__}")
+            raise _err(where, f"{at}.text", f"expected a string, got {json_type(text)}")
         if is_blank(text):
             raise _err(where, f"{at}.text", f"empty text ({text!r})")
         labels_raw = t.get("labels")
@@ -134,7 +142,7 @@ def parse_dialogue(
                     raise _err(where, f"{at}.labels.{kind}", f"expected a non-empty string label, got {label!r}")
                 labels[kind] = label
         else:
-            raise _err(where, f"{at}.labels", f"expected an object of kind -> label, got {type(labels_raw).__name__}")
+            raise _err(where, f"{at}.labels", f"expected an object of kind -> label, got {json_type(labels_raw)}")
         for kind in CONVENIENCE_LABELS:
             if kind in t:
                 label = t[kind]

@@ -19,7 +19,8 @@ class ModelConfig:
         known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
         unknown = set(data) - known
         if unknown:
-            raise ValueError(f"unknown {cls.__name__} settings {sorted(unknown)}; known: {sorted(known)}")
+            raise ValueError(f"{', '.join('model_config.' + k for k in sorted(unknown))}: unknown {cls.__name__} settings; "
+                             f"known: {', '.join(sorted(known))}")
         return cls(**data)
 
 

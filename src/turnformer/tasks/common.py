@@ -149,11 +149,16 @@ def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = ()) -> tuple[
         raise DialogueError(f"{checkpoint}: a file; give the run folder (or its best/ or last/ checkpoint)")
     weights = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
     if (checkpoint / "run.json").exists() and not (weights / MODEL_FILE).exists():
-        if (checkpoint / "result.json").exists():  # finished, its checkpoints since removed (run.py --prune)
+        latest = (f" (its latest checkpoint is whole: pass {checkpoint / 'last'} to use it)"
+                  if (checkpoint / "last" / MODEL_FILE).exists() else "")
+        finished = (checkpoint / "result.json").exists()
+        if weights != checkpoint:
+            raise DialogueError(f"{weights}: an incomplete checkpoint, without its {MODEL_FILE}{latest}")
+        if finished and not latest:  # its checkpoints since removed (run.py --prune)
             raise DialogueError(f"{checkpoint}: a finished run whose checkpoints were removed (its scores are in "
                                 "result.json); train it again to use the model")
-        latest = " (its latest is in last/: pass that folder to use it)" if (checkpoint / "last").is_dir() else ""
-        raise DialogueError(f"{checkpoint}: a run without a best checkpoint yet: training has not finished an epoch{latest}")
+        raise DialogueError(f"{checkpoint}: a run without a best checkpoint"
+                            f"{'' if finished else ' yet: training has not finished an epoch'}{latest}")
     for folder in (checkpoint, checkpoint.parent):
         if (folder / "run.json").exists():
             try:

@@ -433,9 +433,11 @@ def submission_lines(rows: Iterable[dict]) -> list[str]:
 
 def submission_line(row: dict) -> str:
     if any(c in str(row["id"]) for c in "\t\r\n"):  # would shift or split the item's line
-        raise DialogueError(f"item {row['id']!r}: an id with a tab or line break cannot be written in the submission format")
+        raise DialogueError(f"--submission: item {row['id']!r}: an id with a tab or line break cannot be written in MuTual's "
+                            "submission format")
     if len(row["ranking"]) > len(LETTERS):
-        raise DialogueError(f"item {row['id']}: {len(row['ranking'])} candidates; the submission format has letters A-J only")
+        raise DialogueError(f"--submission: item {row['id']} has {len(row['ranking'])} candidates; MuTual's submission "
+                            f"format names them by the letters A-J, so {len(LETTERS)} at most")
     return "\t".join([str(row["id"]), *(LETTERS[i] for i in row["ranking"])]) + "\n"
 
 

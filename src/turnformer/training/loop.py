@@ -208,7 +208,7 @@ class _Trainer:
         config, saved, state = self.config, checkpoint["config"], checkpoint["state"]
         problems = model_mismatch(saved, self.model, self.model_config)
         if problems:
-            raise CheckpointError(f"cannot resume from {last}: {problems}; use another out_dir or resume=False")
+            raise CheckpointError(f"cannot resume from {last}: {problems}; start a new run instead (in another folder, or over this one: --overwrite)")
         if checkpoint["label_map"] != self.label_map:
             raise CheckpointError(f"cannot resume from {last}: its label map differs from this run's")
         saved_train = saved.get("train") or {}
