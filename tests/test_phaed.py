@@ -61,6 +61,19 @@ def test_forward_shapes_and_a_context_without_queries(vocab):
         PHAEDConfig(vocab_size=10, r_max=-1)
 
 
+def test_without_inter_query_layers_the_reply_reads_its_query_alone(vocab):
+    """inter_layers = 0 (an ablation): no query sees another, so without the memory (c_max = 0) an older query's words
+    do not reach the reply; with the inter-query layer they do."""
+    (batch,) = batches(tiny(vocab), vocab, the_reply(4))  # context R Q R Q; "giraffe" only in the older query
+    older = replaced(batch, vocab, "giraffe")
+    alone = tiny(vocab, inter_layers=0, c_max=0)
+    assert len(alone.inter) == 0 and torch.allclose(alone(batch), alone(older), atol=1e-6)
+    inter = tiny(vocab, c_max=0)
+    assert not torch.allclose(inter(batch), inter(older), atol=1e-4)
+    with pytest.raises(ValueError, match="inter_layers = -1: must be 0 or more"):
+        PHAEDConfig(vocab_size=10, inter_layers=-1)
+
+
 def test_a_tiny_phaed_learns_its_training_responses(vocab):
     model = tiny(vocab)
     (batch,) = batches(model, vocab, make_instances(DIALOGUES))

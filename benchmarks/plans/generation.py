@@ -20,7 +20,8 @@
   embeddings counted from the conversation's start and started at zero, together and each alone; PHAED with its
   attention layers as the Transformer's (``model_config.transformer_attention``); PHAED without its memory
   (``phaed-no-recurrence``), with its turn embeddings at unit scale and from zero; the Transformer and PHAED with one
-  utterance of context for every response (``CONTEXT_ONE``).
+  utterance of context for every response (``CONTEXT_ONE``), and PHAED there without its inter-query layer and memory,
+  its attention drawn as the Transformer's (``AS_TRANSFORMER``).
 - ``generation-full-cpu-2epochs``: the main rows as in ``generation-full-cpu``, trained for two epochs (the schedule
   decays to zero over both): whether PHAED's distance to the Transformer and the GPT-2-style decoder, and DRA's to
   its two encoders, change with more training; over ``--grid-seeds``. And PHAED with its attention layers as the
@@ -53,6 +54,10 @@ TRANSFORMER_ATTENTION = ("model_config.transformer_attention=true",)
 # one utterance of context for every response: no earlier query and no earlier response, so PHAED's hierarchy, its
 # query-only cross-attention and its memory have nothing to do; whether it is still behind the Transformer there
 CONTEXT_ONE = ("data.max_context_turns=1",)
+# PHAED built as the Transformer is where one utterance is the context: no inter-query layer, no memory, attention drawn
+# as the Transformer's; what is left of PHAED is its response's turn embedding and its layers drawn one by one (the
+# Transformer's start as copies of one)
+AS_TRANSFORMER = ("model_config.inter_layers=0", "model_config.c_max=0", *TRANSFORMER_ATTENTION)
 
 # SmolLM2 on the CPU: GENERATION_CPU's conversations, the recipes' optimiser (AdamW at 5e-5, batches of 32), one epoch
 # of 200 updates (so 20 warm-up steps, not the recipes' 200)
@@ -146,7 +151,10 @@ PLANS: dict[str, list[Experiment]] = {
         Experiment(f"{TASK}-dailydialog-{model}-context1-full-cpu", model, "dailydialog", GRID_SEEDS,
                    (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *CONTEXT_ONE),
                    task=TASK, extra={"scale": GENERATION_FULL_CPU, "max_context_turns": 1})
-        for model in ("transformer", "phaed")],
+        for model in ("transformer", "phaed")] + [
+        Experiment(f"{TASK}-dailydialog-phaed-as-transformer-context1-full-cpu", "phaed", "dailydialog", GRID_SEEDS,
+                   (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *CONTEXT_ONE, *AS_TRANSFORMER),
+                   task=TASK, extra={"scale": GENERATION_FULL_CPU, "max_context_turns": 1})],
     # the same, two epochs: whether the papers' directions change with more training
     "generation-full-cpu-2epochs": [
         Experiment(f"{TASK}-dailydialog-{model}-full-cpu-2epochs", model, "dailydialog", GRID_SEEDS,

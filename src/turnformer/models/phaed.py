@@ -73,7 +73,7 @@ class PHAEDConfig(GeneratorConfig):
     r_max: int = 4  # largest turn-level relative distance between queries (eq. 4)
     c_max: int = 2  # earlier responses in the decoder's memory (eq. 6); 0 = no recurrence
     turn_attention: bool = True  # False: plain attention in the inter-query encoder (ablation)
-    inter_layers: int = 1  # turn-level relative attention layers (eq. 3)
+    inter_layers: int = 1  # turn-level relative attention layers (eq. 3); 0: none (an ablation: no query sees another)
     turn_count: str = "back"  # TE counted back from the response, or from the conversation's start ("conversation")
     # the attention layers drawn and regularised as the Transformer baseline's (Xavier-uniform input projections, zero
     # biases, dropout on the attention probabilities but those of the turn-level relative attention); False: nn.Linear's
@@ -82,8 +82,8 @@ class PHAEDConfig(GeneratorConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.r_max < 0 or self.c_max < 0 or self.inter_layers < 1:
-            raise ValueError(f"need r_max >= 0, c_max >= 0 and inter_layers >= 1: {self}")
+        if self.r_max < 0 or self.c_max < 0 or self.inter_layers < 0:
+            raise ValueError(f"need r_max >= 0, c_max >= 0 and inter_layers >= 0: {self}")
         if self.turn_count not in TURN_COUNTS:
             raise ValueError(f"model_config.turn_count = {self.turn_count!r}: expected one of {', '.join(TURN_COUNTS)}")
 
