@@ -432,6 +432,7 @@ def submission_lines(rows: Iterable[dict]) -> list[str]:
 
 
 def submission_line(row: dict) -> str:
+    """One item's line: its id, then its candidates' letters best first."""
     if any(c in str(row["id"]) for c in "\t\r\n"):  # would shift or split the item's line
         raise DialogueError(f"--submission: item {row['id']!r}: an id with a tab or line break cannot be written in MuTual's "
                             "submission format")
