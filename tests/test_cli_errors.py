@@ -153,6 +153,13 @@ def test_train_refuses_an_output_that_is_no_folder_and_a_budget_that_is_no_time(
         assert not (tmp_path / "x").exists()
 
 
+def test_a_recipe_runs_on_the_dataset_given():
+    from turnformer.cli import training_recipe
+
+    assert training_recipe("erc", "dialogxl", "emorynlp", "erc-meld-dialogxl", {}, [])["dataset"] == "emorynlp"
+    assert training_recipe("erc", "dialogxl", None, "erc-meld-dialogxl", {}, [])["dataset"] == "meld"  # the recipe's own
+
+
 def test_a_recipe_of_another_task_or_model_than_the_options_is_refused(tmp_path):
     for option, value, says in (("--task", "generation", "trains task 'erc'"), ("--model", "lstm", "trains model 'dialogxl'")):
         result = runner.invoke(app, ["train", "--recipe", "erc-meld-dialogxl", option, value, "--out", str(tmp_path / "x")])

@@ -544,6 +544,7 @@ def training_limits(limit_dialogues: Optional[int], limit_train: Optional[int], 
 
 # a recipe's keys that the command's own options set, not --set
 RECIPE_OPTIONS = {"task": "--task", "model": "--model", "dataset": "--dataset"}
+QUOTES = "\"'"  # around a --set text value (TOML)
 
 
 def check_set_keys(overrides: list[str]) -> None:
@@ -553,7 +554,7 @@ def check_set_keys(overrides: list[str]) -> None:
         key, _, value = override.partition("=")
         if (option := RECIPE_OPTIONS.get(key.strip())) is not None:
             raise DialogueError(f"--set {override}: the {key.strip()} is {option}'s to set; give {option} "
-                                f"{value.strip().strip(chr(34) + chr(39)) or '...'}")
+                                f"{value.strip().strip(QUOTES) or '...'}")
 
 
 def recipe_identity(recipe: str, task: Optional[str], model: Optional[str]) -> tuple[str, str]:

