@@ -243,6 +243,45 @@ def test_transformer_attention_draws_and_regularises_phaeds_attention_as_the_tra
     assert not torch.allclose(trained, plain.train()(batch))  # the attention probabilities dropped too
 
 
+def test_without_the_response_turn_embedding_only_the_responses_input_changes(vocab):
+    """`response_turn_embedding = False`: the response's tokens carry no turn embedding; the same weights then differ
+    from the default only by TE(1) on the response (with TE(1) zero the two are one model)."""
+    for c_max in (0, 1):
+        without = tiny(vocab, response_turn_embedding=False, c_max=c_max)
+        default = tiny(vocab, c_max=c_max)
+        default.load_state_dict(without.state_dict())
+        (batch,) = batches(without, vocab, make_instances(DIALOGUES))
+        response = batch.response_in
+        state = without.encode(batch)
+        expected = without.embed_tokens(response, torch.arange(response.shape[1]).expand_as(response))
+        assert torch.equal(without._embed_response(response, state[3], 0), expected)
+        assert not torch.allclose(without(batch), default(batch), atol=1e-4)
+        for model in (without, default):
+            with torch.no_grad():
+                model.turn.weight[1].zero_()  # TE(1): the response's (counted back), and the newest context utterance's
+        assert torch.allclose(without(batch), default(batch), atol=1e-6)
+
+
+def test_copied_layers_start_each_stack_as_copies_of_its_first(vocab):
+    """`copied_layers`: each stack's layers start equal (as nn.TransformerEncoder's copies do) but are apart, each
+    trained on its own; by default they are drawn one by one."""
+    copied, drawn = tiny(vocab, copied_layers=True, inter_layers=2), tiny(vocab, inter_layers=2)
+    for stack in ("inner", "inter", "decoder"):
+        first, *rest = getattr(copied, stack)
+        assert len(rest) == 1
+        for layer in rest:
+            assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), layer.state_dict().values()))
+            assert all(a is not b for a, b in zip(first.parameters(), layer.parameters()))
+        first, second = getattr(drawn, stack)
+        assert not torch.equal(first.ff[0].weight, second.ff[0].weight)
+    (batch,) = batches(copied, vocab, make_instances(DIALOGUES))
+    copied.train().loss(batch).backward()
+    torch.optim.SGD(copied.parameters(), lr=0.1).step()
+    first, second = copied.decoder
+    assert not torch.equal(first.ff[0].weight, second.ff[0].weight)  # trained apart
+    assert len(tiny(vocab, copied_layers=True, inter_layers=0).inter) == 0
+
+
 def test_the_memory_is_stop_gradient(vocab):
     model = tiny(vocab, c_max=2)
     (batch,) = batches(model, vocab, the_reply(4))

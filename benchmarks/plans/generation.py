@@ -21,7 +21,8 @@
   attention layers as the Transformer's (``model_config.transformer_attention``); PHAED without its memory
   (``phaed-no-recurrence``), with its turn embeddings at unit scale and from zero; the Transformer and PHAED with one
   utterance of context for every response (``CONTEXT_ONE``), and PHAED there without its inter-query layer and memory,
-  its attention drawn as the Transformer's (``AS_TRANSFORMER``).
+  its attention drawn as the Transformer's (``AS_TRANSFORMER``), and that again without a turn embedding on the
+  response, with its layers started as copies of one, and both (``AS_TRANSFORMER_REST``).
 - ``generation-full-cpu-2epochs``: the main rows as in ``generation-full-cpu``, trained for two epochs (the schedule
   decays to zero over both): whether PHAED's distance to the Transformer and the GPT-2-style decoder, and DRA's to
   its two encoders, change with more training; over ``--grid-seeds``. And PHAED with its attention layers as the
@@ -58,6 +59,12 @@ CONTEXT_ONE = ("data.max_context_turns=1",)
 # as the Transformer's; what is left of PHAED is its response's turn embedding and its layers drawn one by one (the
 # Transformer's start as copies of one)
 AS_TRANSFORMER = ("model_config.inter_layers=0", "model_config.c_max=0", *TRANSFORMER_ATTENTION)
+# what is left between that and the Transformer, each alone and both: no turn embedding on the response's tokens (the
+# Transformer's decoder input has none), and each stack's layers started as copies of its first (as the Transformer's)
+AS_TRANSFORMER_REST = {"no-response-turn": ("model_config.response_turn_embedding=false",),
+                       "copied-layers": ("model_config.copied_layers=true",),
+                       "no-response-turn-copied-layers": ("model_config.response_turn_embedding=false",
+                                                          "model_config.copied_layers=true")}
 
 # SmolLM2 on the CPU: GENERATION_CPU's conversations, the recipes' optimiser (AdamW at 5e-5, batches of 32), one epoch
 # of 200 updates (so 20 warm-up steps, not the recipes' 200)
@@ -152,9 +159,10 @@ PLANS: dict[str, list[Experiment]] = {
                    (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *CONTEXT_ONE),
                    task=TASK, extra={"scale": GENERATION_FULL_CPU, "max_context_turns": 1})
         for model in ("transformer", "phaed")] + [
-        Experiment(f"{TASK}-dailydialog-phaed-as-transformer-context1-full-cpu", "phaed", "dailydialog", GRID_SEEDS,
-                   (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *CONTEXT_ONE, *AS_TRANSFORMER),
-                   task=TASK, extra={"scale": GENERATION_FULL_CPU, "max_context_turns": 1})],
+        Experiment(f"{TASK}-dailydialog-phaed-as-transformer{name}-context1-full-cpu", "phaed", "dailydialog", GRID_SEEDS,
+                   (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *CONTEXT_ONE, *AS_TRANSFORMER, *settings),
+                   task=TASK, extra={"scale": GENERATION_FULL_CPU, "max_context_turns": 1})
+        for name, settings in (("", ()), *((f"-{rest}", more) for rest, more in AS_TRANSFORMER_REST.items()))],
     # the same, two epochs: whether the papers' directions change with more training
     "generation-full-cpu-2epochs": [
         Experiment(f"{TASK}-dailydialog-{model}-full-cpu-2epochs", model, "dailydialog", GRID_SEEDS,

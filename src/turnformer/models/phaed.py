@@ -10,6 +10,8 @@ Each instance is one response with its context (at most 4 utterances, flat in ``
   instances see a window of the conversation: the newest query and the response share TE(1), the next older
   query and the newest earlier response TE(2), ... So the response is always TE(1), and the memory below
   decodes each earlier response under TE(2) or more, inputs the decoder never learns to generate from.
+  ``response_turn_embedding=False`` (a diagnostic) leaves TE off the response's tokens, as the Transformer
+  baseline's decoder input has none.
   ``turn_count = "conversation"`` counts from the conversation's start, as the paper's TE(t) does: Q_t and
   R_t share TE(t), t = the responder's utterances so far (`GenerationBatch.response_turn`), so an earlier
   response's memory is the decoder's own states of it when it was the target (tested).
@@ -47,6 +49,7 @@ answers: the latest utterance of another speaker before it) and `own_turns` for 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, fields
 
 import torch
@@ -79,6 +82,12 @@ class PHAEDConfig(GeneratorConfig):
     # biases, dropout on the attention probabilities but those of the turn-level relative attention); False: nn.Linear's
     # draw and no dropout there
     transformer_attention: bool = False
+    # False: the response's tokens carry no turn embedding, as the Transformer baseline's decoder input (a diagnostic;
+    # the context's tokens, earlier responses in the memory included, keep theirs)
+    response_turn_embedding: bool = True
+    # True: the layers of each stack (inner-query, inter-query, decoder) start as copies of its first, as
+    # nn.TransformerEncoder's and nn.TransformerDecoder's (the Transformer baseline's) do; False: each drawn on its own
+    copied_layers: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()  # whole numbers, none below 0 (r_max, c_max, inter_layers)
@@ -155,12 +164,19 @@ class PHAED(GeneratorBase):
         self._add_embeddings(config, pad_id, eou_id)  # PE(i): position within the utterance; TE: aligned turn
         d = config.d_model
         relative = config.r_max + 1 if config.turn_attention else 0
-        self.inner = nn.ModuleList(Layer(config) for _ in range(config.layers))
-        self.inter = nn.ModuleList(Layer(config, relative=relative) for _ in range(config.inter_layers))
+        self.inner = self._stack(lambda: Layer(config), config.layers)
+        self.inter = self._stack(lambda: Layer(config, relative=relative), config.inter_layers)
         self.encoder_norm = nn.LayerNorm(d)
-        self.decoder = nn.ModuleList(Layer(config, cross=True) for _ in range(config.layers))
+        self.decoder = self._stack(lambda: Layer(config, cross=True), config.layers)
         self.decoder_norm = nn.LayerNorm(d)
         self._init_word_embeddings()
+
+    def _stack(self, make, count: int) -> nn.ModuleList:
+        """`count` layers from `make`: each drawn on its own, or (``copied_layers``) copies of the first."""
+        if not self.config.copied_layers or count == 0:
+            return nn.ModuleList(make() for _ in range(count))
+        first = make()
+        return nn.ModuleList([first, *(copy.deepcopy(first) for _ in range(count - 1))])
 
     def _embed(self, ids: torch.Tensor, position: torch.Tensor, turn: torch.Tensor) -> torch.Tensor:
         """Eq. 2: E(x) sqrt(d) + TE(turn) + PE(position)."""
@@ -242,10 +258,11 @@ class PHAED(GeneratorBase):
         return self.decoder_norm(x[:, -1] if last_only else x)  # eq. 8's input (the output is tied to the embeddings)
 
     def _embed_response(self, response_in: torch.Tensor, response_turn: torch.Tensor, start: int) -> torch.Tensor:
-        """The response's tokens from `start` on, embedded at their positions and the response's aligned turn [B, 1]."""
+        """The response's tokens from `start` on, embedded at their positions and the response's aligned turn [B, 1]
+        (no turn without ``response_turn_embedding``)."""
         new = response_in[:, start:]
         position = torch.arange(start, response_in.shape[1], device=response_in.device).expand_as(new)
-        return self._embed(new, position, response_turn.expand_as(new))
+        return self._embed(new, position, response_turn.expand_as(new) if self.config.response_turn_embedding else None)
 
     def _decoder_masks(self, context: TokenMeta, with_memory: bool, response_in: torch.Tensor,
                        first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
