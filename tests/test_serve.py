@@ -200,6 +200,16 @@ def test_bodies_that_are_not_json_objects_are_4xx(client):
     assert named.status_code == 422 and "no model" in named.json()["error"]  # the name, escaped, in valid JSON
     latin1 = client.post("/v1/annotate", content='{"turns": [{"speaker": "A", "text": "café"}]}'.encode("latin-1"), headers=json_type)
     assert latin1.status_code == 400 and latin1.json()["error"].startswith("body: not UTF-8 text (byte 40: invalid continuation byte)")
+    twice = client.post("/v1/annotate", content=b'{"turns": [{"speaker": "A", "text": "hi", "text": "bye"}]}', headers=json_type)
+    assert twice.status_code == 400 and twice.json()["error"] == ("body: the key 'text' appears twice in one object (a JSON "
+                                                                  "reader would keep only the last)")
+    session = client.post("/v1/sessions", json={"models": ["emotion"]}).json()["session"]
+    said = client.post(f"/v1/sessions/{session}/utterances", content=b'{"speaker": "A", "speaker": "B", "text": "hi"}',
+                       headers=json_type)
+    assert said.status_code == 400 and "'speaker' appears twice" in said.json()["error"]
+    assert client.get(f"/v1/sessions/{session}").json()["turns"] == []  # nothing was taken
+    nan = client.post("/v1/generate", content=b'{"turns": [{"speaker": "A", "text": "hi"}], "beam": NaN}', headers=json_type)
+    assert nan.status_code == 400 and nan.json()["error"] == "body: NaN is not a JSON value (write null, or a number)"
     deep = client.post("/v1/annotate", content=b"[" * 50000 + b"]" * 50000, headers=json_type)
     assert deep.status_code in (400, 422) and deep.json()["error"].startswith("body: ")
     too_big = client.post("/v1/annotate", content=b" " * (2 << 20), headers=json_type)

@@ -202,6 +202,12 @@ def _int(digits: str) -> int:
     return int(digits)
 
 
+def read_json(text: str | bytes) -> Any:
+    """One JSON document, refused (ValueError, json.JSONDecodeError among them) where JSON readers disagree or lose
+    something: a key twice in one object, NaN or Infinity, an integer too long to read."""
+    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_object, parse_int=_int)
+
+
 ONE_DOCUMENT_HINT = ("; the file looks like one JSON document: write one conversation per line (JSON Lines), "
                      "e.g. jq -c '.[]' FILE.json > FILE.jsonl for an array of conversations")
 
@@ -250,7 +256,7 @@ def iter_jsonl(
             report.add("blank_line", f"{where}: blank line skipped")
             continue
         try:
-            obj = json.loads(line, parse_constant=_no_constant, object_pairs_hook=_object, parse_int=_int)
+            obj = read_json(line)
         except json.JSONDecodeError as err:
             hint = (ONE_DOCUMENT_HINT if lineno == 1 and (line.strip() == "{" or line.lstrip().startswith("[")) else
                     TABLE_HINT if lineno == 1 and not line.lstrip().startswith("{") and ("," in line or "\t" in line) else "")

@@ -27,14 +27,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from turnformer import __version__
+from turnformer.data.jsonl import read_json
 from turnformer.dialogue import DialogueError, next_speaker
 from turnformer.serve.models import LoadedModel, pick_model, pick_models
 from turnformer.serve.schemas import (AnnotateIn, AttentionIn, GenerateIn, Limits, NewSession, RankIn, TurnIn, candidate_turns,
@@ -58,6 +60,28 @@ class JSONAnswer(JSONResponse):
 
 def error(status: int, message: str, headers: dict | None = None, **extra: Any) -> JSONAnswer:
     return JSONAnswer({"error": message, **extra}, status_code=status, headers=headers)
+
+
+class StrictJSONRequest(Request):
+    """A request whose JSON body is read as conversation files are (`read_json`): a key twice in one object, NaN or
+    Infinity is refused, where Python's reader keeps the last value and reads the constants."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = read_json(await self.body())
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    """An endpoint that reads its body as a `StrictJSONRequest`."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def strict(request: Request):
+            return await handler(StrictJSONRequest(request.scope, request.receive))
+
+        return strict
 
 
 class BodyLimit:
@@ -128,6 +152,8 @@ def unreadable(cause: BaseException) -> str:
         return f"not UTF-8 text (byte {cause.start}: {cause.reason}); send JSON in UTF-8"
     if isinstance(cause, RecursionError):
         return "nested too deeply to read"
+    if isinstance(cause, ValueError):  # `read_json`'s refusals: a key twice, NaN, a number too long
+        return str(cause)
     return f"cannot be read as JSON ({type(cause).__name__})"
 
 
@@ -197,7 +223,7 @@ def label_answer(prediction: dict) -> dict:
 
 
 def session_routes(models: dict[str, LoadedModel], store: SessionStore, limits: Limits) -> APIRouter:
-    router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+    router = APIRouter(prefix="/v1/sessions", tags=["sessions"], route_class=StrictJSONRoute)
 
     @router.post("", status_code=201)
     def create_session(body: NewSession | None = None) -> dict:
@@ -230,7 +256,7 @@ def session_routes(models: dict[str, LoadedModel], store: SessionStore, limits: 
 
 
 def stateless_routes(models: dict[str, LoadedModel], limits: Limits) -> APIRouter:
-    router = APIRouter(prefix="/v1", tags=["conversations"])
+    router = APIRouter(prefix="/v1", tags=["conversations"], route_class=StrictJSONRoute)
 
     @router.post("/annotate")
     def annotate(body: AnnotateIn) -> dict:
