@@ -19,7 +19,8 @@
   an epoch takes 45-75 minutes of one core; over ``--grid-seeds`` (default: seed 1); and PHAED with its turn
   embeddings counted from the conversation's start and started at zero, together and each alone; PHAED with its
   attention layers as the Transformer's (``model_config.transformer_attention``); PHAED without a turn embedding on its
-  response (``NO_RESPONSE_TURN``); PHAED without its memory
+  response (``NO_RESPONSE_TURN``), and that with its layers started as copies of one (``COPIED_LAYERS``); PHAED
+  without its memory
   (``phaed-no-recurrence``), with its turn embeddings at unit scale and from zero; the Transformer and PHAED with one
   utterance of context for every response (``CONTEXT_ONE``), and PHAED there without its inter-query layer and memory,
   its attention drawn as the Transformer's (``AS_TRANSFORMER``), and that again without a turn embedding on the
@@ -60,12 +61,14 @@ CONTEXT_ONE = ("data.max_context_turns=1",)
 # as the Transformer's; what is left of PHAED is its response's turn embedding and its layers drawn one by one (the
 # Transformer's start as copies of one)
 AS_TRANSFORMER = ("model_config.inter_layers=0", "model_config.c_max=0", *TRANSFORMER_ATTENTION)
-# no turn embedding on the response's tokens (the Transformer's decoder input has none; the context's tokens keep theirs)
+# no turn embedding on the response's tokens (the Transformer's decoder input has none; the context's tokens keep theirs),
+# and each stack's layers started as copies of its first (as the Transformer's)
 NO_RESPONSE_TURN = ("model_config.response_turn_embedding=false",)
 # what is left between that and the Transformer, each alone and both: no turn embedding on the response, and each
 # stack's layers started as copies of its first (as the Transformer's)
-AS_TRANSFORMER_REST = {"no-response-turn": NO_RESPONSE_TURN, "copied-layers": ("model_config.copied_layers=true",),
-                       "no-response-turn-copied-layers": (*NO_RESPONSE_TURN, "model_config.copied_layers=true")}
+COPIED_LAYERS = ("model_config.copied_layers=true",)
+AS_TRANSFORMER_REST = {"no-response-turn": NO_RESPONSE_TURN, "copied-layers": COPIED_LAYERS,
+                       "no-response-turn-copied-layers": (*NO_RESPONSE_TURN, *COPIED_LAYERS)}
 
 # SmolLM2 on the CPU: GENERATION_CPU's conversations, the recipes' optimiser (AdamW at 5e-5, batches of 32), one epoch
 # of 200 updates (so 20 warm-up steps, not the recipes' 200)
@@ -148,7 +151,8 @@ PLANS: dict[str, list[Experiment]] = {
                                ("phaed-conversation-turns", PHAED_CONVERSATION_TURNS),
                                ("phaed-turns-zero", TURNS_ZERO),
                                ("phaed-transformer-attention", TRANSFORMER_ATTENTION),
-                               ("phaed-no-response-turn", NO_RESPONSE_TURN))] + [
+                               ("phaed-no-response-turn", NO_RESPONSE_TURN),
+                               ("phaed-no-response-turn-copied-layers", (*NO_RESPONSE_TURN, *COPIED_LAYERS)))] + [
         # without the memory of earlier responses (c_max = 0, the paper's ablation), with the turn embeddings at unit
         # scale and from zero: whether what the zero-started turn embeddings cost is the memory (docs/generation.md)
         Experiment(f"{TASK}-dailydialog-{name}-full-cpu", "phaed-no-recurrence", "dailydialog", GRID_SEEDS,
