@@ -61,12 +61,11 @@ CONTEXT_ONE = ("data.max_context_turns=1",)
 # as the Transformer's; what is left of PHAED is its response's turn embedding and its layers drawn one by one (the
 # Transformer's start as copies of one)
 AS_TRANSFORMER = ("model_config.inter_layers=0", "model_config.c_max=0", *TRANSFORMER_ATTENTION)
-# no turn embedding on the response's tokens (the Transformer's decoder input has none; the context's tokens keep theirs),
-# and each stack's layers started as copies of its first (as the Transformer's)
+# no turn embedding on the response's tokens (the Transformer's decoder input has none; the context's tokens keep theirs)
 NO_RESPONSE_TURN = ("model_config.response_turn_embedding=false",)
-# what is left between that and the Transformer, each alone and both: no turn embedding on the response, and each
-# stack's layers started as copies of its first (as the Transformer's)
+# each stack's layers started as copies of its first (as the Transformer's are)
 COPIED_LAYERS = ("model_config.copied_layers=true",)
+# what is left between AS_TRANSFORMER and the Transformer, each alone and both
 AS_TRANSFORMER_REST = {"no-response-turn": NO_RESPONSE_TURN, "copied-layers": COPIED_LAYERS,
                        "no-response-turn-copied-layers": (*NO_RESPONSE_TURN, *COPIED_LAYERS)}
 
