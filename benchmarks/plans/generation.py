@@ -3,7 +3,8 @@
 - ``generation``: the response generators on DailyDialog: Transformer, Transformer+DRA, DialogBERT-style with and
   without DRA, PHAED and the GPT-2-style decoder over ``--seeds``; PHAED's four ablations and its c_max sweep
   (1..5, 10 context turns) with the first seed. Test perplexity at the best validation perplexity, with BLEU and
-  Distinct of greedy responses. A GPU job at these sizes.
+  Distinct of greedy responses; and PHAED without a turn embedding on its response and with its layers started as
+  copies of one (``NO_RESPONSE_TURN``, ``COPIED_LAYERS``), the first seed. A GPU job at these sizes.
 - ``generation-cpu``: the same main rows and ablations at the size in ``GENERATION_CPU`` (first 1,000 training and
   100 validation / test conversations, width 128, 2 layers), which trains on the 2-core CPU, and PHAED's c_max
   sweep at that size (0..5, 10 context turns, the first seed); over ``--seeds``, PHAED with its turn embeddings
@@ -101,7 +102,11 @@ PLANS: dict[str, list[Experiment]] = {
           for model in (*GENERATION_MAIN, *PHAED_ABLATIONS)),
         *(Experiment(f"{TASK}-dailydialog-phaed-cmax{c}", "phaed", "dailydialog", FIRST_SEED,
                      (f"model_config.c_max={c}", *CMAX_OVERRIDES), task=TASK, extra={"c_max": c})
-          for c in range(1, 6))],
+          for c in range(1, 6)),
+        # PHAED with the two differences from the Transformer that are not the paper's design taken out (no turn
+        # embedding on the response, layers started as copies of one: docs/generation.md, one utterance of context)
+        Experiment(f"{TASK}-dailydialog-phaed-no-response-turn-copied-layers", "phaed", "dailydialog", FIRST_SEED,
+                   (*NO_RESPONSE_TURN, *COPIED_LAYERS), task=TASK)],
     # the same rows at a size that trains on the 2-core CPU; c_max 0 (no recurrence) to 5
     "generation-cpu": [
         *(Experiment(f"{TASK}-dailydialog-{model}-cpu", model, "dailydialog", main_rows_seeds(model), cpu_overrides(model),
