@@ -10,11 +10,11 @@ Each instance is one response with its context (at most 4 utterances, flat in ``
   instances see a window of the conversation: the newest query and the response share TE(1), the next older
   query and the newest earlier response TE(2), ... So the response is always TE(1), and the memory below
   decodes each earlier response under TE(2) or more, inputs the decoder never learns to generate from.
-  ``response_turn_embedding=False`` (a diagnostic) leaves TE off the response's tokens, as the Transformer
-  baseline's decoder input has none.
   ``turn_count = "conversation"`` counts from the conversation's start, as the paper's TE(t) does: Q_t and
   R_t share TE(t), t = the responder's utterances so far (`GenerationBatch.response_turn`), so an earlier
   response's memory is the decoder's own states of it when it was the target (tested).
+  ``response_turn_embedding=False`` (a diagnostic) leaves TE off the response's tokens, as the Transformer
+  baseline's decoder input has none.
 - Inner-query encoding (sec. 3.3.1): ``layers`` pre-norm Transformer layers over the flat context whose
   self-attention is restricted to the same query utterance; R utterances are never read by the encoder.
 - Inter-query encoding (eq. 3-5): ``inter_layers`` pre-norm layers of turn-level relative attention: a
