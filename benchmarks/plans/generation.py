@@ -3,8 +3,8 @@
 - ``generation``: the response generators on DailyDialog: Transformer, Transformer+DRA, DialogBERT-style with and
   without DRA, PHAED and the GPT-2-style decoder over ``--seeds``; PHAED's four ablations and its c_max sweep
   (1..5, 10 context turns) with the first seed. Test perplexity at the best validation perplexity, with BLEU and
-  Distinct of greedy responses; and PHAED without a turn embedding on its response and with its layers started as
-  copies of one (``NO_RESPONSE_TURN``, ``COPIED_LAYERS``), the first seed. A GPU job at these sizes.
+  Distinct of greedy responses; and PHAED with every part but its structure built as the Transformer's
+  (``BUILT_AS_TRANSFORMER``), the first seed. A GPU job at these sizes.
 - ``generation-cpu``: the same main rows and ablations at the size in ``GENERATION_CPU`` (first 1,000 training and
   100 validation / test conversations, width 128, 2 layers), which trains on the 2-core CPU, and PHAED's c_max
   sweep at that size (0..5, 10 context turns, the first seed); over ``--seeds``, PHAED with its turn embeddings
@@ -20,8 +20,8 @@
   an epoch takes 45-75 minutes of one core; over ``--grid-seeds`` (default: seed 1); and PHAED with its turn
   embeddings counted from the conversation's start and started at zero, together and each alone; PHAED with its
   attention layers as the Transformer's (``model_config.transformer_attention``); PHAED without a turn embedding on its
-  response (``NO_RESPONSE_TURN``), and that with its layers started as copies of one (``COPIED_LAYERS``); PHAED
-  without its memory
+  response (``NO_RESPONSE_TURN``), that with its layers started as copies of one (``COPIED_LAYERS``), and that with
+  its attention as the Transformer's too (``BUILT_AS_TRANSFORMER``); PHAED without its memory
   (``phaed-no-recurrence``), with its turn embeddings at unit scale and from zero; the Transformer and PHAED with one
   utterance of context for every response (``CONTEXT_ONE``), and PHAED there without its inter-query layer and memory,
   its attention drawn as the Transformer's (``AS_TRANSFORMER``), and that again without a turn embedding on the
@@ -66,6 +66,9 @@ AS_TRANSFORMER = ("model_config.inter_layers=0", "model_config.c_max=0", *TRANSF
 NO_RESPONSE_TURN = ("model_config.response_turn_embedding=false",)
 # each stack's layers started as copies of its first (as the Transformer's are)
 COPIED_LAYERS = ("model_config.copied_layers=true",)
+# PHAED's structure at work and every other part built as the Transformer's: attention drawn and regularised as its, no
+# turn embedding on the response, layers started as copies of one
+BUILT_AS_TRANSFORMER = (*TRANSFORMER_ATTENTION, *NO_RESPONSE_TURN, *COPIED_LAYERS)
 # what is left between AS_TRANSFORMER and the Transformer, each alone and both
 AS_TRANSFORMER_REST = {"no-response-turn": NO_RESPONSE_TURN, "copied-layers": COPIED_LAYERS,
                        "no-response-turn-copied-layers": (*NO_RESPONSE_TURN, *COPIED_LAYERS)}
@@ -103,10 +106,10 @@ PLANS: dict[str, list[Experiment]] = {
         *(Experiment(f"{TASK}-dailydialog-phaed-cmax{c}", "phaed", "dailydialog", FIRST_SEED,
                      (f"model_config.c_max={c}", *CMAX_OVERRIDES), task=TASK, extra={"c_max": c})
           for c in range(1, 6)),
-        # PHAED with the two differences from the Transformer that are not the paper's design taken out (no turn
-        # embedding on the response, layers started as copies of one: docs/generation.md, one utterance of context)
-        Experiment(f"{TASK}-dailydialog-phaed-no-response-turn-copied-layers", "phaed", "dailydialog", FIRST_SEED,
-                   (*NO_RESPONSE_TURN, *COPIED_LAYERS), task=TASK)],
+        # PHAED with every difference from the Transformer that is not the paper's structure taken out (its attention's
+        # draw, the response's turn embedding, its layers drawn one by one: docs/generation.md, one utterance of context)
+        Experiment(f"{TASK}-dailydialog-phaed-built-as-transformer", "phaed", "dailydialog", FIRST_SEED,
+                   BUILT_AS_TRANSFORMER, task=TASK)],
     # the same rows at a size that trains on the 2-core CPU; c_max 0 (no recurrence) to 5
     "generation-cpu": [
         *(Experiment(f"{TASK}-dailydialog-{model}-cpu", model, "dailydialog", main_rows_seeds(model), cpu_overrides(model),
@@ -156,7 +159,8 @@ PLANS: dict[str, list[Experiment]] = {
                                ("phaed-turns-zero", TURNS_ZERO),
                                ("phaed-transformer-attention", TRANSFORMER_ATTENTION),
                                ("phaed-no-response-turn", NO_RESPONSE_TURN),
-                               ("phaed-no-response-turn-copied-layers", (*NO_RESPONSE_TURN, *COPIED_LAYERS)))] + [
+                               ("phaed-no-response-turn-copied-layers", (*NO_RESPONSE_TURN, *COPIED_LAYERS)),
+                               ("phaed-built-as-transformer", BUILT_AS_TRANSFORMER))] + [
         # without the memory of earlier responses (c_max = 0, the paper's ablation), with the turn embeddings at unit
         # scale and from zero: whether what the zero-started turn embeddings cost is the memory (docs/generation.md)
         Experiment(f"{TASK}-dailydialog-{name}-full-cpu", "phaed-no-recurrence", "dailydialog", GRID_SEEDS,
