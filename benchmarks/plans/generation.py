@@ -160,7 +160,10 @@ PLANS: dict[str, list[Experiment]] = {
                                ("phaed-transformer-attention", TRANSFORMER_ATTENTION),
                                ("phaed-no-response-turn", NO_RESPONSE_TURN),
                                ("phaed-no-response-turn-copied-layers", (*NO_RESPONSE_TURN, *COPIED_LAYERS)),
-                               ("phaed-built-as-transformer", BUILT_AS_TRANSFORMER))] + [
+                               ("phaed-built-as-transformer", BUILT_AS_TRANSFORMER),
+                               # and each of its two structures alone: which of them keeps it behind on the whole context
+                               ("phaed-built-as-transformer-no-recurrence", (*BUILT_AS_TRANSFORMER, "model_config.c_max=0")),
+                               ("phaed-built-as-transformer-no-inter", (*BUILT_AS_TRANSFORMER, "model_config.inter_layers=0")))] + [
         # without the memory of earlier responses (c_max = 0, the paper's ablation), with the turn embeddings at unit
         # scale and from zero: whether what the zero-started turn embeddings cost is the memory (docs/generation.md)
         Experiment(f"{TASK}-dailydialog-{name}-full-cpu", "phaed-no-recurrence", "dailydialog", GRID_SEEDS,
