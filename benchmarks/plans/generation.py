@@ -19,13 +19,14 @@
   trained for one epoch (``GENERATION_FULL_CPU``): the papers' claims measured on full data on the 2-core CPU, where
   an epoch takes 45-75 minutes of one core; over ``--grid-seeds`` (default: seed 1); and PHAED with its turn
   embeddings counted from the conversation's start and started at zero, together and each alone; PHAED with its
-  attention layers as the Transformer's (``model_config.transformer_attention``); PHAED without a turn embedding on its
-  response (``NO_RESPONSE_TURN``), that with its layers started as copies of one (``COPIED_LAYERS``), and that with
-  its attention as the Transformer's too (``BUILT_AS_TRANSFORMER``); PHAED without its memory
-  (``phaed-no-recurrence``), with its turn embeddings at unit scale and from zero; the Transformer and PHAED with one
-  utterance of context for every response (``CONTEXT_ONE``), and PHAED there without its inter-query layer and memory,
-  its attention drawn as the Transformer's (``AS_TRANSFORMER``), and that again without a turn embedding on the
-  response, with its layers started as copies of one, and both (``AS_TRANSFORMER_REST``).
+  attention layers as the Transformer's (``model_config.transformer_attention``); PHAED without a turn embedding on
+  its response (``NO_RESPONSE_TURN``), that with its layers started as copies of one (``COPIED_LAYERS``), and that
+  with its attention as the Transformer's too (``BUILT_AS_TRANSFORMER``), then without its memory (``c_max = 0``) or
+  without its inter-query layer (``inter_layers = 0``); PHAED without its memory (``phaed-no-recurrence``), with its
+  turn embeddings at unit scale and from zero; the Transformer and PHAED with one utterance of context for every
+  response (``CONTEXT_ONE``), and PHAED there without its inter-query layer and memory, its attention drawn as the
+  Transformer's (``AS_TRANSFORMER``), and that again without a turn embedding on the response, with its layers
+  started as copies of one, and both (``AS_TRANSFORMER_REST``).
 - ``generation-full-cpu-2epochs``: the main rows as in ``generation-full-cpu``, trained for two epochs (the schedule
   decays to zero over both): whether PHAED's distance to the Transformer and the GPT-2-style decoder, and DRA's to
   its two encoders, change with more training; over ``--grid-seeds``. And PHAED with its attention layers as the
