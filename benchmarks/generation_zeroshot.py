@@ -35,9 +35,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    vocab = Vocabulary.build(list(load_split("dailydialog", "train", args.data_dir).dialogues)[: args.train_dialogues])
-    test = list(load_split("dailydialog", "test", args.data_dir).dialogues)[: args.eval_dialogues]
-    instances = make_instances(test)[: args.limit]
+    train = list(load_split("dailydialog", "train", args.data_dir).dialogues)
+    vocab = Vocabulary.build(train[: args.train_dialogues])
+    whole_test = list(load_split("dailydialog", "test", args.data_dir).dialogues)
+    instances = make_instances(whole_test[: args.eval_dialogues])[: args.limit]
+    # scored on part of the test split, or with a vocabulary of part of the training split: marked in the tables
+    part = len(instances) < len(make_instances(whole_test)) or args.train_dialogues < len(train)
+    subset = {"test_instances": len(instances), "vocabulary_from_train_dialogues": min(args.train_dialogues, len(train))}
     start = time.perf_counter()
     model, tokenizer = load_smollm2()
     loaded = time.perf_counter()
@@ -52,7 +56,8 @@ def main() -> None:
                 "vocabulary_from_train_dialogues": args.train_dialogues, "threads": args.threads},
         extra={**{k: v for k, v in metrics.items() if k.startswith(("bleu", "distinct", "embedding"))}, "sample": metrics["sample"],
                "load_seconds": loaded - start, "seconds_per_instance": (done - loaded) / len(instances),
-               "note": "zero-shot; perplexity per our word (+ end of turn), see turnformer.models.smollm2"},
+               "note": "zero-shot; perplexity per our word (+ end of turn), see turnformer.models.smollm2",
+               **({"subset": subset} if part else {})},
     )
     print(f"perplexity {metrics['perplexity']:.2f}, BLEU-1 {metrics['bleu_1']:.2f}, Distinct-2 {metrics['distinct_2']:.2f} "
           f"-> {write_result(record)}")

@@ -481,6 +481,9 @@ def test_results_md_opens_with_each_papers_main_rows_and_marks_the_device():
     assert "| meld | dialogxl | all-MiniLM-L6-v2 | 51.00 ± 1.41 | 62.41 | 2 | GPU (NVIDIA H100 80GB HBM3) |" in page
     assert "| swda | lstm | - | 72.00 | 75.59 | 1 | CPU (2 cores) |" in page
     assert "w5-p2" not in page and "## MDFN" not in page  # sweeps elsewhere; a paper without rows is left out
+    subset = make_result("dialogue-act-swda-lstm", task="dialogue-act", dataset="swda", split="test", model="lstm",
+                         metric="accuracy", scores=[72.0], seeds=[1], paper=75.59, extra={"subset": {"test_dialogues": 5}})
+    assert "| swda | lstm | - | 72.00 * | 75.59 | 1 |" in render_summary([subset])  # scored on part of the split: marked
 
 
 def test_a_row_whose_seeds_ran_on_several_machines_names_each_gpu_once():
