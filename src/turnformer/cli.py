@@ -441,12 +441,14 @@ def train(
                                        "(default: erc, or the --recipe's)."),
     model: Optional[str] = typer.Option(
         None, help="Default: the --recipe's; dialogxl for erc on a benchmark (the paper's model), dialogxl-memory-bias for erc on your own "
-        "files (the setting that measured best on the benchmarks); other tasks name theirs. "
+        "files (the DialogXL setting that measured best on the benchmarks); other tasks name theirs. "
         "erc: dialogxl (and its variants dialogxl-memory-bias, dialogxl-memory-grad, dialogxl-no-speaker, dialogxl-speaker-emb, ...), concat-context, "
-        "segment-recurrence. dialogue-act: lc-attention, lstm, lstm-blstm, lstm-attention, minilm-utterance. response-selection: mdfn, "
+        "segment-recurrence. dialogue-act: lc-attention, lstm, lstm-blstm, lstm-attention, minilm-utterance, and over frozen "
+        "all-mpnet-base-v2 sentence vectors lc-attention-frozen-mpnet, lstm-attention-frozen-mpnet, lstm-blstm-frozen-mpnet, "
+        "frozen-mpnet-utterance. response-selection: mdfn, "
         "plain-encoder, mdfn-ua-only, mdfn-sa-only, mdfn-maxpool, mdfn-meanpool, mdfn-linear-fusion. generation: transformer, "
         "transformer-dra, dialogbert, dialogbert-dra, phaed (and phaed-no-speaker-tokens, phaed-no-turn-emb, phaed-no-turn-attn, "
-        "phaed-no-recurrence), gpt2-scratch."
+        "phaed-no-recurrence), gpt2-scratch, smollm2, smollm2-phaed (SmolLM2-135M-Instruct fine-tuned)."
     ),
     dataset: Optional[str] = typer.Option(None, help="Benchmark name (default meld, or the --recipe's), or 'file' with --train-file/--validation-file/"
                                           "--test-file (which imply it). Generation on a benchmark without a recipe of its own "
