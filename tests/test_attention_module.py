@@ -296,6 +296,7 @@ def code_without_strings_or_comments(path: Path) -> str:
 
 
 def test_no_model_builds_a_mask_or_an_attention_by_hand():
+    assert len(list(MODELS.glob("*.py"))) > 5, f"no model files found in {MODELS}"
     problems = [f"{path.name}: {why} ({match.group(0)!r})" for path in sorted(MODELS.glob("*.py"))
                 for pattern, why in FORBIDDEN.items() for match in re.finditer(pattern, code_without_strings_or_comments(path))]
     assert not problems, "\n".join(problems)

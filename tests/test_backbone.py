@@ -85,7 +85,7 @@ def test_load_tokenizer_alone():
 
 def test_load_errors_are_os_errors(tmp_path):
     # Callers that already handle file problems with `except OSError` catch these too.
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="no such model folder"):
         load_backbone(str(tmp_path / "no" / "such" / "folder"))
 
 

@@ -169,4 +169,5 @@ def test_generate_and_evaluate_with_a_beam_from_the_command_line(tmp_path):
     scored = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "test", "--beam", "3"])
     assert scored.exit_code == 0, scored.output
     assert {"perplexity", "bleu_1", "distinct_1"} <= set(json.loads(scored.stdout))
-    assert runner.invoke(app, [*generate, "--beam", "0"]).exit_code != 0
+    refused = runner.invoke(app, [*generate, "--beam", "0"])
+    assert refused.exit_code == 2 and "--beam" in refused.output and "greater than or equal to 1" in refused.output

@@ -104,7 +104,7 @@ def test_existing_copy_that_does_not_verify(tmp_path):
 def test_force_keeps_old_copy_when_new_one_fails(tmp_path):
     (tmp_path / "emorynlp").mkdir()
     (tmp_path / "emorynlp" / "train_data.json").write_bytes(b"[]")
-    with pytest.raises(DownloadError):
+    with pytest.raises(DownloadError, match="could not fetch https://example.invalid/train_data.json: 404"):
         download("emorynlp", tmp_path, fetch=FakeRemote({}), manifest=files_manifest(), force=True)
     assert (tmp_path / "emorynlp" / "train_data.json").read_bytes() == b"[]"
     assert leftovers(tmp_path) == ["emorynlp"]
@@ -227,5 +227,7 @@ def test_real_manifest_download_from_local_copy(folder, data_dir, tmp_path):
 
 
 def test_manifests_are_valid_json_files():
-    for path in MANIFEST_DIR.glob("*.json"):
-        json.loads(path.read_text(encoding="utf-8"))
+    paths = sorted(MANIFEST_DIR.glob("*.json"))
+    assert paths, f"no manifests in {MANIFEST_DIR}"
+    for path in paths:
+        assert isinstance(json.loads(path.read_text(encoding="utf-8")), dict), path

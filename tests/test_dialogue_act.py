@@ -218,7 +218,7 @@ def test_streaming_session_equals_online_prediction(context, swda, tokenizer):
 
 
 def test_train_writes_the_run_and_loads_back(tmp_path, data_dir):
-    from turnformer.tasks.dialogue_act import load_trained, train_dialogue_act
+    from turnformer.tasks.dialogue_act import evaluate_split, load_trained, train_dialogue_act
 
     recipe = {"task": "dialogue-act", "model": "lc-attention", "dataset": "dailydialog", "window": 5,
               "context_padding": 2, "model_config": {"hidden": 16, "heads": 2, "classifier_hidden": 16},
@@ -231,6 +231,9 @@ def test_train_writes_the_run_and_loads_back(tmp_path, data_dir):
     assert run["labels"] == ["inform", "question", "directive", "commissive"]
     model, tokenizer, run = load_trained(tmp_path / "run")
     assert model.config.context == "lc-attention" and model.config.hidden == 16
+    again = evaluate_split(model, tokenizer, run, "test", data_dir, limit=8)  # the loaded weights are the best epoch's
+    assert again["offline_accuracy"] == pytest.approx(test["offline_accuracy"])
+    assert again["online_accuracy"] == pytest.approx(test["online_accuracy"])
 
 
 @pytest.mark.parametrize("context", ["lc-attention", "lstm-attention", "lstm-blstm", "lstm"])
@@ -248,7 +251,7 @@ def test_one_query_row_equals_the_full_sub_dialogue(context):
 def test_minilm_utterance_baseline_trains_and_loads_back(tmp_path, data_dir, tiny_backbone_dir):
     """The paper's fine-tuned BERT row: a pretrained encoder's [CLS] state per utterance, no context."""
     from turnformer.models.lc_attention import build_lc_model
-    from turnformer.tasks.dialogue_act import load_trained, train_dialogue_act
+    from turnformer.tasks.dialogue_act import evaluate_split, load_trained, train_dialogue_act
 
     model, tokenizer = build_lc_model("minilm-utterance", {}, ["a", "b"], str(tiny_backbone_dir))
     tokens = torch.tensor([[2000, 2001, 0], [2002, 0, 0]])
@@ -272,6 +275,8 @@ def test_minilm_utterance_baseline_trains_and_loads_back(tmp_path, data_dir, tin
     assert 0 <= result.test_at_best["accuracy"] <= 100
     loaded, _, run = load_trained(tmp_path / "run")
     assert loaded.config.utterance_encoder == "pretrained" and run["recipe"]["model"] == "minilm-utterance"
+    again = evaluate_split(loaded, tokenizer, run, "test", data_dir, limit=3)  # the loaded weights are the best epoch's
+    assert again["offline_accuracy"] == pytest.approx(result.test_at_best["offline_accuracy"])
     session = DialogueActSession(loaded, tokenizer, run["labels"], padding=0)
     assert session.add("A", "could you pass the salt ?")["label"] in run["labels"]
 

@@ -33,8 +33,16 @@ def test_word2vec_rows_line_up_with_the_vocabulary_and_are_cached(tmp_path, monk
     monkeypatch.setattr("turnformer.backbones.word_vectors.train_word2vec", fail)
     assert torch.equal(word2vec_table(sentences, 10, settings, "tiny/tokenizer-data", cache_dir=tmp_path), table)
     monkeypatch.undo()
-    path.write_bytes(b"not a safetensors file")  # a damaged cache file is trained again
-    assert word2vec_table(sentences, 10, settings, "tiny/tokenizer-data", cache_dir=tmp_path).shape == (10, 16)
+    path.write_bytes(b"not a safetensors file")  # a damaged cache file is trained again, once, and written anew
+    from turnformer.backbones import word_vectors
+
+    trained, train_word2vec = [], word_vectors.train_word2vec
+    monkeypatch.setattr(word_vectors, "train_word2vec", lambda *a, **k: trained.append(1) or train_word2vec(*a, **k))
+    retrained = word2vec_table(sentences, 10, settings, "tiny/tokenizer-data", cache_dir=tmp_path)
+    assert retrained.shape == (10, 16) and trained == [1]
+    assert torch.equal(word2vec_table(sentences, 10, settings, "tiny/tokenizer-data", cache_dir=tmp_path), retrained)
+    assert trained == [1]  # the rewritten file is read
+    monkeypatch.undo()
     # other sentences or settings: another file
     word2vec_table(sentences[:4], 10, settings, "tiny/tokenizer-data", cache_dir=tmp_path)
     assert len(list(tmp_path.glob("*.safetensors"))) == 2

@@ -142,6 +142,7 @@ def test_smollm2_word_perplexity_and_generation(tiny_lm):
     assert lm.negative_log_likelihood(instances[:3])[1] == pytest.approx(nll, rel=1e-4)  # right padding changes nothing
     together = lm.generate(instances[:3])  # left-padded
     assert all(isinstance(h, list) and all(isinstance(w, str) for w in h) for h in together)
+    assert any(together), "every reply is empty: nothing is compared"
     assert together == [lm.generate([x])[0] for x in instances[:3]]
     limited = evaluate_pretrained_lm(instances, model, tokenizer, batch_size=2, max_new_tokens=2, limit=2)
     assert limited["tokens"] == sum(len(x.response.words) + 1 for x in instances[:2])

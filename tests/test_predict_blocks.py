@@ -41,10 +41,13 @@ def input_file(tmp_path_factory) -> Path:
     return path
 
 
+DEFAULT_BLOCK_UTTERANCES = common.BLOCK_UTTERANCES
+
+
 def _run(args: list[str], block_utterances: int | None, monkeypatch):
-    """The command, its blocks `block_utterances` utterances (None: the default); it must succeed."""
-    if block_utterances is not None:
-        monkeypatch.setattr(common, "BLOCK_UTTERANCES", block_utterances)
+    """The command, its blocks `block_utterances` utterances (None: the default, whatever an earlier call set); it must
+    succeed."""
+    monkeypatch.setattr(common, "BLOCK_UTTERANCES", DEFAULT_BLOCK_UTTERANCES if block_utterances is None else block_utterances)
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     return result
@@ -283,9 +286,9 @@ def _goes_on_after_an_interrupt(args: list[str], out: Path, owner, name: str, mo
     makes only the blocks left (``owner.name`` is called once a block), and its output, the files in `also`, its notes
     and its "wrote" lines are those of a run never interrupted. Then an input changed since the interruption: made
     anew, whole."""
-    monkeypatch.setattr(common, "BLOCK_UTTERANCES", 6)
+    monkeypatch.setattr(common, "BLOCK_UTTERANCES", 6)  # for the interrupted runs too
     said = lambda result: [line for line in result.stderr.splitlines() if line.startswith(("note:", "wrote"))]  # noqa: E731
-    whole = _run([*args, "--out", str(out)], None, monkeypatch)
+    whole = _run([*args, "--out", str(out)], 6, monkeypatch)
     expected = (_text(out), [_text(f) for f in also], said(whole))
     for f in (out, *also):
         f.unlink()
@@ -314,7 +317,7 @@ def _goes_on_after_an_interrupt(args: list[str], out: Path, owner, name: str, mo
             source.write_text(source.read_text())  # the same text, a new modification time: another input
         calls.clear()
         interrupt = False
-        again = _run([*args, "--out", str(out)], None, monkeypatch)
+        again = _run([*args, "--out", str(out)], 6, monkeypatch)
         assert len(calls) == (blocks if changed else blocks - at + 1) and ("going on from" in again.stderr) != changed
         assert ("with another model, input or options (or before its first block was done); starting anew"
                 in " ".join(again.stderr.split())) == changed

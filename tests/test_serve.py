@@ -340,6 +340,7 @@ def test_the_server_says_what_its_live_conversations_can_hold(models):
 
 def test_the_server_reaches_tasks_through_the_registry_and_their_interface():
     graph = import_graph()
+    assert {"turnformer.serve.app", "turnformer.serve.models"} <= set(graph)  # the graph reads the server
     for module in (m for m in graph if m.startswith("turnformer.serve")):
         tasks = {t for t in graph[module] if t.startswith("turnformer.tasks")}
         assert tasks <= {"turnformer.tasks.registry", "turnformer.tasks.base"}, (module, sorted(tasks))

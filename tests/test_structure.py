@@ -34,7 +34,6 @@ from turnformer.structure import (
     pack_token_ids,
     sequence_meta,
     spoken_by,
-    token_meta,
     turn_relative_distance,
 )
 from turnformer.structure.reference import (KINDS, _rows, own_turns_visible, reference_dialogxl_masks, reference_mask,
@@ -192,8 +191,9 @@ def test_the_builder_counts_positions_inside_utterances(case):
             same_run = r and i > 0 and real[i - 1] and u == utterance[i - 1]
             expected.append(expected[-1] + 1 if same_run else 0)
         assert meta.position[b].tolist() == expected
-    again = token_meta(meta.utterance, meta.speaker, meta.is_padding, is_special=meta.is_special, head=meta.head)
-    assert all(torch.equal(getattr(again, f), getattr(meta, f)) for f in meta.__dataclass_fields__)
+    pad = meta.is_padding
+    assert (meta.position[pad] == 0).all() and (meta.utterance[pad] == -1).all() and (meta.speaker[pad] == -1).all()
+    assert (meta.utterance[~pad] >= 0).all() and (meta.speaker[~pad] >= 0).all()
     padding = torch.tensor([[False, False, False, True]])
     assert sequence_meta(padding).position.tolist() == [[0, 1, 2, 0]]
     assert sequence_meta(padding, utterance_per_token=True).utterance.tolist() == [[0, 1, 2, -1]]
