@@ -317,7 +317,8 @@ def test_the_gpt2_decoders_cached_steps_give_the_logits_of_decoding_the_whole_se
 @pytest.mark.parametrize("model_id, settings", [("transformer", {}), ("transformer-dra", {}), ("dialogbert", {}),
                                                ("dialogbert-dra", {}), ("phaed", {}), ("phaed", {"c_max": 0}),
                                                ("phaed", {"turn_count": "conversation", "turn_attention": False}),
-                                               ("phaed", {"response_turn_embedding": False})])
+                                               ("phaed", {"response_turn_embedding": False}),
+                                               ("phaed", {"cross_attention": "queries"})])
 def test_the_encoder_decoders_cached_steps_give_the_logits_of_decoding_the_whole_response(model_id, settings):
     """The encoder-decoders (the Transformer, DialogBERT, each with DRA; PHAED, with and without its memory of earlier
     responses) decode one new token a step against kept self-attention keys and values and the context's (and PHAED's

@@ -74,6 +74,28 @@ def test_without_inter_query_layers_the_reply_reads_its_query_alone(vocab):
         PHAEDConfig(vocab_size=10, inter_layers=-1)
 
 
+def test_reading_every_query_the_reply_reads_an_older_query_directly(vocab):
+    """cross_attention = "queries" (a diagnostic): the decoder reads every query before the response, not only the one
+    it answers: without inter-query layers and memory an older query's words reach the reply (they do not with
+    "reply"); a responder's utterance is still read by nothing; with one query in the context the two are one model."""
+    (batch,) = batches(tiny(vocab), vocab, the_reply(4))  # context R Q R Q; "giraffe" only in the older query
+    every = tiny(vocab, inter_layers=0, c_max=0, cross_attention="queries")
+    answered = tiny(vocab, inter_layers=0, c_max=0)
+    answered.load_state_dict(every.state_dict())
+    assert not torch.allclose(every(batch), every(replaced(batch, vocab, "giraffe")), atol=1e-4)
+    assert torch.allclose(answered(batch), answered(replaced(batch, vocab, "giraffe")), atol=1e-6)
+    assert torch.allclose(every(batch), every(replaced(batch, vocab, "zebra")), atol=1e-6)  # in the newer R
+    (one,) = batches(every, vocab, the_reply(2))  # context R Q: one query
+    assert set(one.context_turn[one.context_role == 1].tolist()) == {1} and torch.allclose(every(one), answered(one), atol=1e-6)
+    # the masks: a response's tokens see the query tokens before it, every one of them
+    context = every._context_meta(batch)
+    _, cross = every._decoder_masks(context, False, batch.response_in)
+    queries = (batch.context_role == 1) & batch.context.ne(0)
+    assert torch.equal(cross, queries[:, None, :].expand_as(cross) & batch.response_in.ne(0)[:, :, None])
+    with pytest.raises(ValueError, match="model_config.cross_attention = 'all': expected one of reply, queries"):
+        PHAEDConfig(vocab_size=10, cross_attention="all")
+
+
 def test_a_tiny_phaed_learns_its_training_responses(vocab):
     model = tiny(vocab)
     (batch,) = batches(model, vocab, make_instances(DIALOGUES))

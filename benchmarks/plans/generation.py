@@ -22,7 +22,8 @@
   attention layers as the Transformer's (``model_config.transformer_attention``); PHAED without a turn embedding on
   its response (``NO_RESPONSE_TURN``), that with its layers started as copies of one (``COPIED_LAYERS``), and that
   with its attention as the Transformer's too (``BUILT_AS_TRANSFORMER``), then without its memory (``c_max = 0``) or
-  without its inter-query layer (``inter_layers = 0``); PHAED without its memory (``phaed-no-recurrence``), with its
+  without its inter-query layer (``inter_layers = 0``), and without its memory with its decoder reading every query
+  (``cross_attention = "queries"``); PHAED without its memory (``phaed-no-recurrence``), with its
   turn embeddings at unit scale and from zero; the Transformer and PHAED with one utterance of context for every
   response (``CONTEXT_ONE``), and PHAED there without its inter-query layer and memory, its attention drawn as the
   Transformer's (``AS_TRANSFORMER``), and that again without a turn embedding on the response, with its layers
@@ -164,7 +165,11 @@ PLANS: dict[str, list[Experiment]] = {
                                ("phaed-built-as-transformer", BUILT_AS_TRANSFORMER),
                                # and each of its two structures alone: which of them keeps it behind on the whole context
                                ("phaed-built-as-transformer-no-recurrence", (*BUILT_AS_TRANSFORMER, "model_config.c_max=0")),
-                               ("phaed-built-as-transformer-no-inter", (*BUILT_AS_TRANSFORMER, "model_config.inter_layers=0")))] + [
+                               ("phaed-built-as-transformer-no-inter", (*BUILT_AS_TRANSFORMER, "model_config.inter_layers=0")),
+                               # without its memory, its decoder reading every query, as the Transformer's reads every
+                               # context token: whether the query-only reading is what keeps it behind
+                               ("phaed-built-as-transformer-no-recurrence-queries",
+                                (*BUILT_AS_TRANSFORMER, "model_config.c_max=0", "model_config.cross_attention=queries")))] + [
         # without the memory of earlier responses (c_max = 0, the paper's ablation), with the turn embeddings at unit
         # scale and from zero: whether what the zero-started turn embeddings cost is the memory (docs/generation.md)
         Experiment(f"{TASK}-dailydialog-{name}-full-cpu", "phaed-no-recurrence", "dailydialog", GRID_SEEDS,

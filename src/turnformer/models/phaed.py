@@ -31,7 +31,9 @@ Each instance is one response with its context (at most 4 utterances, flat in ``
   of layer n is the layer-(n-1) states of the newest ``c_max`` earlier responses (context R utterances),
   computed by the same decoder under ``torch.no_grad()`` (stop-gradient) in `encode`, each earlier
   response with causal self-attention on itself and cross-attention to the query it answered (the
-  newest query before it). ``c_max=0`` (ablation): no memory.
+  newest query before it). ``c_max=0`` (ablation): no memory. ``cross_attention = "queries"`` (a diagnostic) lets
+  the decoder read every query before the response (and an earlier response every query before it), as the
+  Transformer baseline's decoder reads every context token, where the paper's reads the one it answers.
 
 Simplifications: the recurrence is one level deep (earlier responses are decoded without a memory of
 their own), so exactly ``c_max`` earlier responses are visible, where Transformer-XL's would reach
@@ -44,7 +46,7 @@ Every mask is a predicate of the structure layer over the tokens' metadata, whos
 queries' (another speaker, `OTHER`) and the responder's (`RESPONDER`), and whose utterances are numbered
 in conversation order (the response comes after the newest context utterance): `INNER`, `INTER`,
 `EARLIER_RESPONSE` and `DECODER_SELF` below, `REPLY_TO` for cross-attention (a response reads the query it
-answers: the latest utterance of another speaker before it) and `own_turns` for the memory.
+answers: the latest utterance of another speaker before it; `CROSS_ATTENTION`) and `own_turns` for the memory.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from turnformer.models.generator_base import IGNORE, GenerationBatch, GeneratorB
 from turnformer.structure.attention import (SEPARATE_PROJECTION_NAMES, MultiHeadAttention, RelativeTerms, keep_checkpoint_names,
                                             stacked_linear)
 from turnformer.structure.biases import turn_relative_distance
-from turnformer.structure.masks import CAUSAL, HISTORY, REPLY_TO, SAME_UTTERANCE, SPEAKER, own_turns, spoken_by
+from turnformer.structure.masks import CAUSAL, HISTORY, LISTENER, REPLY_TO, SAME_UTTERANCE, SPEAKER, own_turns, spoken_by
 from turnformer.structure.packing import TokenMeta, token_meta
 
 OTHER, RESPONDER = 0, 1  # the speakers of the token metadata: a query's (context_role 1), the responder's (role 2)
@@ -69,6 +71,9 @@ INTER = SPEAKER & spoken_by(OTHER) & HISTORY  # eq. 3-5: a query token sees the 
 EARLIER_RESPONSE = SAME_UTTERANCE & CAUSAL & spoken_by(RESPONDER)  # an earlier response, decoded on its own
 DECODER_SELF = SAME_UTTERANCE & CAUSAL  # the response's own past (the memory keys are `own_turns(c_max)`)
 TURN_COUNTS = ("back", "conversation")  # PHAEDConfig.turn_count
+# PHAEDConfig.cross_attention: what a response's decoder reads of the encoded context (an earlier response's too): the
+# query it answers (eq. 6-8), or every query before it (the other speaker's utterances at or before its own)
+CROSS_ATTENTION = {"reply": REPLY_TO, "queries": LISTENER & HISTORY}
 
 
 @dataclass
@@ -88,11 +93,17 @@ class PHAEDConfig(GeneratorConfig):
     # True: the layers of each stack (inner-query, inter-query, decoder) start as copies of its first, as
     # nn.TransformerEncoder's and nn.TransformerDecoder's (the Transformer baseline's) do; False: each drawn on its own
     copied_layers: bool = False
+    # "reply": the decoder cross-attends to the query the response answers (the paper's); "queries": to every query before
+    # it, as the Transformer baseline's decoder reads every context token (a diagnostic)
+    cross_attention: str = "reply"
 
     def __post_init__(self) -> None:
         super().__post_init__()  # whole numbers, none below 0 (r_max, c_max, inter_layers)
         if self.turn_count not in TURN_COUNTS:
             raise ValueError(f"model_config.turn_count = {self.turn_count!r}: expected one of {', '.join(TURN_COUNTS)}")
+        if self.cross_attention not in CROSS_ATTENTION:
+            raise ValueError(f"model_config.cross_attention = {self.cross_attention!r}: expected one of "
+                             f"{', '.join(CROSS_ATTENTION)}")
 
 
 class Attention(MultiHeadAttention):
@@ -169,6 +180,7 @@ class PHAED(GeneratorBase):
         self.encoder_norm = nn.LayerNorm(d)
         self.decoder = self._stack(lambda: Layer(config, cross=True), config.layers)
         self.decoder_norm = nn.LayerNorm(d)
+        self.reads = CROSS_ATTENTION[config.cross_attention]  # the decoder's cross-attention mask
         self._init_word_embeddings()
 
     def _stack(self, make, count: int) -> nn.ModuleList:
@@ -243,7 +255,7 @@ class PHAED(GeneratorBase):
         if self.config.c_max > 0:
             with torch.no_grad():  # SG(M) of eq. 7: earlier responses, each decoded on its own
                 h, memory = embedded.detach(), []
-                own_past, answered = EARLIER_RESPONSE(context, context), REPLY_TO(context, context)
+                own_past, answered = EARLIER_RESPONSE(context, context), self.reads(context, context)
                 for layer in self.decoder:
                     memory.append(h)  # layer n's memory: the states entering it (eq. 6)
                     h = layer(h, own_past, cross=encoded, cross_mask=answered)
@@ -272,7 +284,7 @@ class PHAED(GeneratorBase):
         response = self._response_meta(response_in, context)
         keys = TokenMeta.concat([context, response]) if with_memory else response
         queries = response.select(slice(first, None))
-        return (DECODER_SELF | own_turns(self.config.c_max))(queries, keys), REPLY_TO(queries, context)
+        return (DECODER_SELF | own_turns(self.config.c_max))(queries, keys), self.reads(queries, context)
 
     def stepper(self, state) -> "CachedSteps":
         return CachedSteps(self, state)
