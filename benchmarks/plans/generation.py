@@ -32,6 +32,10 @@
   decays to zero over both): whether PHAED's distance to the Transformer and the GPT-2-style decoder, and DRA's to
   its two encoders, change with more training; over ``--grid-seeds``. And PHAED with its attention layers as the
   Transformer's (``model_config.transformer_attention``).
+- ``generation-full-cpu-10epochs``: the main rows as in ``generation-full-cpu``, trained for the recipes' own ten
+  epochs: the recipes themselves, on the 2-core CPU (seven to fifteen hours of one core a run, so a run goes on over
+  several calls of the command with ``--deadline``), for the papers' directions at the recipes' size where no GPU is
+  at hand; over ``--grid-seeds``.
 """
 
 from __future__ import annotations
@@ -85,6 +89,9 @@ SMOLLM2_CPU = {"train": GENERATION_CPU["train"], "eval": GENERATION_CPU["eval"],
 GENERATION_FULL_CPU = {"train.epochs": 1}
 # the same, two epochs: two to four hours of one core a run
 GENERATION_FULL_CPU_2EPOCHS = {"train.epochs": 2}
+# the recipes' own ten epochs, written out so that the results files say it
+GENERATION_FULL_CPU_10EPOCHS = {"train.epochs": 10}
+FULL_CPU_MODELS = ("transformer", "phaed", "gpt2-scratch", "transformer-dra", "dialogbert", "dialogbert-dra")
 
 
 def cpu_overrides(model: str) -> tuple[str, ...]:
@@ -150,7 +157,7 @@ PLANS: dict[str, list[Experiment]] = {
     "generation-full-cpu": [
         Experiment(f"{TASK}-dailydialog-{model}-full-cpu", model, "dailydialog", GRID_SEEDS,
                    tuple(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), task=TASK, extra={"scale": GENERATION_FULL_CPU})
-        for model in ("transformer", "phaed", "transformer-dra", "gpt2-scratch", "dialogbert", "dialogbert-dra")] + [
+        for model in FULL_CPU_MODELS] + [
         # PHAED with its turn embeddings counted from the conversation's start and started at zero (the best PHAED at
         # the CPU size), and each of the two changes alone
         Experiment(f"{TASK}-dailydialog-{name}-full-cpu", "phaed", "dailydialog", GRID_SEEDS,
@@ -191,8 +198,14 @@ PLANS: dict[str, list[Experiment]] = {
         Experiment(f"{TASK}-dailydialog-{model}-full-cpu-2epochs", model, "dailydialog", GRID_SEEDS,
                    tuple(f"{k}={v}" for k, v in GENERATION_FULL_CPU_2EPOCHS.items()), task=TASK,
                    extra={"scale": GENERATION_FULL_CPU_2EPOCHS})
-        for model in ("transformer", "phaed", "gpt2-scratch", "transformer-dra", "dialogbert", "dialogbert-dra")] + [
+        for model in FULL_CPU_MODELS] + [
         Experiment(f"{TASK}-dailydialog-phaed-transformer-attention-full-cpu-2epochs", "phaed", "dailydialog", GRID_SEEDS,
                    (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU_2EPOCHS.items()), *TRANSFORMER_ATTENTION),
                    task=TASK, extra={"scale": GENERATION_FULL_CPU_2EPOCHS})],
+    # the recipes themselves (ten epochs) on all the data: the papers' directions at the recipes' size on the CPU
+    "generation-full-cpu-10epochs": [
+        Experiment(f"{TASK}-dailydialog-{model}-full-cpu-10epochs", model, "dailydialog", GRID_SEEDS,
+                   tuple(f"{k}={v}" for k, v in GENERATION_FULL_CPU_10EPOCHS.items()), task=TASK,
+                   extra={"scale": GENERATION_FULL_CPU_10EPOCHS})
+        for model in FULL_CPU_MODELS],
 }
