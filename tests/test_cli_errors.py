@@ -583,6 +583,20 @@ def test_response_selection_jsonl_with_a_byte_order_mark(tmp_path):
     assert prediction_rows(items, [[0.2, 0.1]])[0]["id"] == "0"   # no id: its place in the file
 
 
+def test_candidates_whose_scores_differ_below_what_is_shown_keep_their_order(tmp_path):
+    """The same text scores differently in the eighth digit by its place in a batch: the ranking a user gets (predict,
+    the server) is of the scores shown, so such candidates tie and keep their order."""
+    from turnformer.tasks.ranking import rank_candidates, shown_scores
+    from turnformer.tasks.response_selection import prediction_rows, read_selection_file
+
+    item = {"turns": [{"speaker": "A", "text": "where to ?"}], "meta": {"candidates": ["why ?", "why ?", "ok ."], "answer": 1}}
+    path = tmp_path / "same.jsonl"
+    path.write_text(json.dumps(item) + "\n")
+    (row,) = prediction_rows(read_selection_file(path), [[0.006297389, 0.006297404, 0.02145]])
+    assert row["scores"] == [0.0063, 0.0063, 0.02145] and row["ranking"] == [2, 0, 1] and row["best"] == 2
+    assert rank_candidates(shown_scores([0.006297404, 0.006297389])) == [0, 1]
+
+
 def test_every_model_config_refuses_bad_sizes():
     from turnformer.models.baselines import ConcatContextConfig, SegmentRecurrenceConfig
     from turnformer.models.lc_attention import LCConfig

@@ -253,6 +253,35 @@ def test_replies_are_ordinary_text_made_of_the_models_words(vocab_and_batch):
         bot.respond([("A", "hi"), "ok"])
 
 
+def test_a_reply_speaker_is_read_without_the_spaces_around_it(vocab_and_batch):
+    """As a turn's speaker is read: " A " is A, whose earlier turns are then the responder's own (role R)."""
+    from turnformer.dialogue import as_dialogue
+    from turnformer.tasks.generation import ResponseGenerator, reply_instance, replier
+
+    vocab = vocab_and_batch[0]
+    bot = ResponseGenerator(tiny(vocab), vocab, 4, 50)
+    pairs = [("A", "coffee ?"), ("B", "yes , please ."), ("A", "here you are ."), ("B", "thanks . how much ?")]
+    dialogue = as_dialogue(pairs)
+    assert replier(dialogue, " A ") == "A" and replier(dialogue, None) == replier(dialogue, "  ") == "A"
+    assert [u.role for u in reply_instance(dialogue, replier(dialogue, " A ")).context] == ["R", "Q", "R", "Q"]
+    assert bot.reply_words([pairs], [" A "]) == bot.reply_words([pairs], ["A"])
+
+
+def test_marks_are_glued_to_the_words_they_belong_to():
+    """DailyDialog's apostrophes stand apart ("I ’ m"), and so do brackets, currency and quotes in `words`: the reply
+    text joins them as written text does, and reads back as the same words."""
+    from turnformer.data.generation_vocab import detokenize, words
+
+    cases = {"I ’ m sorry , but I ’ m not sure .": "I’m sorry, but I’m not sure.",
+             "it ’ s ( see below ) 5 % off": "It’s (see below) 5% off",
+             'he said " hello " and " bye " .': 'He said "hello" and "bye".',
+             "it costs $ 5 , [ not # 6 ] .": "It costs $5, [not #6].",
+             "the students ' books": "The students ' books"}  # an apostrophe not in a contraction stays apart
+    for text, written in cases.items():
+        assert detokenize(words(text)) == written
+        assert words(written) == words(text)
+
+
 def test_the_samples_page_takes_each_model_from_the_first_folder_and_suffix_that_holds_it(tmp_path, monkeypatch):
     """benchmarks/generation_samples.py over several run folders: a model's row is its run in the first folder and
     suffix (in the order given) holding a best checkpoint, and names that run's experiment."""

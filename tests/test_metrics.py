@@ -213,6 +213,20 @@ def test_confusion_matrix_plot_writes_png(tmp_path, normalize):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
 
 
+def test_a_confusion_matrix_of_many_labels_is_drawn_in_colours_alone(tmp_path, monkeypatch):
+    """A number in each of n x n cells: unreadable and slow past a few dozen labels (SwDA's 41 keep theirs)."""
+    from matplotlib.axes import Axes
+
+    written = []
+    drawn = Axes.text
+    monkeypatch.setattr(Axes, "text", lambda self, *a, **k: written.append(a[2]) or drawn(self, *a, **k))
+    for n, numbers in ((41, 41 * 41), (200, 0)):
+        labels = [f"label-{i}" for i in range(n)]
+        written.clear()
+        out = confusion_matrix_plot(labels[::-1], labels, labels, tmp_path / f"cm{n}.png", normalize=False)
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and len(written) == numbers
+
+
 def test_confusion_matrix_plot_rejects_unknown_label(tmp_path):
     with pytest.raises(ValueError, match="'joy'"):
         confusion_matrix_plot(["joy"], ["anger"], DD, tmp_path / "cm.png")

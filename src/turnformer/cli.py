@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from turnformer.allocator import start_with_allocator_settings
 from turnformer.backbones.cli import backbone_app
 from turnformer.data._io import PartialOutput, check_output_file as check_file, write_chunks
 from turnformer.data.cli import data_app
@@ -923,6 +924,7 @@ def serve(
 
 
 def main() -> None:
+    start_with_allocator_settings(__file__)  # glibc's malloc set for long conversations (turnformer.allocator)
     app()
 
 

@@ -114,7 +114,7 @@ def checked_speaker(value: str | None, where: str, limits: Limits) -> str | None
     check_name(value, where, limits)
     if is_blank(value):
         raise DialogueError(f"{where}: empty; give a name, or leave it out")
-    return value
+    return value.strip()  # as a turn's speaker is read
 
 
 def checked_turn(turn: TurnIn | CandidateIn, where: str, limits: Limits, default_speaker: str | None = None) -> Turn:

@@ -96,6 +96,11 @@ def reply_instance(dialogue: Dialogue, speaker: str, max_context_turns: int = 4,
     return GenerationInstance(context, Utterance((".",), "R"), name, len(turns), spoken)
 
 
+def replier(dialogue: Dialogue, speaker: str | None) -> str:
+    """Who replies: `speaker` without the spaces around it, as a turn's speaker is read; none given, `next_speaker`."""
+    return speaker.strip() if speaker is not None and speaker.strip() else next_speaker(dialogue)
+
+
 def check_cuts(max_context_turns: int, max_words: int) -> None:
     if max_context_turns < 1 or max_words < 1:
         raise ValueError(f"need max_context_turns >= 1 and max_words >= 1, got {max_context_turns}, {max_words}")
@@ -416,7 +421,7 @@ class ResponseGenerator:
             parts.append(f"{cut} of {'them' if parts else 'its turns'} cut to {'its' if cut == 1 else 'their'} first "
                          f"{self.max_words} words")
         if hasattr(self.model, "unread") and turns:
-            instance = reply_instance(dialogue, speaker or next_speaker(dialogue), self.max_context_turns, self.max_words)
+            instance = reply_instance(dialogue, replier(dialogue, speaker), self.max_context_turns, self.max_words)
             parts.append(self.model.unread(instance))
         return "; ".join(p for p in parts if p) or None
 
@@ -433,8 +438,7 @@ class ResponseGenerator:
             raise DialogueError(f"speakers: expected a list of {len(dialogues)} speakers (or None), one per dialogue")
         instances = []
         for dialogue, speaker in zip(dialogues, speakers):
-            speaker = speaker or next_speaker(dialogue)
-            instances.append(reply_instance(dialogue, speaker, self.max_context_turns, self.max_words))
+            instances.append(reply_instance(dialogue, replier(dialogue, speaker), self.max_context_turns, self.max_words))
         batches = instance_batches(self.model, instances, self.vocab, 64, sort_by_length=False)
         if hasattr(self.model, "generate_words"):  # a sub-word decoder's replies keep their rare words
             device = next(self.model.parameters()).device
@@ -454,7 +458,7 @@ def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=
         for names, dialogues in blocks:
             replies = generator.respond_all(dialogues, [speaker] * len(dialogues))
             unread = [generator.unread(d, speaker) for d in dialogues]
-            rows = [{"id": name, "speaker": speaker or next_speaker(d), "response": r, "truncated": u is not None}
+            rows = [{"id": name, "speaker": replier(d, speaker), "response": r, "truncated": u is not None}
                     for name, d, r, u in zip(names, dialogues, replies, unread)]
             cut.add(f"{name} ({u})" for name, u in zip(names, unread) if u is not None)
             yield rows, [(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")

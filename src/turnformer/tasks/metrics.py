@@ -223,6 +223,16 @@ def erc_metrics(
 # --------------------------------------------------------------------------- figure
 
 
+# Above this many labels the cells are too small to read a number in (and a number in each of n x n cells is what the
+# drawing's time goes to): the colours alone say it; SwDA's 41 acts keep theirs
+MAX_LABELS_WITH_CELL_TEXT = 45
+
+
+def cell_text_size(labels: int) -> float | None:
+    """The font size of the numbers in a confusion matrix's cells, by its number of labels; None: no numbers."""
+    return None if labels > MAX_LABELS_WITH_CELL_TEXT else 9 if labels <= 10 else 7 if labels <= 20 else 5
+
+
 @literal_text()
 def confusion_matrix_plot(
     gold: Sequence[Hashable],
@@ -258,8 +268,8 @@ def confusion_matrix_plot(
     ax.set_yticks(range(n), names)
     ax.set_xlabel("predicted")
     ax.set_ylabel("gold")
-    fontsize = 9 if n <= 10 else 7 if n <= 20 else 5
-    for i in range(n):
+    fontsize = cell_text_size(n)
+    for i in range(n if fontsize else 0):
         for j in range(n):
             value = cm[i, j]
             text = f"{value:.2f}" if normalize else f"{int(value)}"

@@ -32,6 +32,12 @@ def rank_candidates(scores: Sequence[float]) -> list[int]:
     return np.argsort(-values, kind="stable").tolist()
 
 
+def shown_scores(scores: Sequence[float]) -> list[float]:
+    """Candidates' scores as a user sees them (and as they are ranked there, ties in the candidates' order, as the
+    server ranks them): rounded to 5 decimals, below which the same text scores differently by its place in a batch."""
+    return [round(float(x), 5) for x in scores]
+
+
 def _group_metrics(scores: Sequence[float], relevance: Sequence[int], ks: Sequence[int]) -> dict[str, float]:
     order = rank_candidates(scores)
     ranked = np.asarray(relevance, dtype=float)[order]

@@ -41,7 +41,7 @@ from turnformer.structure import SpecialTokens, pack_token_ids
 from turnformer.tasks.base import RANK, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, InputBlocks, check_split, checkpoint_paths, model_builder, run_description,
                                      scored_run, shorten, split_file, upgrade_run)
-from turnformer.tasks.ranking import rank_candidates, ranking_metrics
+from turnformer.tasks.ranking import rank_candidates, ranking_metrics, shown_scores
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
 TITLE = "response-selection"
@@ -415,8 +415,9 @@ def prediction_rows(items: Sequence[ResponseSelectionItem], scores: Sequence[Seq
     `names`, the items' names in the output (default: their ids, or, where none, their place in `items`)."""
     rows = []
     for item_id, item, s in zip(names or output_names([item.id for item in items]), items, scores):
-        order = rank_candidates(s)
-        rows.append({"id": item_id, "scores": [round(float(x), 5) for x in s], "ranking": order, "best": order[0],
+        shown = shown_scores(s)
+        order = rank_candidates(shown)  # the scores shown: equal texts, whose scores differ by rounding noise, tie
+        rows.append({"id": item_id, "scores": shown, "ranking": order, "best": order[0],
                      "best_text": item.candidates[order[0]].text, **({"answer": item.answer} if item.answer is not None else {})})
     return rows
 
