@@ -101,7 +101,8 @@ def main() -> None:
     record = make_result("allocator-memory", task="erc", dataset="swda test (long), meld train (meld)", split="train",
                          model="dialogxl-memory-bias", backbone="all-MiniLM-L6-v2", metric="long_peak_rss_mib",
                          scores=[max(summary["long/turnformer"]["peak_rss_mib"])], seeds=[],
-                         extra={"long_peak_rss_mib_system": max(summary["long/system"]["peak_rss_mib"]), "settings": {k: v or "unset" for k, v in SETTINGS.items()}, "summary": summary,
+                         extra={"long_peak_rss_mib_system": max(summary["long/system"]["peak_rss_mib"]),
+                                "settings": {k: v or "unset" for k, v in SETTINGS.items()}, "summary": summary,
                                 "rows": rows, "utterances": args.utterances, "threads": args.threads})
     kwargs = {"results_dir": Path(args.results_dir)} if args.results_dir else {}
     print(json.dumps(summary, indent=1), "->", write_result(record, **kwargs))

@@ -22,6 +22,14 @@ def test_the_tunables_are_added_on_linux_with_glibc_only_and_a_users_are_kept():
     assert allocator_environment({"TURNFORMER_ALLOCATOR": "turnformer"}, "Linux", "glibc")["GLIBC_TUNABLES"] == TUNABLES
 
 
+def test_an_unknown_allocator_choice_is_named():
+    with pytest.raises(ValueError, match=r"TURNFORMER_ALLOCATOR='sytem': expected turnformer .* or system"):
+        allocator_environment({"TURNFORMER_ALLOCATOR": "sytem"}, "Linux", "glibc")
+    done = subprocess.run([sys.executable, "-m", "turnformer.cli", "--help"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TURNFORMER_ALLOCATOR": "sytem"})
+    assert done.returncode == 1 and done.stderr.strip().startswith("error: TURNFORMER_ALLOCATOR='sytem'"), done.stderr
+
+
 def test_only_the_commands_own_process_is_started_again(tmp_path):
     assert started_as("/usr/local/bin/turnformer", cli.__file__)
     assert started_as(cli.__file__, cli.__file__)  # python -m turnformer.cli

@@ -98,7 +98,7 @@ def reply_instance(dialogue: Dialogue, speaker: str, max_context_turns: int = 4,
 
 def replier(dialogue: Dialogue, speaker: str | None) -> str:
     """Who replies: `speaker` without the spaces around it, as a turn's speaker is read; none given, `next_speaker`."""
-    return speaker.strip() if speaker is not None and speaker.strip() else next_speaker(dialogue)
+    return (speaker or "").strip() or next_speaker(dialogue)
 
 
 def check_cuts(max_context_turns: int, max_words: int) -> None:
