@@ -267,6 +267,38 @@ def test_a_reply_speaker_is_read_without_the_spaces_around_it(vocab_and_batch):
     assert bot.reply_words([pairs], [" A "]) == bot.reply_words([pairs], ["A"])
 
 
+@pytest.mark.parametrize("model_id", ["transformer", "gpt2-scratch"])
+def test_a_context_over_the_models_positions_is_cut_to_its_newest_turns_and_said(vocab_and_batch, model_id, caplog):
+    """A run trained with many context turns replies to a long conversation (its kept turns over max_positions) from
+    the newest turns that fit, as a shorter context would be read, and says what it left out; training batches the same."""
+    from turnformer.tasks.generation import ResponseGenerator, instance_batches, reply_instance
+
+    vocab = vocab_and_batch[0]
+    torch.manual_seed(0)
+    model = build_generator(model_id, {"d_model": 16, "heads": 2, "layers": 1, "ff": 32, "dropout": 0.0,
+                                       "max_positions": 40, "max_response_words": 10}, vocab).eval()
+    pairs = [("A" if i % 2 else "B", "where are you going ? to the bank .") for i in range(12)]  # 12 turns of 9 words
+    bot = ResponseGenerator(model, vocab, max_context_turns=12, max_words=50)
+    instance = reply_instance(Dialogue.from_turns(pairs), "B", 12, 50)
+    fitted = model.fit_context(instance)
+    window = model.context_window(10)
+    assert window == (40 if model_id == "transformer" else 40 - 10 - 2)
+    whole = window // (9 + 3)  # [SOU] [SPEAKER] 9 words [EOU]
+    assert fitted.context == instance.context[-whole:]  # the newest turns that fit, whole
+    newest = Dialogue.from_turns(pairs[-whole:])  # what the model reads, as a conversation of its own
+    assert bot.reply_words([pairs], ["B"]) == ResponseGenerator(model, vocab, 12, 50).reply_words([newest], ["B"])
+    assert bot.unread(pairs, "B") == f"{whole} of the 12 turns it reads, to fit model_config.max_positions = 40"
+    assert bot.unread(pairs[-2:], "B") is None and model.fit_context(model.fit_context(instance)) == fitted
+    # one turn longer than the whole window: its first words that fit
+    long = reply_instance(Dialogue.from_turns([("A", " ".join(["word"] * 60))]), "B", 12, 50)
+    assert [len(u.words) for u in model.fit_context(long).context] == [window - 3]
+    with caplog.at_level("INFO", logger="turnformer"):
+        (batch,) = instance_batches(model, [instance, fitted], vocab, 8)
+    assert "1 of 2 instances: the context cut to its newest turns, to fit model_config.max_positions = 40" in caplog.text
+    assert torch.equal(batch.context[0], batch.context[1]) and batch.context.shape[1] <= window
+    model.negative_log_likelihood(batch)  # within the positions
+
+
 def test_marks_are_glued_to_the_words_they_belong_to():
     """DailyDialog's apostrophes stand apart ("I ’ m"), and so do brackets, currency and quotes in `words`: the reply
     text joins them as written text does, and reads back as the same words."""

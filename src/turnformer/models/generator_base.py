@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 import torch
 from torch import nn
 
+from turnformer.data.generation_vocab import GenerationInstance, Utterance
 from turnformer.models.config_checks import ModelConfig, check_config
 
 IGNORE = -100  # target id left out of the loss and of perplexity
@@ -125,6 +126,45 @@ class GeneratorBase(nn.Module):
 
     def config_dict(self) -> dict:
         return {"generator": self.config.to_dict(), "pad_id": self.pad_id, "eou_id": self.eou_id}
+
+    def context_window(self, response_words: int) -> int | None:
+        """The most context tokens the model reads beside a response of `response_words` words (its position table
+        counts them); None: no such limit (a model whose positions count within an utterance)."""
+        return None
+
+    def fit_context(self, instance: GenerationInstance) -> GenerationInstance:
+        """`instance` with the oldest utterances of its context left out until the rest fit `context_window`
+        (beside its response or the longest the model makes); the newest alone over it keeps its first words that fit.
+        The same instance where it fits."""
+        window = self.context_window(max(len(instance.response.words), self.config.max_response_words))
+        if window is None or not instance.context:
+            return instance
+        extra = 2 + int(self.config.speaker_tokens)  # [SOU] (speaker) ... [EOU]
+        kept, room = [], window
+        for utterance in reversed(instance.context):
+            if len(utterance.words) + extra > room:
+                break
+            kept.append(utterance)
+            room -= len(utterance.words) + extra
+        if len(kept) == len(instance.context):
+            return instance
+        if not kept:
+            if window <= extra:
+                raise ValueError(f"model_config.max_positions = {self.config.max_positions} leaves no room for the context "
+                                 f"beside a response of {max(len(instance.response.words), self.config.max_response_words)} words")
+            newest = instance.context[-1]
+            kept = [Utterance(newest.words[: window - extra], newest.role)]
+        return replace(instance, context=tuple(reversed(kept)))
+
+    def unread(self, instance: GenerationInstance) -> str | None:
+        """What of `instance`'s context `fit_context` leaves out, in words (None: nothing)."""
+        fitted = self.fit_context(instance)
+        if fitted is instance:
+            return None
+        newest = len(fitted.context[-1].words) < len(instance.context[-1].words)
+        read = f"the first {len(fitted.context[-1].words)} words of its newest turn" if newest else \
+            f"{len(fitted.context)} of the {len(instance.context)} turns it reads"
+        return f"{read}, to fit model_config.max_positions = {self.config.max_positions}"
 
     def encode(self, batch: GenerationBatch):
         raise NotImplementedError

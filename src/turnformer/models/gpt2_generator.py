@@ -48,6 +48,10 @@ class GPT2Generator(GeneratorBase):
         """The context as it is (decoder-only: nothing to encode yet): ids, turn distances, lengths."""
         return batch.context, batch.context_turn, batch.context.ne(self.pad_id).sum(1)
 
+    def context_window(self, response_words: int) -> int:
+        """The positions left beside a response of `response_words` words ([SOU] (speaker) words: what decoding reads)."""
+        return self.config.max_positions - response_words - 2
+
     def pack(self, state, response_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Each row as ``[its context tokens ; response_in]``, right-padded: (ids, turns, response start)."""
         context, turns, lengths = state

@@ -117,6 +117,10 @@ class TransformerGenerator(GeneratorBase):
         self.decoder = LayerStack(DecoderLayer(d, config.heads, config.ff, config.dropout), config.layers, d)
         self._init_word_embeddings()
 
+    def context_window(self, response_words: int) -> int:
+        """The encoder's positions: the whole context is one sequence (the decoder's positions are the response's)."""
+        return self.config.max_positions
+
     def _embed(self, ids: torch.Tensor, turn: torch.Tensor | None = None) -> torch.Tensor:
         if ids.shape[1] > self.config.max_positions:
             raise ValueError(f"a sequence of {ids.shape[1]} tokens is over max_positions = {self.config.max_positions}")

@@ -204,6 +204,12 @@ def instance_batches(model, instances: Sequence[GenerationInstance], vocab: Voca
     its sub-words) makes them; the word generators read `GenerationBatch`es of our vocabulary."""
     if hasattr(model, "make_batches"):
         return model.make_batches(instances, batch_size, sort_by_length)
+    fitted = [model.fit_context(x) for x in instances]
+    cut = sum(x is not y for x, y in zip(fitted, instances))
+    if cut:
+        logger.info("%d of %d instances: the context cut to its newest turns, to fit model_config.max_positions = %d",
+                    cut, len(instances), model.config.max_positions)
+    instances = fitted
     return make_generation_batches(encode_instances(instances, vocab, model, parser), batch_size, sort_by_length)
 
 
