@@ -95,6 +95,37 @@ def test_selection_tsv_groups_lines_and_names_bad_lines(tmp_path):
             read_selection_tsv(path)
 
 
+def test_selection_tsv_repairs_and_uneven_items_are_reported_and_said(tmp_path, caplog):
+    """The removed __eou__ marks and blank lines are counted and logged once the file is read, as JSON Lines' repairs
+    are; an item made of two identical consecutive contexts (4 candidates where the others have 2) is named by line."""
+    from turnformer.data.report import LoadReport
+    from turnformer.data.selection_tsv import read_selection_tsv
+    from turnformer.tasks.response_selection import item_blocks
+
+    path = tmp_path / "train.tsv"
+    path.write_text("1\thi __eou__\tfine\n0\thi __eou__\tblue\n\n"
+                    "1\tsee you\tbye\n0\tsee you\tred\n1\tsee you\tlater\n0\tsee you\tgreen\n"
+                    "1\tnew\tthing\n0\tnew\tone\n", encoding="utf-8")
+    report = LoadReport(source=str(path))
+    with caplog.at_level("INFO", logger="turnformer"):
+        items = read_selection_tsv(path, report)
+    assert [len(i.candidates) for i in items] == [2, 4, 2]
+    assert report.counts == {"turn_marker_removed": 2, "blank_line": 1, "items_of_another_size": 1}
+    assert f"{path}: 1 item(s) of 4 candidates, most of 2 (lines 4): consecutive lines with the same context make one item" \
+        in report.messages
+    assert f"{path}: blank_line: 1, items_of_another_size: 1, turn_marker_removed: 2" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="turnformer"):
+        blocks = item_blocks(str(path))
+    assert caplog.text.count("turn_marker_removed: 2") == 1 and len(blocks) == 3  # said once, by the pass that checks
+    even = tmp_path / "even.tsv"
+    even.write_text("1\ta\tb\n0\ta\tc\n", encoding="utf-8")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="turnformer"):
+        read_selection_tsv(even)
+    assert caplog.text == ""  # nothing repaired: nothing said
+
+
 def test_a_gzip_compressed_selection_file_is_told_by_its_content(tmp_path):
     import gzip
 

@@ -454,7 +454,7 @@ def item_blocks(spec: str, data_dir=None, block_utterances: int | None = None) -
         def read(first: bool) -> Iterator[ResponseSelectionItem]:
             return (dialogue_to_item(d, f"{path}:{line}") for line, d in iter_jsonl(path, summary=first))
         return InputBlocks(read, item_utterances, f"{spec}: no items in the file", block_utterances, "items")
-    return InputBlocks(lambda first: iter_selection_tsv(path), item_utterances,
+    return InputBlocks(lambda first: iter_selection_tsv(path, summary=first), item_utterances,
                        f"{path}: no (label, context, response) lines", block_utterances, "items")
 
 
