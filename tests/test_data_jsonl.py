@@ -155,6 +155,21 @@ def test_speakers_padded_with_spaces_or_invisible_characters_are_one_speaker_and
     assert any("conv.jsonl:1: turns[2].speaker: ' Ann ' read as 'Ann'" in m for m in result.report.messages)
 
 
+def test_labels_padded_with_spaces_are_the_label_and_counted_and_a_blank_label_is_refused(tmp_path):
+    """" joy" was a class of its own beside "joy" (or an unknown label against a label set), without a word."""
+    path = write_lines(tmp_path / "conv.jsonl", conv({"speaker": "A", "text": "Hi", "emotion": " joy"},
+                                                     {"speaker": "B", "text": "Yo", "labels": {"emotion": "joy\u200b", "act": "inform"}},
+                                                     {"speaker": "A", "text": "So", "emotion": "joy ", "labels": {"emotion": "joy"}}))
+    result = read_jsonl(path, label_sets={"emotion": ["joy"]})
+    assert [t.labels for t in result[0].turns] == [{"emotion": "joy"}, {"emotion": "joy", "act": "inform"}, {"emotion": "joy"}]
+    assert result.report.counts == {"padded_label": 3}
+    assert "conv.jsonl:1: turns[0].emotion: ' joy' read as 'joy'" in "\n".join(result.report.messages)
+    for blank in ("  ", "\u200b"):
+        path = write_lines(tmp_path / "blank.jsonl", conv({"speaker": "A", "text": "Hi", "labels": {"emotion": blank}}))
+        with pytest.raises(DialogueError, match=r"blank.jsonl:1: turns\[0\].labels.emotion: expected a non-empty string label"):
+            read_jsonl(path)
+
+
 def test_integer_speaker_ids_are_read_as_strings_and_counted(tmp_path):
     path = write_lines(tmp_path / "conv.jsonl", conv({"speaker": 7, "text": "Hi"}, {"speaker": 0, "text": "Yo"}))
     (d,) = read_jsonl(path)

@@ -38,8 +38,8 @@ def _where(source: str | None, field_name: str) -> str:
 
 @dataclass(frozen=True)
 class Turn:
-    """One utterance. `labels` maps a label kind (``emotion``, ``act``...) to a label name. The speaker is kept without
-    the spaces and invisible characters at its ends (`trim_invisible`)."""
+    """One utterance. `labels` maps a label kind (``emotion``, ``act``...) to a label name. The speaker and the labels
+    are kept without the spaces and invisible characters at their ends (`trim_invisible`)."""
 
     speaker: str
     text: str
@@ -70,12 +70,12 @@ class Turn:
             if not isinstance(kind, str) or is_blank(kind):
                 raise DialogueError(f"{_where(source, 'labels')}: label kind {kind!r}: name what the label is of (e.g. "
                                     f"\"emotion\": \"joy\")")
-            if not isinstance(label, str) or not label:
+            if not isinstance(label, str) or is_blank(label):
                 raise DialogueError(f"{_where(source, f'labels.{kind}')}: label must be a non-empty string, got {label!r}")
         if self.id is not None and (not isinstance(self.id, str) or is_blank(self.id)):
             raise DialogueError(f"{_where(source, 'id')}: id must be a non-empty string (or left out), got {self.id!r}")
-        # Freeze labels so a Turn stays hashable-by-value in spirit and cannot be changed behind a cache.
-        object.__setattr__(self, "labels", dict(self.labels))
+        # Freeze labels so a Turn stays hashable-by-value in spirit and cannot be changed behind a cache; " joy" is joy
+        object.__setattr__(self, "labels", {kind: trim_invisible(label) for kind, label in self.labels.items()})
         # " Ann " and "Ann" are one speaker to every speaker mask (a file's reader counts what it trimmed)
         object.__setattr__(self, "speaker", trim_invisible(self.speaker))
 

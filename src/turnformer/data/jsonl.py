@@ -9,7 +9,8 @@
   read as its string and counted, ``integer_speaker``; spaces and invisible characters at its ends are removed and
   counted, ``padded_speaker``) and ``text``
   (a string that is not blank), and may have ``labels`` (an object mapping a label kind to a label
-  string; ``null`` is no label of that kind, counted as ``null_label``) and ``id`` (a string).
+  string; ``null`` is no label of that kind, counted as ``null_label``; spaces and invisible characters at a
+  label's ends are removed and counted, ``padded_label``) and ``id`` (a string).
 * Convenience: a turn's top-level string fields ``emotion``, ``act`` and ``sentiment`` are read as
   labels of that kind (``{"speaker": "A", "text": "Hi", "emotion": "joy"}``). If ``labels`` names the
   same kind, the two must agree. The writer always writes ``labels``.
@@ -135,22 +136,15 @@ def parse_dialogue(
         elif isinstance(labels_raw, dict):
             labels = {}
             for kind, label in labels_raw.items():
-                if label is None:  # exports of partly labelled data write null for "no label"
-                    _count_null_label(report, where, f"{at}.labels.{kind}")
-                    continue
-                if not isinstance(label, str) or not label:
-                    raise _err(where, f"{at}.labels.{kind}", f"expected a non-empty string label, got {label!r}")
-                labels[kind] = label
+                if (label := _label(label, where, f"{at}.labels.{kind}", report)) is not None:
+                    labels[kind] = label
         else:
             raise _err(where, f"{at}.labels", f"expected an object of kind -> label, got {json_type(labels_raw)}")
         for kind in CONVENIENCE_LABELS:
             if kind in t:
-                label = t[kind]
+                label = _label(t[kind], where, f"{at}.{kind}", report)
                 if label is None:
-                    _count_null_label(report, where, f"{at}.{kind}")
                     continue
-                if not isinstance(label, str) or not label:
-                    raise _err(where, f"{at}.{kind}", f"expected a non-empty string label, got {label!r}")
                 if kind in labels and labels[kind] != label:
                     raise _err(where, f"{at}.{kind}", f"{label!r} disagrees with labels.{kind} = {labels[kind]!r}")
                 labels[kind] = label
@@ -210,6 +204,20 @@ def read_json(text: str | bytes) -> Any:
 
 ONE_DOCUMENT_HINT = ("; the file looks like one JSON document: write one conversation per line (JSON Lines), "
                      "e.g. jq -c '.[]' FILE.json > FILE.jsonl for an array of conversations")
+
+
+def _label(value, where: str, field: str, report: LoadReport | None) -> str | None:
+    """A turn's label as read: None for null (counted, `null_label`); a string without the spaces and invisible
+    characters at its ends (" joy" is the label joy; counted, `padded_label`); anything else, or a blank string, an error."""
+    if value is None:  # exports of partly labelled data write null for "no label"
+        _count_null_label(report, where, field)
+        return None
+    if not isinstance(value, str) or is_blank(value):
+        raise _err(where, field, f"expected a non-empty string label, got {value!r}")
+    if (trimmed := trim_invisible(value)) != value:
+        if report is not None:
+            report.add("padded_label", f"{where}: {field}: {value!r} read as {trimmed!r}")
+    return trimmed
 
 
 def _count_null_label(report: LoadReport | None, where: str, field: str) -> None:
