@@ -68,6 +68,14 @@ def test_train_evaluate_predict_online(data_dir, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "long-acts.jsonl").read_text().splitlines()]
     assert [r["truncated"] for r in rows] == [False, True]  # each row says whether the model read only its start
 
+    # an utterance of which the tokenizer keeps nothing (a combining accent alone) is labelled, and the user told so
+    (tmp_path / "mark.jsonl").write_text(json.dumps({"id": "m", "turns": [{"speaker": "A", "text": "Hi."},
+                                                                          {"speaker": "B", "text": "\u0301"}]}) + "\n")
+    marked = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(tmp_path / "mark.jsonl")])
+    assert marked.exit_code == 0, marked.output
+    assert ("the tokenizer keeps nothing of 1 utterance(s) (characters it drops, such as a combining mark alone): the model "
+            "read no word of them and labelled them from their context: m turn 1") in " ".join(marked.output.split())
+
 
 @pytest.mark.parametrize("args, message", [
     (["--task", "dialogue-act", "--model", "dialogxl"], "unknown dialogue-act model 'dialogxl'"),

@@ -58,6 +58,8 @@ class Predictions:
         if self.rebuild is not None:
             self.rebuild(kept_rows())
         for name, value in self.state.items():
+            if name not in saved:  # a tally an earlier version did not keep: it counts the blocks made from here
+                continue
             if hasattr(value, "restore"):
                 value.restore(saved[name])
             elif isinstance(value, list):

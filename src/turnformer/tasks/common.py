@@ -428,11 +428,14 @@ def shorten(text: str, width: int = 100) -> str:
 def mark_cut(per_turn: Sequence[Sequence[dict]], dialogues: Sequence[Dialogue], tokenizer, max_tokens: int,
              with_specials: bool) -> list[list[dict]]:
     """Predictions (per dialogue, per turn) with ``truncated``: whether the utterance is longer than the model reads
-    (its first `max_tokens` word pieces, counted with the special tokens where `with_specials`)."""
+    (its first `max_tokens` word pieces, counted with the special tokens where `with_specials`); and ``no_tokens``
+    where the tokenizer keeps nothing of it (a combining mark alone, say): the model read no word of it."""
     texts = [t.text for d in dialogues for t in d.turns]
     lengths = iter(len(ids) for ids in tokenizer(texts, add_special_tokens=with_specials, verbose=False)["input_ids"]) if texts \
         else iter(())
-    return [[{**p, "truncated": next(lengths) > max_tokens} for p in predictions] for predictions in per_turn]
+    specials = tokenizer.num_special_tokens_to_add() if with_specials else 0
+    return [[{**p, "truncated": n > max_tokens, **({"no_tokens": True} if n <= specials else {})}
+             for p, n in zip(predictions, lengths)] for predictions in per_turn]
 
 
 def label_predictions(blocks: InputBlocks, annotate: Callable[[list[Dialogue], str], list[list[dict]]],
@@ -441,7 +444,7 @@ def label_predictions(blocks: InputBlocks, annotate: Callable[[list[Dialogue], s
     utterance's start, made a block of conversations at a time: ``annotate(dialogues, desc)`` gives per dialogue, per
     turn, {"label", "probabilities", "truncated"} (`mark_cut`); `max_tokens`, the word pieces the model reads of an
     utterance, for the note on those it cut. A conversation without id is named by its place in the input."""
-    cut = Tally()
+    cut, empty = Tally(), Tally()
 
     def blocks_made() -> Iterator[tuple[list[dict], list[tuple[str, ...]]]]:
         for k, (names, dialogues) in enumerate(blocks):
@@ -453,12 +456,17 @@ def label_predictions(blocks: InputBlocks, annotate: Callable[[list[Dialogue], s
                     for i, (turn, p) in enumerate(zip(dialogue.turns, answers))]
             cut.add(f"{name} turn {i}" for name, answers in zip(names, per_turn)
                     for i, p in enumerate(answers) if p.get("truncated"))
+            empty.add(f"{name} turn {i}" for name, answers in zip(names, per_turn) for i, p in enumerate(answers) if p.get("no_tokens"))
             yield rows, [(str(r["dialogue"]), str(r["turn"]), r["speaker"], shorten(r["text"]), r["label"],
                           f"{r['probabilities'][r['label']]:.2f}") for r in rows]
         if cut.count:
             predictions.notes.append(f"note: {cut.count} utterance(s) longer than the model's {max_tokens} word pieces "
                                      f"were cut to their start: {cut}")
+        if empty.count:
+            predictions.notes.append(f"note: the tokenizer keeps nothing of {empty.count} utterance(s) (characters it drops, "
+                                     f"such as a combining mark alone): the model read no word of them and labelled them "
+                                     f"from their context: {empty}")
 
     predictions = Predictions(blocks_made(), "predictions", ("dialogue", "turn", "speaker", "text", label_column, "p"),
-                              source=blocks, state={"cut": cut})
+                              source=blocks, state={"cut": cut, "empty": empty})
     return predictions
