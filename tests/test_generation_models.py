@@ -299,6 +299,40 @@ def test_a_context_over_the_models_positions_is_cut_to_its_newest_turns_and_said
     model.negative_log_likelihood(batch)  # within the positions
 
 
+@pytest.mark.parametrize("model_id, settings", [("dialogbert", {}), ("transformer-dra", {"dra_layers": 1}),
+                                                ("phaed", {"inter_layers": 1})])
+def test_models_whose_positions_count_within_an_utterance_read_the_whole_context(vocab_and_batch, model_id, settings):
+    """DialogBERT, DRA's encoder (no positions) and PHAED have no window over the whole context: nothing is cut."""
+    from turnformer.tasks.generation import reply_instance
+
+    vocab = vocab_and_batch[0]
+    model = build_generator(model_id, {"d_model": 16, "heads": 2, "layers": 1, "ff": 32, "max_positions": 20, **settings}, vocab)
+    instance = reply_instance(Dialogue.from_turns([("A" if i % 2 else "B", "where are you going ?") for i in range(6)]), "B", 6)
+    assert model.context_window(50) is None and model.fit_context(instance) is instance
+
+
+@pytest.mark.parametrize("model_id, settings, highest", [("transformer", {}, 6), ("phaed", {}, 4),
+                                                         ("phaed", {"turn_count": "conversation"}, 4)])
+def test_turns_past_max_turns_are_said(vocab_and_batch, model_id, settings, highest, caplog):
+    """The turn embeddings stop at max_turns: a context whose turns go past it is said in the log and in `unread`."""
+    from turnformer.tasks.generation import ResponseGenerator, instance_batches, reply_instance
+
+    vocab = vocab_and_batch[0]
+    pairs = [("A" if i % 2 else "B", "where are you going ?") for i in range(6)]
+    instance = reply_instance(Dialogue.from_turns(pairs), "B", 6)  # context B A B A B A: 3 queries, 3 earlier responses
+    assert instance.response_turn == 4
+    for max_turns, capped in ((highest - 1, True), (highest, False)):
+        model = build_generator(model_id, {"d_model": 16, "heads": 2, "layers": 1, "ff": 32, "max_turns": max_turns,
+                                           **settings}, vocab)
+        assert model.highest_turn(instance) == highest and model.turns_capped(instance) == capped
+        said = ResponseGenerator(model, vocab, 6, 50).unread(pairs, "B")
+        assert said == (f"its turns past the {max_turns}th share one turn embedding (model_config.max_turns)" if capped else None)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="turnformer"):
+            instance_batches(model, [instance], vocab, 8)
+        assert (f"1 of 1 instances: turns past the {max_turns}th share one turn embedding" in caplog.text) == capped
+
+
 def test_marks_are_glued_to_the_words_they_belong_to():
     """DailyDialog's apostrophes stand apart ("I ’ m"), and so do brackets, currency and quotes in `words`: the reply
     text joins them as written text does, and reads back as the same words."""

@@ -63,6 +63,10 @@ class DialogBERTGenerator(TransformerGenerator):
     def needs_parses(self) -> bool:
         return self.config.dra
 
+    def context_window(self, response_words: int) -> None:
+        """No limit: positions count within an utterance, the context encoder reads one vector per utterance."""
+        return None
+
     def _encode(self, batch: GenerationBatch, return_attention: bool = False) -> dict:
         if self.config.dra and batch.context_head is None:
             raise ValueError("dialogbert-dra reads dependency parses: build batches with encode_instances (no context_head)")

@@ -83,6 +83,10 @@ class TransformerDRA(TransformerGenerator):
     def needs_parses(self) -> bool:
         return self.dra_layers > 0
 
+    def context_window(self, response_words: int) -> int | None:
+        """The baseline's positions; with DRA layers none (the encoder reads no positions), so no limit."""
+        return None if self.dra_layers else self.config.max_positions
+
     def _embed_context(self, batch: GenerationBatch) -> torch.Tensor:
         if not self.dra_layers:  # no DRA: the baseline's input, positions included
             return self._embed(batch.context, batch.context_turn)

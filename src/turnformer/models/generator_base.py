@@ -156,15 +156,27 @@ class GeneratorBase(nn.Module):
             kept = [Utterance(newest.words[: window - extra], newest.role)]
         return replace(instance, context=tuple(reversed(kept)))
 
+    def highest_turn(self, instance: GenerationInstance) -> int:
+        """The largest turn `instance` asks of the turn embeddings: here turns count back from the response, so its
+        context's length."""
+        return len(instance.context)
+
+    def turns_capped(self, instance: GenerationInstance) -> bool:
+        """Whether turns of `instance` go past ``max_turns``, where the turn embeddings stop (those share the last)."""
+        return self.turn is not None and self.highest_turn(instance) > self.config.max_turns
+
     def unread(self, instance: GenerationInstance) -> str | None:
-        """What of `instance`'s context `fit_context` leaves out, in words (None: nothing)."""
-        fitted = self.fit_context(instance)
-        if fitted is instance:
-            return None
-        newest = len(fitted.context[-1].words) < len(instance.context[-1].words)
-        read = f"the first {len(fitted.context[-1].words)} words of its newest turn" if newest else \
-            f"{len(fitted.context)} of the {len(instance.context)} turns it reads"
-        return f"{read}, to fit model_config.max_positions = {self.config.max_positions}"
+        """What of `instance`'s context the model does not read as given, in words (None: nothing): what `fit_context`
+        leaves out, and turns past ``max_turns``."""
+        fitted, parts = self.fit_context(instance), []
+        if fitted is not instance:
+            newest = len(fitted.context[-1].words) < len(instance.context[-1].words)
+            read = f"the first {len(fitted.context[-1].words)} words of its newest turn" if newest else \
+                f"{len(fitted.context)} of the {len(instance.context)} turns it reads"
+            parts.append(f"{read}, to fit model_config.max_positions = {self.config.max_positions}")
+        if self.turns_capped(fitted):
+            parts.append(f"its turns past the {self.config.max_turns}th share one turn embedding (model_config.max_turns)")
+        return "; ".join(parts) or None
 
     def encode(self, batch: GenerationBatch):
         raise NotImplementedError

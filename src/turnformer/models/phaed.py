@@ -221,6 +221,14 @@ class PHAED(GeneratorBase):
         after_context = (context.utterance.amax(1, keepdim=True) + 1).expand_as(response_in)
         return token_meta(after_context, torch.full_like(response_in, RESPONDER), response_in.eq(self.pad_id))
 
+    def highest_turn(self, instance) -> int:
+        """The largest aligned turn of `instance` (`encode`'s): its response's turn from the conversation's start, or
+        counted back, its queries' count or its earlier responses' count + 1, whichever is more."""
+        if self.config.turn_count == "conversation":
+            return instance.response_turn
+        roles = [u.role for u in instance.context]
+        return max(roles.count("Q"), roles.count("R") + 1)
+
     def _response_turn(self, batch: GenerationBatch) -> torch.Tensor:
         """[B, 1]: the response's aligned turn, 1 counted back; from the conversation's start, the batch's."""
         if self.config.turn_count == "back":

@@ -205,10 +205,13 @@ def instance_batches(model, instances: Sequence[GenerationInstance], vocab: Voca
     if hasattr(model, "make_batches"):
         return model.make_batches(instances, batch_size, sort_by_length)
     fitted = [model.fit_context(x) for x in instances]
-    cut = sum(x is not y for x, y in zip(fitted, instances))
+    cut, capped = sum(x is not y for x, y in zip(fitted, instances)), sum(map(model.turns_capped, fitted))
     if cut:
         logger.info("%d of %d instances: the context cut to its newest turns, to fit model_config.max_positions = %d",
                     cut, len(instances), model.config.max_positions)
+    if capped:
+        logger.info("%d of %d instances: turns past the %dth share one turn embedding (model_config.max_turns)",
+                    capped, len(instances), model.config.max_turns)
     instances = fitted
     return make_generation_batches(encode_instances(instances, vocab, model, parser), batch_size, sort_by_length)
 
