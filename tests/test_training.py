@@ -251,6 +251,26 @@ def test_mixed_precision_runs_the_loss_under_autocast_and_is_recorded(tmp_path, 
         config(tmp_path, mixed_precision="fp8")
 
 
+class RefusesItsFirstBatch(TinyClassifier):
+    def loss(self, batch: dict) -> torch.Tensor:
+        raise ValueError("a batch this model cannot read")
+
+
+def test_a_run_refused_before_its_first_checkpoint_leaves_nothing_behind(tmp_path):
+    """Its run.json (and the folder it made) would make --out look like a run's, to be resumed or refused as taken."""
+    for out in (tmp_path / "new" / "run", tmp_path / "there"):
+        if out.name == "there":
+            out.mkdir()
+            (out / "notes.txt").write_text("mine")
+        set_seed(0)
+        with pytest.raises(ValueError, match="a batch this model cannot read"):
+            train(RefusesItsFirstBatch(), TRAIN, accuracy_eval(SPLITS), config(out, epochs=1), label_map=LABELS,
+                  run_info={"what": "a run"})
+        assert not (out / "run.json").exists()
+        assert (out.is_dir() and [p.name for p in out.iterdir()] == ["notes.txt"]) if out.name == "there" else \
+            not (tmp_path / "new").exists()
+
+
 def test_resume_of_a_finished_run_trains_no_more(tmp_path, uninterrupted):
     out, reference, expected = uninterrupted
     copy = tmp_path / "run"

@@ -82,13 +82,32 @@ def train(
             "pass gradient accumulation through TrainConfig.gradient_accumulation_steps, not through the "
             f"Accelerator (it has gradient_accumulation_steps={accelerator.gradient_accumulation_steps})"
         )
+    made = [folder for folder in (*reversed(config.out_dir.parents), config.out_dir) if not folder.exists()]
     with only_run_in(config.out_dir, accelerator.is_main_process):
         trainer = _Trainer(model, train_batches, eval_fn, config, label_map, accelerator)  # checks last/ on resume
+        if run_info is not None and accelerator.is_main_process and not (config.out_dir / "run.json").exists():
+            made.append(config.out_dir / "run.json")
         if run_info is not None and accelerator.is_main_process:
             config.out_dir.mkdir(parents=True, exist_ok=True)
             run_info = {**run_info, "mixed_precision": accelerator.mixed_precision}  # what trained it, however it was set
             (config.out_dir / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
-        return trainer.run()
+        try:
+            return trainer.run()
+        except Exception:  # refused before its first checkpoint (a batch the model cannot read...): leave nothing behind
+            if accelerator.is_main_process and not any((config.out_dir / kept).exists() for kept in ("last", "best")):
+                remove_made(made)
+            raise
+
+
+def remove_made(made: list[Path]) -> None:
+    """Remove what a run made (its run.json, its folder and those above it that it made), newest first, a folder only
+    if empty."""
+    for path in reversed(made):
+        if path.is_dir():
+            if not any(path.iterdir()):
+                path.rmdir()
+        else:
+            path.unlink(missing_ok=True)
 
 
 class _LossForward(nn.Module):
