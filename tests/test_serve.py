@@ -200,6 +200,12 @@ def test_bodies_that_are_not_json_objects_are_4xx(client):
     assert named.status_code == 422 and "no model" in named.json()["error"]  # the name, escaped, in valid JSON
     latin1 = client.post("/v1/annotate", content='{"turns": [{"speaker": "A", "text": "café"}]}'.encode("latin-1"), headers=json_type)
     assert latin1.status_code == 400 and latin1.json()["error"].startswith("body: not UTF-8 text (byte 40: invalid continuation byte)")
+    body = '{"turns": [{"speaker": "A", "text": "hi"}]}'
+    for encoding in ("utf-16", "utf-16-le", "utf-16-be", "utf-32"):  # Python's JSON reader would take them
+        wide = client.post("/v1/annotate", content=body.encode(encoding), headers=json_type)
+        assert wide.status_code == 400 and wide.json()["error"] == ("body: not UTF-8 text (UTF-16 or UTF-32, by its first "
+                                                                    "bytes); send JSON in UTF-8"), encoding
+    assert client.post("/v1/annotate", content=body.encode("utf-8-sig"), headers=json_type).status_code == 200  # a BOM
     twice = client.post("/v1/annotate", content=b'{"turns": [{"speaker": "A", "text": "hi", "text": "bye"}]}', headers=json_type)
     assert twice.status_code == 400 and twice.json()["error"] == ("body: the key 'text' appears twice in one object (a JSON "
                                                                   "reader would keep only the last)")

@@ -21,6 +21,7 @@ model's lock, so requests for different models run side by side and those for on
 from __future__ import annotations
 
 import asyncio
+import codecs
 import hmac
 import json
 import logging
@@ -68,8 +69,16 @@ class StrictJSONRequest(Request):
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = read_json(await self.body())
+            self._json = read_json(utf8_text(await self.body()))
         return self._json
+
+
+def utf8_text(body: bytes) -> str:
+    """A request body as UTF-8 text (a byte-order mark read past); one in UTF-16 or UTF-32, which Python's JSON reader
+    would decode by its first bytes, refused as not UTF-8 (JSON between systems is UTF-8), naming what it is."""
+    if body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in body[:4]:
+        raise ValueError("not UTF-8 text (UTF-16 or UTF-32, by its first bytes); send JSON in UTF-8")
+    return body.decode("utf-8-sig")
 
 
 class StrictJSONRoute(APIRoute):
