@@ -421,6 +421,17 @@ def test_turns_in_every_form_and_what_is_refused(tmp_path):
     surrogate = write_lines(tmp_path / "s.jsonl", '{"turns": [{"speaker": "A", "text": "a\\ud800b"}]}')
     with pytest.raises(DialogueError, match=r"s.jsonl:1: turns\[0\].text: not valid Unicode"):
         read_jsonl(surrogate)
+    # the same in a speaker, a label (its kind too), a turn's or a conversation's id: named where it is, not failing later
+    for field, line in ((r"turns\[0\].speaker", '{"turns": [{"speaker": "\\udc80", "text": "x"}]}'),
+                        (r"turns\[0\].labels.emotion", '{"turns": [{"speaker": "A", "text": "x", "labels": {"emotion": "\\ud800"}}]}'),
+                        (r"turns\[0\].labels", '{"turns": [{"speaker": "A", "text": "x", "labels": {"\\ud800": "joy"}}]}'),
+                        (r"turns\[0\].emotion", '{"turns": [{"speaker": "A", "text": "x", "emotion": "\\ud800x"}]}'),
+                        (r"turns\[0\].id", '{"turns": [{"speaker": "A", "text": "x", "id": "\\ud800"}]}'),
+                        (r"id", '{"id": "\\ud800", "turns": [{"speaker": "A", "text": "x"}]}')):
+        with pytest.raises(DialogueError, match=rf"s.jsonl:1: {field}: not valid Unicode"):
+            read_jsonl(write_lines(tmp_path / "s.jsonl", line))
+    with pytest.raises(DialogueError, match="speaker: not valid Unicode"):
+        Turn("\udc80", "hi")
     pretty = tmp_path / "pretty.json"
     pretty.write_text(json.dumps([{"turns": [{"speaker": "A", "text": "hi"}]}], indent=2))
     with pytest.raises(DialogueError, match="pretty.json:1: malformed JSON .* write one conversation per line"):

@@ -32,6 +32,24 @@ def trim_invisible(name: str) -> str:
     return name[invisible.index(False) : len(name) - invisible[::-1].index(False)]
 
 
+def valid_unicode(text: str) -> bool:
+    """Whether `text` can be written as UTF-8 (no lone surrogate)."""
+    try:
+        return text.isascii() or bool(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return False
+
+
+def check_unicode(text: str, where: str) -> None:
+    """Refuse, naming `where`, a string that is not valid Unicode: a lone surrogate (from a JSON escape such as
+    "\\ud800") cannot be written as UTF-8, so it would fail much later (a tokenizer, an output file, a plot)."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise DialogueError(f"{where}: not valid Unicode ({e.reason} at character {e.start})") from None
+
+
 def _where(source: str | None, field_name: str) -> str:
     return f"{source}: {field_name}" if source else field_name
 
@@ -59,11 +77,8 @@ class Turn:
             raise DialogueError(f"{_where(source, 'text')}: text must be a string, got {type(self.text).__name__}")
         if is_blank(self.text):
             raise DialogueError(f"{_where(source, 'text')}: empty utterance ({self.text!r})")
-        if not self.text.isascii():  # a lone surrogate (from a JSON escape) would break the tokenizer much later
-            try:
-                self.text.encode("utf-8")
-            except UnicodeEncodeError as e:
-                raise DialogueError(f"{_where(source, 'text')}: not valid Unicode ({e.reason} at character {e.start})") from None
+        check_unicode(self.text, _where(source, "text"))
+        check_unicode(self.speaker, _where(source, "speaker"))
         if not isinstance(self.labels, Mapping):
             raise DialogueError(f"{_where(source, 'labels')}: labels must be a mapping of kind -> label")
         for kind, label in self.labels.items():
@@ -72,8 +87,12 @@ class Turn:
                                     f"\"emotion\": \"joy\")")
             if not isinstance(label, str) or is_blank(label):
                 raise DialogueError(f"{_where(source, f'labels.{kind}')}: label must be a non-empty string, got {label!r}")
+            check_unicode(kind, _where(source, "labels"))
+            check_unicode(label, _where(source, f"labels.{kind}"))
         if self.id is not None and (not isinstance(self.id, str) or is_blank(self.id)):
             raise DialogueError(f"{_where(source, 'id')}: id must be a non-empty string (or left out), got {self.id!r}")
+        if self.id is not None:
+            check_unicode(self.id, _where(source, "id"))
         # Freeze labels so a Turn stays hashable-by-value in spirit and cannot be changed behind a cache; " joy" is joy
         object.__setattr__(self, "labels", {kind: trim_invisible(label) for kind, label in self.labels.items()})
         # " Ann " and "Ann" are one speaker to every speaker mask (a file's reader counts what it trimmed)
@@ -109,6 +128,8 @@ class Dialogue:
                 raise DialogueError(f"{where}: turns[{i}] is a {type(turn).__name__}, not a Turn")
         if self.id is not None and (not isinstance(self.id, str) or is_blank(self.id)):
             raise DialogueError(f"{where}: id must be a non-empty string (or left out), got {self.id!r}")
+        if self.id is not None:
+            check_unicode(self.id, "id")
         object.__setattr__(self, "meta", dict(self.meta))
 
     def __len__(self) -> int:
