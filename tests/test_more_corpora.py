@@ -93,7 +93,8 @@ def test_empathetic_dialogues_malformed_line_names_file_and_line(tmp_path, line,
     ("indices", "bad_line", "message"),
     [((1, 3), 8, r"hit:5_conv:9: utterance_idx 3, expected 2"),  # a gap
      ((2, 3), 7, r"utterance_idx 2, expected 1"),  # the first turn missing
-     ((1, 2, 2), 9, r"hit:5_conv:9: utterance_idx 2 repeated")],  # a duplicate: the later line is named
+     ((1, 2, 2), 9, r"hit:5_conv:9: utterance_idx 2 repeated"),  # a duplicate: the later line is named
+     ((0, 1), 7, r"hit:5_conv:9: utterance_idx 0, expected 1")],  # counted from 0: not a repeat
 )
 def test_empathetic_dialogues_utterance_idx_gap_or_duplicate(tmp_path, indices, bad_line, message):
     rows = "".join(f"hit:5_conv:9,{i},proud,A prompt.,{3 + n % 2},Turn number {i}.,,\n" for n, i in enumerate(indices))
@@ -182,6 +183,8 @@ def test_personachat_variant_with_partner_persona_and_persona_only_dialogue(tmp_
         ("5 your persona: i like cats.\n", r"persona line after the dialogue's first utterance line"),
         ("5 __SILENCE__\thi\t\tx|hi\n", r"__SILENCE__ is only expected as a dialogue's first utterance"),
         ("5 \thi\t\tx|hi\n", r"empty utterance"),
+        ("5 hello\t\u200b\t\tx|hi\n", r"empty response"),  # invisible characters alone, as an empty one
+        ("5 hello\t\x01\t\tx|hi\n", r"empty response"),
     ],
 )
 def test_personachat_malformed_line_names_file_and_line(tmp_path, line, message):

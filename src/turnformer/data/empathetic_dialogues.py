@@ -133,7 +133,7 @@ def read_csv(path: Path, report: LoadReport, base: Path | None = None) -> list[D
         for expected, (idx, lineno, _) in enumerate(ordered, start=1):
             if idx == expected:
                 continue
-            if idx == expected - 1:
+            if idx == expected - 1 and expected > 1:  # the one before it had this index
                 raise DialogueError(f"{path}:{lineno}: {conv_id}: utterance_idx {idx} repeated")
             raise DialogueError(
                 f"{path}:{lineno}: {conv_id}: utterance_idx {idx}, expected {expected} "

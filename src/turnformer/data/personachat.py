@@ -119,7 +119,7 @@ def read_file(path: Path, split: str, report: LoadReport, base: Path | None = No
             if len(fields) < 2:
                 raise DialogueError(f"{path}:{lineno}: expected UTTERANCE<TAB>RESPONSE<TAB><TAB>CANDIDATES, found no tab")
             utterance, response = fields[0].strip(), fields[1].strip()
-            if not response:
+            if is_blank(response):
                 raise DialogueError(f"{path}:{lineno}: empty response (the text after the first tab)")
             if utterance == SILENCE or response == SILENCE:
                 if response == SILENCE or current.utterance_lines:
