@@ -206,6 +206,11 @@ def test_bodies_that_are_not_json_objects_are_4xx(client):
         assert wide.status_code == 400 and wide.json()["error"] == ("body: not UTF-8 text (UTF-16 or UTF-32, by its first "
                                                                     "bytes); send JSON in UTF-8"), encoding
     assert client.post("/v1/annotate", content=body.encode("utf-8-sig"), headers=json_type).status_code == 200  # a BOM
+    import gzip
+
+    for headers in (json_type, {**json_type, "content-encoding": "gzip"}):  # a gzip header has NUL bytes too
+        packed = client.post("/v1/annotate", content=gzip.compress(body.encode()), headers=headers)
+        assert packed.status_code == 400 and "is not read: send the JSON uncompressed" in packed.json()["error"], packed.text
     twice = client.post("/v1/annotate", content=b'{"turns": [{"speaker": "A", "text": "hi", "text": "bye"}]}', headers=json_type)
     assert twice.status_code == 400 and twice.json()["error"] == ("body: the key 'text' appears twice in one object (a JSON "
                                                                   "reader would keep only the last)")

@@ -69,6 +69,9 @@ class StrictJSONRequest(Request):
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
+            encoding = self.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise ValueError(f"a body in Content-Encoding {encoding} is not read: send the JSON uncompressed")
             self._json = read_json(utf8_text(await self.body()))
         return self._json
 
@@ -76,7 +79,9 @@ class StrictJSONRequest(Request):
 def utf8_text(body: bytes) -> str:
     """A request body as UTF-8 text (a byte-order mark read past); one in UTF-16 or UTF-32, which Python's JSON reader
     would decode by its first bytes, refused as not UTF-8 (JSON between systems is UTF-8), naming what it is."""
-    if body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in body[:4]:
+    if body[:2] == b"\x1f\x8b":
+        raise ValueError("a gzip-compressed body is not read: send the JSON uncompressed")
+    if body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or (len(body) > 1 and (body[0] == 0) != (body[1] == 0)):
         raise ValueError("not UTF-8 text (UTF-16 or UTF-32, by its first bytes); send JSON in UTF-8")
     return body.decode("utf-8-sig")
 
@@ -150,7 +155,7 @@ def field_of(location: tuple) -> str:
 
 def problem(e: dict) -> dict:
     if e["type"] == "json_invalid":  # its location is the character where parsing failed
-        return {"field": "body", "message": f"not valid JSON ({e.get('ctx', {}).get('error', e['msg'])} at character "
+        return {"field": "body", "message": f"not valid JSON ({e.get('ctx', {}).get('error', e['msg'])}: character "
                                             f"{e['loc'][-1]})"}
     return {"field": field_of(tuple(e["loc"])), "message": e["msg"]}
 
