@@ -669,6 +669,11 @@ def test_plot_masks_refuses_no_kinds_and_a_view_too_large(tmp_path):
     # one utterance's view of the same conversation, or the utterances, stay small enough
     result = runner.invoke(app, ["plot", "masks", "--input", str(conversation), "--kinds", "local", "--json", "--level", "utterances"])
     assert result.exit_code == 0 and len(json.loads(result.stdout)["tokens"]) == 250
+    many = tmp_path / "many.jsonl"
+    many.write_text(json.dumps({"id": "many", "turns": turns * 10}) + "\n")
+    result = runner.invoke(app, ["plot", "masks", "--input", str(many), "--kinds", "local", "--json", "--level", "utterances"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "2500 x 2500 utterances: too many" in said and "--level utterances" not in said
     result = runner.invoke(app, ["plot", "masks", "--input", str(conversation), "--dialogue", "\u00b2", "--json"])
     assert result.exit_code == 2 and "no dialogue with id '\u00b2'" in result.output
 

@@ -175,9 +175,10 @@ def mask_view(
     if not kinds:
         raise ValueError("no mask kinds given: name at least one, e.g. local,speaker")
     if len(query_tokens) * len(tokens) > MAX_VIEW_CELLS:
-        raise ValueError(f"{len(query_tokens)} x {len(tokens)} tokens: too many to draw or print (at most "
-                         f"{MAX_VIEW_CELLS:,} cells); show one utterance's view (--query-utterance N, with --mem-len), "
-                         "the utterances (--level utterances), or a shorter conversation")
+        other_views = "a shorter conversation" if level == "utterances" else \
+            "one utterance's view (--query-utterance N, with --mem-len), the utterances (--level utterances), or a shorter conversation"
+        raise ValueError(f"{len(query_tokens)} x {len(tokens)} {level}: too many to draw or print (at most "
+                         f"{MAX_VIEW_CELLS:,} cells); show {other_views}")
     masks = {}
     for kind in kinds:
         mask = mask_from_name(kind, window=window)
