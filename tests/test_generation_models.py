@@ -203,6 +203,15 @@ def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
     assert bad.exit_code == 0 and bad.output.count("bot>") == 2 and bad.output.count("error:") == 2, bad.output
     assert "empty utterance" in bad.output and "not valid Unicode" in bad.output, bad.output
     assert "byte 0xe9 is not UTF-8" in bad.output  # the byte named, not the surrogate Python decoded it to
+    # the model replies as --speaker; a line longer than it reads is said; --out without --input is refused, not ignored
+    named = runner.invoke(app, ["generate", "--checkpoint", str(out), "--speaker", "Bob"], input="hi " * 60 + "\n\n")
+    assert named.exit_code == 0 and named.output.count("Bob>") == 1 and "bot>" not in named.output, named.output
+    assert "note: that line is longer than the model reads (1 of its turns cut to its first 50 words)" in named.output
+    for options, message in ((["--out", str(tmp_path / "chat.jsonl")], "without --input, generate chats on the terminal"),
+                             (["--speaker", "user"], "the chat's user is 'user'")):
+        refused = runner.invoke(app, ["generate", "--checkpoint", str(out), *options], input="hi\n\n")
+        assert refused.exit_code == 2 and message in " ".join(refused.output.split()), refused.output
+    assert not (tmp_path / "chat.jsonl").exists()
 
     wrong = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(conversations)])
     assert wrong.exit_code != 0 and "turnformer generate" in wrong.output

@@ -825,6 +825,11 @@ def generate(
         check_output_file(out, source=input, checkpoint=checkpoint)
         if speaker is not None and not speaker.strip():
             raise DialogueError(f"--speaker {speaker!r}: empty; give a name, or leave it out for the speaker before the last one")
+        if input is None and out is not None:
+            raise DialogueError(f"--out {out}: the replies to --input's conversations are written there; without --input, "
+                                "generate chats on the terminal")
+        if input is None and speaker is not None and speaker.strip() == CHAT_USER:
+            raise DialogueError(f"--speaker {speaker}: the chat's user is {CHAT_USER!r}; give the model another name")
         task, _ = read_run(checkpoint)
         if task.command != "generate":
             raise DialogueError(f"{checkpoint} is a model for {task.name}, not a generation model")
@@ -834,13 +839,17 @@ def generate(
     except USER_ERRORS as e:
         fail(describe(e))
     if replies is None:
-        return chat(task.session(model, vocab, run, beam=beam))
+        return chat(task.session(model, vocab, run, beam=beam), (speaker or "").strip() or "bot")
     show(replies, out, key)
 
 
-def chat(bot) -> None:
-    """Interactive: each line typed is the user's turn, the model answers; an empty line or end of input stops. A line
-    the model cannot take (not valid text, no word in it) gets an error and is left out of the conversation."""
+CHAT_USER = "user"  # the speaker of the lines typed in `chat`
+
+
+def chat(bot, name: str = "bot") -> None:
+    """Interactive: each line typed is the user's turn, the model answers as `name`; an empty line or end of input
+    stops. A line the model cannot take (not valid text, no word in it) gets an error and is left out of the
+    conversation; a line longer than the model reads is said (the older turns it leaves out are not: a chat grows)."""
     turns: list[tuple[str, str]] = []
     if hasattr(sys.stdin, "reconfigure"):  # bytes that are not text reach the check below, which names them
         sys.stdin.reconfigure(errors="surrogateescape")
@@ -859,12 +868,14 @@ def chat(bot) -> None:
                                     "not UTF-8 (set the terminal to UTF-8); type another line"), highlight=False, soft_wrap=True)
             continue
         try:
-            reply = bot.respond([*turns, ("user", line)], speaker="bot")
+            reply = bot.respond([*turns, (CHAT_USER, line)], speaker=name)
         except (DialogueError, ValueError) as e:  # a line the model cannot take: said, and the chat goes on without it
             err.print(Text.assemble(("error:", "red"), f" {describe(e)}; type another line"), highlight=False, soft_wrap=True)
             continue
-        turns += [("user", line), ("bot", reply or "...")]
-        console.print(f"bot> {reply}" if reply else "bot> (nothing: the model ended its reply at once)", highlight=False)
+        if unread := bot.unread([(CHAT_USER, line)], name):  # the line alone: older turns left out are the chat's way
+            err.print(f"note: that line is longer than the model reads ({unread})", highlight=False, soft_wrap=True)
+        turns += [(CHAT_USER, line), (name, reply or "...")]
+        console.print(f"{name}> {reply}" if reply else f"{name}> (nothing: the model ended its reply at once)", highlight=False)
 
 
 @app.command()
