@@ -56,6 +56,7 @@ def test_models_and_health(client):
     health = client.get("/v1/health").json()
     assert (health["status"], health["models"]) == ("ok", 4) and health["sessions"] >= 0  # other tests' sessions may live
     listed = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
+    assert client.get("/v1/models").json()["max_turns"] == 200  # the page sends at most the newest 200 turns
     assert list(listed) == ["emotion", "acts", "ranker", "generation"]  # the run folder's name where none is given
     emotion = listed["emotion"]
     assert (emotion["task"], emotion["model"], emotion["label_kind"]) == ("erc", "dialogxl", "emotion")

@@ -2,7 +2,7 @@
 through the task interface (`Task.serves` and the methods it names), never by a task's name.
 
     GET    /v1/health                     alive: the number of models and of live sessions
-    GET    /v1/models                     what is loaded: task, model, labels, backbone, the scores it came with
+    GET    /v1/models                     what is loaded: task, model, labels, backbone, the scores it came with; the most turns a request takes
     POST   /v1/sessions                   a conversation annotated one utterance at a time: {"models": [...]}
     POST   /v1/sessions/{id}/utterances   {"speaker", "text"} -> each model's label and probabilities for it
     GET    /v1/sessions/{id}              the whole annotated history
@@ -348,7 +348,8 @@ def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token:
 
     @app.get("/v1/models", tags=["server"], dependencies=guard)
     def list_models() -> dict:
-        return {"models": [m.info() for m in models.values()]}
+        """The loaded models, and the most turns one request may send (`max_turns`: the page sends the newest)."""
+        return {"models": [m.info() for m in models.values()], "max_turns": limits.max_turns}
 
     app.include_router(session_routes(models, store, limits), dependencies=guard)
     app.include_router(stateless_routes(models, limits), dependencies=guard)

@@ -3,7 +3,7 @@
 // build step; user text only ever goes in through textContent.
 "use strict";
 
-const state = { models: [], session: null, sessionModels: [], turns: [] };
+const state = { models: [], session: null, sessionModels: [], turns: [], maxTurns: 200 };
 const $ = (id) => document.getElementById(id);
 
 function element(tag, text, className) {
@@ -37,7 +37,9 @@ const can = (model, ability) => model.serves.includes(ability);
 
 async function loadModels() {
   try {
-    state.models = (await api("GET", "/v1/models")).models;
+    const listed = await api("GET", "/v1/models");
+    state.models = listed.models;
+    state.maxTurns = listed.max_turns || state.maxTurns;
   } catch (error) {
     $("models").textContent = "";
     return setStatus(`Could not list the models: ${error.message}`, true);
@@ -159,16 +161,19 @@ async function showAttention(turn) {
   if (!model) return setStatus("No loaded model shows its attention (a DialogXL emotion model does).");
   document.querySelectorAll("#turns tr").forEach((row) => row.classList.toggle("chosen", Number(row.dataset.turn) === turn));
   try {
-    const view = await api("POST", "/v1/attention", { model: model.name, turns: state.turns.slice(0, turn + 1), utterance: turn });
-    drawAttention(view);
+    // a request holds at most maxTurns turns: the newest of them up to this one (numbered here as in the session)
+    const first = Math.max(0, turn + 1 - state.maxTurns);
+    const view = await api("POST", "/v1/attention", { model: model.name, turns: state.turns.slice(first, turn + 1), utterance: turn - first });
+    drawAttention(view, first);
   } catch (error) {
     setStatus(error.message, true);
   }
 }
 
-function drawAttention(view) {
+function drawAttention(view, first = 0) {
+  const read = first ? `; read from utterance ${first} on, the newest ${state.maxTurns}` : "";
   $("attention-title").textContent =
-    `What ${view.model}'s head types attend to from utterance ${view.utterance}'s [CLS] (last layer; each row scaled to its largest weight on an earlier utterance)`;
+    `What ${view.model}'s head types attend to from utterance ${view.utterance + first}'s [CLS] (last layer; each row scaled to its largest weight on an earlier utterance${read})`;
   const heads = $("heads");
   heads.textContent = "";
   for (const [kind, weights] of Object.entries(view.weights)) {
@@ -180,7 +185,7 @@ function drawAttention(view) {
     const tokens = element("span", undefined, "tokens");
     view.tokens.forEach((token, k) => {
       if (k === 0 || view.key_utterance[k] !== view.key_utterance[k - 1]) {
-        tokens.append(element("span", `${view.key_utterance[k]} ${view.speaker[k]}:`, "cut"));
+        tokens.append(element("span", `${view.key_utterance[k] + first} ${view.speaker[k]}:`, "cut"));
       }
       const span = element("span", token);
       const strength = Math.min(1, weights[k] / scale);
