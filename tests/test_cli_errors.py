@@ -691,3 +691,49 @@ def test_more_threads_than_cores_are_the_cores(monkeypatch):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(trained_run, tmp_path):
+    """`predict --out - | head -1`: the command ends with the shell's code for a closed pipe (141), saying nothing,
+    neither an error nor that it wrote every row; unbuffered (PYTHONUNBUFFERED) too, where one write can take only part
+    of a block and the rest was dropped without a word."""
+    import subprocess
+    import sys
+
+    many = _write(tmp_path, "many.jsonl", [_dialogue(i, turns=1) for i in range(3000)])  # rows far past a pipe's buffer
+    for unbuffered in ("", "1"):
+        env = {**os.environ, "PYTHONUNBUFFERED": unbuffered, "TURNFORMER_ALLOCATOR": "system"}
+        command = [sys.executable, "-c", "from turnformer.cli import main; main()", "predict", "--checkpoint",
+                   str(trained_run), "--input", str(many), "--out", "-"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        first = process.stdout.readline()
+        process.stdout.close()  # as `head -1` does
+        _, said = process.communicate(timeout=300)
+        assert json.loads(first)["dialogue"] == "d0" and process.returncode == 141, said.decode()
+        assert b"wrote" not in said and b"error" not in said.lower() and b"Traceback" not in said, said.decode()
+
+
+def test_every_byte_is_written_to_a_stream_that_takes_part_of_each_write():
+    from turnformer.data._io import OutputClosed, write_all
+
+    class Raw:  # an unbuffered pipe: each write takes at most 5 bytes
+        def __init__(self):
+            self.data = b""
+
+        def write(self, view):
+            self.data += bytes(view[:5])
+            return min(5, len(view))
+
+        def flush(self):
+            pass
+
+    raw = Raw()
+    write_all(raw, b"0123456789abcdefghij-")
+    assert raw.data == b"0123456789abcdefghij-"
+
+    class Gone(Raw):
+        def write(self, view):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(OutputClosed):
+        write_all(Gone(), b"x")

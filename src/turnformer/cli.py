@@ -26,7 +26,7 @@ from rich.text import Text
 
 from turnformer.allocator import start_with_allocator_settings
 from turnformer.backbones.cli import backbone_app
-from turnformer.data._io import PartialOutput, check_output_file as check_file, write_chunks
+from turnformer.data._io import OutputClosed, PartialOutput, check_output_file as check_file, write_chunks
 from turnformer.data.cli import data_app
 from turnformer.data.stats import dataset_stats, print_stats
 from turnformer.dialogue import Dialogue, DialogueError
@@ -936,7 +936,11 @@ def serve(
 
 def main() -> None:
     start_with_allocator_settings(__file__)  # glibc's malloc set for long conversations (turnformer.allocator)
-    app()
+    try:
+        app()
+    except OutputClosed:  # `... --out - | head`: the reader has what it wanted; end quietly, as a killed pipe writer does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        sys.exit(141)  # 128 + SIGPIPE, what a shell shows for a writer its pipe ended
 
 
 if __name__ == "__main__":

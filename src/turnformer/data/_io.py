@@ -60,8 +60,7 @@ def write_chunks(path: Path, chunks: Iterable[bytes]) -> int:
     if str(path) == "-":
         total = 0
         for chunk in chunks:  # each shown as soon as it is made
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
+            write_all(sys.stdout.buffer, chunk)
             total += len(chunk)
         return total
     try:
@@ -70,6 +69,24 @@ def write_chunks(path: Path, chunks: Iterable[bytes]) -> int:
         raise making.error from None
     except OSError as error:
         raise cannot_write(path, error) from None
+
+
+class OutputClosed(Exception):
+    """Standard output was closed by its reader (``| head``): not an error of the command's (nor an OSError, which
+    commands report as one); the command line ends quietly on it."""
+
+
+def write_all(stream, data: bytes) -> None:
+    """Write all of `data` to `stream` and flush it. An unbuffered stream (PYTHONUNBUFFERED) writes once and may take
+    only part (a pipe whose reader stops): the rest is written, not dropped. A reader gone is `OutputClosed`."""
+    view = memoryview(data)
+    try:
+        while view:
+            written = stream.write(view)
+            view = view[len(view) if written is None else written:]
+        stream.flush()
+    except BrokenPipeError:
+        raise OutputClosed() from None
 
 
 def cannot_write(path: Path, error: OSError) -> OSError:
