@@ -676,6 +676,13 @@ def test_plot_masks_refuses_no_kinds_and_a_view_too_large(tmp_path):
     assert result.exit_code == 2 and "2500 x 2500 utterances: too many" in said and "--level utterances" not in said
     result = runner.invoke(app, ["plot", "masks", "--input", str(conversation), "--dialogue", "\u00b2", "--json"])
     assert result.exit_code == 2 and "no dialogue with id '\u00b2'" in result.output
+    # the names predict gives: an id, else the place ("#1" where another's id is "1")
+    named = tmp_path / "named.jsonl"
+    named.write_text("".join(json.dumps({**({"id": i} if i else {}), "turns": [{"speaker": "A", "text": text}]}) + "\n"
+                             for i, text in (("a", "first one"), (None, "second one"), ("1", "third one"))))
+    for wanted, text in (("#1", "second"), ("1", "third"), ("a", "first"), ("0", "first")):
+        result = runner.invoke(app, ["plot", "masks", "--input", str(named), "--dialogue", wanted, "--json"])
+        assert result.exit_code == 0 and json.loads(result.stdout)["tokens"][0] == text, (wanted, result.output)
 
 
 def test_more_threads_than_cores_are_the_cores(monkeypatch):

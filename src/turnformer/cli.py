@@ -29,7 +29,7 @@ from turnformer.backbones.cli import backbone_app
 from turnformer.data._io import OutputClosed, PartialOutput, check_output_file as check_file, write_chunks
 from turnformer.data.cli import data_app
 from turnformer.data.stats import dataset_stats, print_stats
-from turnformer.dialogue import Dialogue, DialogueError
+from turnformer.dialogue import Dialogue, DialogueError, output_names
 from turnformer.errors import CheckpointError
 from turnformer.recipes import (DEFAULT_FILE_MODEL, changed_files, file_digests, find_recipe, load_recipe, recipe_for_dataset,
                                 recipe_path)
@@ -210,13 +210,14 @@ def pick_dialogue(dialogues: list[Dialogue], wanted: Optional[str], source: str)
         raise DialogueError(f"{source}: no conversations")
     if wanted is None:
         return dialogues[0]
-    for d in dialogues:
-        if d.id == wanted:
-            return d
+    names = output_names([d.id for d in dialogues])  # the names predict and generate give them: ids, else places
+    if wanted in names:
+        return dialogues[names.index(wanted)]
     if wanted.isascii() and wanted.isdigit() and int(wanted) < len(dialogues):
         return dialogues[int(wanted)]
-    some = ", ".join(repr(d.id) for d in dialogues[:5] if d.id is not None)
-    raise DialogueError(f"{source}: no dialogue with id {wanted!r} (ids look like {some or 'none'}; an index 0..{len(dialogues) - 1} works too)")
+    some = ", ".join(repr(name) for name in names[:5])
+    raise DialogueError(f"{source}: no dialogue with id {wanted!r} (names look like {some}: an id, or where none, the "
+                        f"place that predict names it by; an index 0..{len(dialogues) - 1} works too)")
 
 
 @plot_app.command("masks")
