@@ -170,6 +170,22 @@ def test_labels_padded_with_spaces_are_the_label_and_counted_and_a_blank_label_i
             read_jsonl(path)
 
 
+def test_a_speaker_written_with_combining_marks_is_the_same_speaker_and_counted(tmp_path):
+    """"José" with a combining accent (NFD) and "José" (NFC) look the same: they were two speakers to every mask."""
+    import unicodedata
+
+    decomposed = unicodedata.normalize("NFD", "José")
+    path = write_lines(tmp_path / "conv.jsonl", conv({"speaker": "José", "text": "Hi"}, {"speaker": "Ana", "text": "Yo"},
+                                                     {"speaker": decomposed, "text": "Hey"}))
+    result = read_jsonl(path)
+    assert result[0].speaker_ids() == [0, 1, 0] and result[0].turns[2].speaker == "José"
+    assert result.report.counts == {"decomposed_speaker": 1}
+    assert Turn(decomposed, "hi").speaker == "José"
+    from turnformer.tasks.generation import replier
+
+    assert replier(result[0], decomposed) == "José"
+
+
 def test_integer_speaker_ids_are_read_as_strings_and_counted(tmp_path):
     path = write_lines(tmp_path / "conv.jsonl", conv({"speaker": 7, "text": "Hi"}, {"speaker": 0, "text": "Yo"}))
     (d,) = read_jsonl(path)

@@ -774,7 +774,7 @@ def write_going_on(predictions, out: Path, key: dict, blocks: Iterator[tuple[byt
         said(f"going on from {partial.partial}: its {done()} were made by an interrupted run of this command")
     elif partial.partial.exists():
         said(f"{partial.partial}: left by an interrupted run with another model, input or options (or before its first "
-             "block was done); starting anew")
+             "block was done, or damaged since); starting anew")
     try:
         with signal_handlers({signal.SIGTERM: raise_terminated}):
             partial.write(blocks, predictions.saved)

@@ -32,6 +32,12 @@ def trim_invisible(name: str) -> str:
     return name[invisible.index(False) : len(name) - invisible[::-1].index(False)]
 
 
+def speaker_name(name: str) -> str:
+    """A speaker's name as every speaker mask compares it: without the spaces and invisible characters at its ends
+    (`trim_invisible`), its characters composed (Unicode NFC: "José" typed with a combining accent is "José")."""
+    return unicodedata.normalize("NFC", trim_invisible(name))
+
+
 def valid_unicode(text: str) -> bool:
     """Whether `text` can be written as UTF-8 (no lone surrogate)."""
     try:
@@ -57,7 +63,8 @@ def _where(source: str | None, field_name: str) -> str:
 @dataclass(frozen=True)
 class Turn:
     """One utterance. `labels` maps a label kind (``emotion``, ``act``...) to a label name. The speaker and the labels
-    are kept without the spaces and invisible characters at their ends (`trim_invisible`)."""
+    are kept without the spaces and invisible characters at their ends (`trim_invisible`), the speaker composed
+    (`speaker_name`)."""
 
     speaker: str
     text: str
@@ -95,8 +102,9 @@ class Turn:
             check_unicode(self.id, _where(source, "id"))
         # Freeze labels so a Turn stays hashable-by-value in spirit and cannot be changed behind a cache; " joy" is joy
         object.__setattr__(self, "labels", {kind: trim_invisible(label) for kind, label in self.labels.items()})
-        # " Ann " and "Ann" are one speaker to every speaker mask (a file's reader counts what it trimmed)
-        object.__setattr__(self, "speaker", trim_invisible(self.speaker))
+        # " Ann " and "Ann", "José" composed and decomposed, are one speaker to every speaker mask (a file's reader
+        # counts what it changed)
+        object.__setattr__(self, "speaker", speaker_name(self.speaker))
 
     def label(self, kind: str) -> str | None:
         return self.labels.get(kind)

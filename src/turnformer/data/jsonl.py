@@ -7,7 +7,8 @@
 
 * ``turns`` (required): a non-empty list; each turn needs ``speaker`` (a non-empty string; an integer id is
   read as its string and counted, ``integer_speaker``; spaces and invisible characters at its ends are removed and
-  counted, ``padded_speaker``) and ``text``
+  counted, ``padded_speaker``; a name written with combining marks is composed, Unicode NFC, and counted,
+  ``decomposed_speaker``) and ``text``
   (a string that is not blank), and may have ``labels`` (an object mapping a label kind to a label
   string; ``null`` is no label of that kind, counted as ``null_label``; spaces and invisible characters at a
   label's ends are removed and counted, ``padded_label``) and ``id`` (a string).
@@ -36,7 +37,8 @@ from typing import Any, Iterable, Iterator, Mapping
 from turnformer.data._io import check_output_file, iter_lines, write_file
 from turnformer.data.mutual import item_to_dialogue
 from turnformer.data.report import LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank, trim_invisible, valid_unicode
+from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank, speaker_name, trim_invisible,
+                                 valid_unicode)
 
 CONVENIENCE_LABELS = ("emotion", "act", "sentiment")
 TURN_KEYS = frozenset({"speaker", "text", "labels", "id", *CONVENIENCE_LABELS})
@@ -125,6 +127,10 @@ def parse_dialogue(
             if report is not None:
                 report.add("padded_speaker", f"{where}: {at}.speaker: {speaker!r} read as {trimmed!r}")
             speaker = trimmed
+        if (composed := speaker_name(speaker)) != speaker:  # so are "José" with a combining accent and "José"
+            if report is not None:
+                report.add("decomposed_speaker", f"{where}: {at}.speaker: {speaker!r} read composed (Unicode NFC) as {composed!r}")
+            speaker = composed
         if "text" not in t:
             raise _err(where, f"{at}.text", "missing text")
         text = t["text"]

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Sequence
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
 
-from turnformer.dialogue import Dialogue, DialogueError, Turn, as_turn, is_blank, next_speaker
+from turnformer.dialogue import Dialogue, DialogueError, Turn, as_turn, is_blank, next_speaker, speaker_name
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def checked_speaker(value: str | None, where: str, limits: Limits) -> str | None
     check_name(value, where, limits)
     if is_blank(value):
         raise DialogueError(f"{where}: empty; give a name, or leave it out")
-    return value.strip()  # as a turn's speaker is read
+    return speaker_name(value)  # as a turn's speaker is read
 
 
 def checked_turn(turn: TurnIn | CandidateIn, where: str, limits: Limits, default_speaker: str | None = None) -> Turn:
