@@ -335,7 +335,8 @@ def test_turns_past_max_turns_are_said(vocab_and_batch, model_id, settings, high
                                            **settings}, vocab)
         assert model.highest_turn(instance) == highest and model.turns_capped(instance) == capped
         said = ResponseGenerator(model, vocab, 6, 50).unread(pairs, "B")
-        assert said == (f"its turns past the {max_turns}th share one turn embedding (model_config.max_turns)" if capped else None)
+        assert said == (f"its turns past the {max_turns}th as the {max_turns}th (model_config.max_turns: the turn embeddings "
+                        "stop there)" if capped else None)
         caplog.clear()
         with caplog.at_level("INFO", logger="turnformer"):
             instance_batches(model, [instance], vocab, 8)

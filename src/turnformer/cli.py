@@ -773,8 +773,8 @@ def write_going_on(predictions, out: Path, key: dict, blocks: Iterator[tuple[byt
         kept = partial.rows
         said(f"going on from {partial.partial}: its {done()} were made by an interrupted run of this command")
     elif partial.partial.exists():
-        said(f"{partial.partial}: left by an interrupted run with another model, input or options (or before its first "
-             "block was done, or damaged since); starting anew")
+        said(f"{partial.partial}: damaged, or left by an interrupted run with another model, input or options (or before "
+             "its first block was done); starting anew")
     try:
         with signal_handlers({signal.SIGTERM: raise_terminated}):
             partial.write(blocks, predictions.saved)

@@ -175,7 +175,8 @@ class GeneratorBase(nn.Module):
                 f"{len(fitted.context)} of the {len(instance.context)} turns it reads"
             parts.append(f"{read}, to fit model_config.max_positions = {self.config.max_positions}")
         if self.turns_capped(fitted):
-            parts.append(f"its turns past the {self.config.max_turns}th share one turn embedding (model_config.max_turns)")
+            parts.append(f"its turns past the {self.config.max_turns}th as the {self.config.max_turns}th (model_config.max_turns: "
+                         "the turn embeddings stop there)")
         return "; ".join(parts) or None
 
     def encode(self, batch: GenerationBatch):
