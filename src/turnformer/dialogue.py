@@ -38,14 +38,6 @@ def speaker_name(name: str) -> str:
     return unicodedata.normalize("NFC", trim_invisible(name))
 
 
-def valid_unicode(text: str) -> bool:
-    """Whether `text` can be written as UTF-8 (no lone surrogate)."""
-    try:
-        return text.isascii() or bool(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        return False
-
-
 def check_unicode(text: str, where: str) -> None:
     """Refuse, naming `where`, a string that is not valid Unicode: a lone surrogate (from a JSON escape such as
     "\\ud800") cannot be written as UTF-8, so it would fail much later (a tokenizer, an output file, a plot)."""

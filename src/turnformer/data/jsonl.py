@@ -37,8 +37,8 @@ from typing import Any, Iterable, Iterator, Mapping
 from turnformer.data._io import check_output_file, iter_lines, write_file
 from turnformer.data.mutual import item_to_dialogue
 from turnformer.data.report import LoadReport
-from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank, speaker_name, trim_invisible,
-                                 valid_unicode)
+from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, check_unicode, is_blank, speaker_name,
+                                 trim_invisible)
 
 CONVENIENCE_LABELS = ("emotion", "act", "sentiment")
 TURN_KEYS = frozenset({"speaker", "text", "labels", "id", *CONVENIENCE_LABELS})
@@ -96,8 +96,8 @@ def parse_dialogue(
         raise _err(where, "id", f"expected a string, got {dlg_id!r}")
     if dlg_id is not None and is_blank(dlg_id):
         raise _err(where, "id", f"empty ({dlg_id!r}): name the conversation, or leave the id out")
-    if dlg_id is not None and not valid_unicode(dlg_id):
-        raise _err(where, "id", f"not valid Unicode ({dlg_id!r})")
+    if dlg_id is not None:
+        check_unicode(dlg_id, f"{where}: id")
     meta = obj.get("meta")
     if meta is None:
         meta = {}
@@ -222,8 +222,7 @@ def _label(value, where: str, field: str, report: LoadReport | None) -> str | No
         return None
     if not isinstance(value, str) or is_blank(value):
         raise _err(where, field, f"expected a non-empty string label, got {value!r}")
-    if not valid_unicode(value):
-        raise _err(where, field, f"not valid Unicode ({value!r})")
+    check_unicode(value, f"{where}: {field}")
     if (trimmed := trim_invisible(value)) != value:
         if report is not None:
             report.add("padded_label", f"{where}: {field}: {value!r} read as {trimmed!r}")

@@ -85,9 +85,9 @@ def train(
     made = [folder for folder in (*reversed(config.out_dir.parents), config.out_dir) if not folder.exists()]
     with only_run_in(config.out_dir, accelerator.is_main_process):
         trainer = _Trainer(model, train_batches, eval_fn, config, label_map, accelerator)  # checks last/ on resume
-        if run_info is not None and accelerator.is_main_process and not (config.out_dir / "run.json").exists():
-            made.append(config.out_dir / "run.json")
         if run_info is not None and accelerator.is_main_process:
+            if not (config.out_dir / "run.json").exists():
+                made.append(config.out_dir / "run.json")
             config.out_dir.mkdir(parents=True, exist_ok=True)
             run_info = {**run_info, "mixed_precision": accelerator.mixed_precision}  # what trained it, however it was set
             (config.out_dir / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
