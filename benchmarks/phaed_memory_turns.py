@@ -65,10 +65,10 @@ def memory_variant(model: PHAED, variant: str):
     def patched_encode(batch):
         current["batch"] = batch
         try:
-            encoded, context, memory, response_turn = encode(batch)
+            state = encode(batch)
         finally:
             current.clear()
-        return encoded, context, None if variant == "no-memory" else memory, response_turn
+        return state._replace(memory=None) if variant == "no-memory" else state
 
     model.encode, model._embed = patched_encode, patched_embed
     try:

@@ -269,6 +269,40 @@ def test_generators_equal_their_former_code(vocab, model_id):
             torch.testing.assert_close(new.transpose(1, 2)[rows], former_probs.transpose(1, 2)[rows], **CLOSE)
 
 
+@pytest.mark.parametrize("c_max", [1, 3])
+def test_phaed_computing_only_the_tokens_it_reads_equals_its_former_code(vocab, c_max):
+    """PHAED's encoder computes the queries' tokens alone and its memory's pass the remembered responses' alone
+    (`kept_columns`), where its former code computed every context token: with fewer (c_max = 1: the newer of two
+    earlier responses) and more responses remembered than a context holds, the same logits, gradients, greedy and beam
+    responses."""
+    model = seeded(lambda: build_generator("phaed", {**SMALL, "max_response_words": 4, "c_max": c_max}, vocab)).eval()
+    old = seeded(lambda: former.PHAED(model.config, model.pad_id, model.eou_id)).eval()
+    model.load_state_dict(perturbed(old).state_dict())
+    batch = generation_batch(model, vocab)
+    real = batch.response_in.ne(model.pad_id)
+    widths = {}  # the tokens each stack's first call computes: the encoder's, then the memory's pass
+
+    def first_width(name):
+        def hook(module, args):
+            widths.setdefault(name, args[0].shape[1])
+        return hook
+
+    for name in ("inner", "decoder"):
+        getattr(model, name)[0].register_forward_pre_hook(first_width(name))
+    torch.testing.assert_close(model(batch)[real], old(batch)[real], **CLOSE)
+    role, turn = batch.context_role.tolist(), batch.context_turn.tolist()
+    newest = [sorted({t for t, r in zip(turns, roles) if r == 2})[:c_max] for turns, roles in zip(turn, role)]  # 1 = newest
+    remembered = [sum(r == 2 and t in kept for t, r in zip(*row)) for row, kept in zip(zip(turn, role), newest)]
+    assert widths == {"inner": max(roles.count(1) for roles in role), "decoder": max(remembered)}
+    assert (max(remembered) < max(roles.count(2) for roles in role)) == (c_max == 1)  # c_max = 1 leaves an older one out
+    for m in (model, old):
+        m.zero_grad()
+        m.loss(batch).backward()
+    assert_same_state(grad_state(model), grad_state(old), **CLOSE)
+    assert model.generate(batch) == old.generate(batch)
+    assert model.beam_search(batch, 3, 4) == old.beam_search(batch, 3, 4)
+
+
 # -- no model builds a mask or an attention of its own -----------------------------------------------------------
 
 FORBIDDEN = {

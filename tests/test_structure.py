@@ -25,6 +25,7 @@ from turnformer.structure import (
     dialogxl_layout,
     empty_rows,
     gaussian_local_bias,
+    kept_columns,
     lc_centers_and_widths,
     local,
     mask_from_name,
@@ -474,3 +475,18 @@ def test_a_long_history_packs_in_the_time_of_its_end():
     turns = [Unread([7] * 10) for _ in range(20_000)] + [[7] * 10 for _ in range(60)]
     row = _pack_one(turns, [t % 2 for t in range(len(turns))], None, SpecialTokens(pad=0, bos=1, suffix=3), 512, None)
     assert len(row["ids"]) == 512 and row["truncated"] == 20_060 * 11 + 1 - 512 and row["utt"][-1] == 20_059
+
+
+def test_kept_columns_are_each_rows_kept_tokens_in_order_and_take_their_metadata():
+    keep = torch.tensor([[False, True, False, True, True], [True, False, False, False, False], [False] * 5])
+    columns, valid = kept_columns(keep)
+    assert valid.tolist() == [[True] * 3, [True, False, False], [False] * 3]
+    assert [row[ok].tolist() for row, ok in zip(columns, valid)] == [[1, 3, 4], [0], []]
+    assert all(len(set(row.tolist())) == 3 for row in columns)  # the unused places hold distinct other columns
+    meta = TokenMeta.from_lists([[0, 0, 1, 1, 2], [0, 1, 1, 2, 2], [0, 0, 0, 1, 1]], [[0, 1, 0, 1, 1]] * 3)
+    taken = meta.take(columns, valid)
+    assert taken.utterance.tolist() == [[0, 1, 2], [0, -1, -1], [-1, -1, -1]] and taken.is_padding.tolist() == (~valid).tolist()
+    assert SAME_UTTERANCE(taken, taken)[0].tolist() == SAME_UTTERANCE(meta, meta)[0][[1, 3, 4]][:, [1, 3, 4]].tolist()
+    nothing, none_valid = kept_columns(torch.zeros(2, 0, dtype=torch.bool))
+    assert nothing.shape == none_valid.shape == (2, 0)
+    assert kept_columns(torch.zeros(1, 4, dtype=torch.bool))[0].shape == (1, 1)  # one column (padding): attention has a key

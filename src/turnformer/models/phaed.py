@@ -35,6 +35,10 @@ Each instance is one response with its context (at most 4 utterances, flat in ``
   the decoder read every query before the response (and an earlier response every query before it), as the
   Transformer baseline's decoder reads every context token, where the paper's reads the one it answers.
 
+Only what is read is computed: the encoder runs over the queries' tokens alone (no query reads an earlier response,
+and the decoder reads the encoder at queries only), the memory's pass over the newest ``c_max`` earlier responses alone
+(`kept_columns`); equal in outputs and gradients to computing every context token, as the former code did (tested).
+
 Simplifications: the recurrence is one level deep (earlier responses are decoded without a memory of
 their own), so exactly ``c_max`` earlier responses are visible, where Transformer-XL's would reach
 N * c_max back; the memory is recomputed per instance; no dropout on attention probabilities (only on
@@ -52,7 +56,8 @@ answers: the latest utterance of another speaker before it; `CROSS_ATTENTION`) a
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -62,7 +67,7 @@ from turnformer.structure.attention import (SEPARATE_PROJECTION_NAMES, MultiHead
                                             stacked_linear)
 from turnformer.structure.biases import turn_relative_distance
 from turnformer.structure.masks import CAUSAL, HISTORY, LISTENER, REPLY_TO, SAME_UTTERANCE, SPEAKER, own_turns, spoken_by
-from turnformer.structure.packing import TokenMeta, token_meta
+from turnformer.structure.packing import TokenMeta, kept_columns, token_meta
 
 OTHER, RESPONDER = 0, 1  # the speakers of the token metadata: a query's (context_role 1), the responder's (role 2)
 
@@ -104,6 +109,42 @@ class PHAEDConfig(GeneratorConfig):
         if self.cross_attention not in CROSS_ATTENTION:
             raise ValueError(f"model_config.cross_attention = {self.cross_attention!r}: expected one of "
                              f"{', '.join(CROSS_ATTENTION)}")
+
+
+class PHAEDState(NamedTuple):
+    """What the decoder reads of a batch's context (`PHAED.encode`). Only the queries' tokens go through the encoder and
+    only the remembered responses' through the memory's pass (`kept_columns`); their states are laid out at their
+    context columns (zero at the others), and the decoder reads those columns back."""
+
+    encoded: torch.Tensor  # [B, Lc, d] the encoded queries
+    context: TokenMeta  # the context's metadata [B, Lc]
+    memory: list[torch.Tensor] | None  # per decoder layer, the states entering it [B, Lc, d]; None: no memory
+    response_turn: torch.Tensor  # [B, 1] the response's aligned turn
+    queries: tuple[torch.Tensor, torch.Tensor]  # the queries' columns [B, Tq] and which are real [B, Tq]
+    remembered: tuple[torch.Tensor, torch.Tensor] | None  # the newest c_max earlier responses' columns [B, Tm], real
+
+    def rows(self, index: torch.Tensor) -> "PHAEDState":
+        """Rows ``index`` of every tensor (the hypotheses a beam search keeps)."""
+        def taken(value):
+            if value is None:
+                return None
+            if isinstance(value, (torch.Tensor, TokenMeta)):
+                return value[index] if isinstance(value, torch.Tensor) else value.rows(index)
+            return type(value)(taken(v) for v in value)  # the memory's layers, a (columns, valid) pair
+
+        return PHAEDState(*(taken(value) for value in self))
+
+
+def _at_columns(states: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """states [B, L, d] at columns [B, T] -> [B, T, d]."""
+    return states.gather(1, columns.unsqueeze(-1).expand(-1, -1, states.shape[-1]))
+
+
+def _laid_out(states: torch.Tensor, kept: tuple[torch.Tensor, torch.Tensor], length: int) -> torch.Tensor:
+    """states [B, T, d] of the kept (columns, valid) at their columns of a [B, length, d] tensor, zero elsewhere."""
+    columns, valid = kept
+    out = states.new_zeros(states.shape[0], length, states.shape[-1])
+    return out.scatter(1, columns.unsqueeze(-1).expand_as(states), states * valid.unsqueeze(-1))
 
 
 class Attention(MultiHeadAttention):
@@ -216,10 +257,12 @@ class PHAED(GeneratorBase):
         return torch.where(context.speaker.eq(OTHER), speaker.eq(OTHER).cumsum(1).gather(1, turn),
                            speaker.eq(RESPONDER).cumsum(1).gather(1, turn))
 
-    def _response_meta(self, response_in: torch.Tensor, context: TokenMeta) -> TokenMeta:
-        """The response's `TokenMeta`: the responder's utterance after the context's newest."""
-        after_context = (context.utterance.amax(1, keepdim=True) + 1).expand_as(response_in)
-        return token_meta(after_context, torch.full_like(response_in, RESPONDER), response_in.eq(self.pad_id))
+    @staticmethod
+    def _response_meta(context: TokenMeta, is_padding: torch.Tensor) -> TokenMeta:
+        """The response's `TokenMeta` [B, Lr] (`is_padding` [B, Lr]): the responder's utterance after the context's
+        newest."""
+        after_context = (context.utterance.amax(1, keepdim=True) + 1).expand_as(is_padding)
+        return token_meta(after_context, torch.full_like(after_context, RESPONDER), is_padding)
 
     def highest_turn(self, instance) -> int:
         """The largest aligned turn of `instance` (`encode`'s): its response's turn from the conversation's start, or
@@ -238,9 +281,9 @@ class PHAED(GeneratorBase):
                              "start (GenerationBatch.response_turn, from make_instances)")
         return batch.response_turn.unsqueeze(1)
 
-    def encode(self, batch: GenerationBatch):
-        """Encoded queries, the context's metadata, the decoder memory (one state [B, Lc, d] per layer, or None) and
-        the response's aligned turn [B, 1]."""
+    def encode(self, batch: GenerationBatch) -> PHAEDState:
+        """Encoded queries, the context's metadata, the decoder memory (one state per layer, or None) and the response's
+        aligned turn [B, 1] (`PHAEDState`)."""
         context = self._context_meta(batch)
         rank = self._ranks(context, batch.context_turn)
         is_response = context.speaker.eq(RESPONDER)
@@ -248,31 +291,59 @@ class PHAED(GeneratorBase):
         response_turn = self._response_turn(batch)
         aligned = back if self.config.turn_count == "back" else torch.where(
             context.is_padding, 0, (response_turn + 1 - back).clamp(min=1))  # counted from the conversation's start
-        x = embedded = self._embed(batch.context, context.position, aligned)
-        inner = INNER(context, context)
+        embedded = self._embed(batch.context, context.position, aligned)  # [B, Lc, d]
+        # the encoder reads and is read at the queries' tokens alone: only those are computed
+        queries = kept_columns(context.speaker.eq(OTHER))
+        query_meta, query_rank = context.take(*queries), rank.gather(1, queries[0])
+        x = _at_columns(embedded, queries[0])  # [B, Tq, d]
+        inner = INNER(query_meta, query_meta)
         for layer in self.inner:
             x = layer(x, inner)
         # the query count back: t - p = rank(p) - rank(t) for a query token t and a key p at or before it
-        relative = turn_relative_distance(-rank, -rank, self.config.r_max).clamp(min=0)
-        inter = INTER(context, context)
+        relative = turn_relative_distance(-query_rank, -query_rank, self.config.r_max).clamp(min=0)
+        inter = INTER(query_meta, query_meta)
         for layer in self.inter:
             x = layer(x, inter, relative=relative)
-        encoded = self.encoder_norm(x)
+        encoded = self.encoder_norm(x)  # [B, Tq, d]
 
-        memory = None
+        memory = remembered = None
         if self.config.c_max > 0:
-            with torch.no_grad():  # SG(M) of eq. 7: earlier responses, each decoded on its own
-                h, memory = embedded.detach(), []
-                own_past, answered = EARLIER_RESPONSE(context, context), self.reads(context, context)
+            # the earlier responses the decoder remembers (`own_turns`), each decoded on its own; SG(M) of eq. 7
+            probe = self._response_meta(context, context.is_padding.new_zeros(len(batch), 1))
+            remembered = kept_columns(own_turns(self.config.c_max)(probe, context)[:, 0])
+            remembered_meta = context.take(*remembered)
+            with torch.no_grad():
+                h, memory = _at_columns(embedded.detach(), remembered[0]), []
+                own_past, answered = EARLIER_RESPONSE(remembered_meta, remembered_meta), self.reads(remembered_meta, query_meta)
                 for layer in self.decoder:
-                    memory.append(h)  # layer n's memory: the states entering it (eq. 6)
+                    memory.append(_laid_out(h, remembered, context.shape[1]))  # layer n's memory: the states entering it (eq. 6)
                     h = layer(h, own_past, cross=encoded, cross_mask=answered)
-        return encoded, context, memory, response_turn
+        return PHAEDState(_laid_out(encoded, queries, context.shape[1]), context, memory, response_turn, queries, remembered)
 
-    def decode_states(self, state, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-        encoded, context, memory, response_turn = state
-        x = self._embed_response(response_in, response_turn, 0)
-        mask, cross_mask = self._decoder_masks(context, memory is not None, response_in)
+    @staticmethod
+    def _decoder_keys(state: PHAEDState) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """What the decoder attends to, at the columns it reads: the encoded queries [B, Tq, d] and the memory's states
+        per layer [B, Tm, d] (None without memory)."""
+        encoded = _at_columns(state.encoded, state.queries[0])
+        return encoded, None if state.memory is None else [_at_columns(m, state.remembered[0]) for m in state.memory]
+
+    @staticmethod
+    def _at_kept_keys(state: PHAEDState, mask: torch.Tensor, cross_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_decoder_masks`' masks over the context's columns (mask [B, Q, (Lc +) Lr], cross_mask [B, Q, Lc]) at the
+        columns `_decoder_keys` reads: [B, Q, (Tm +) Lr] and [B, Q, Tq]."""
+        def kept(over_context, columns, valid):  # [B, Q, Lc] -> [B, Q, T]
+            return over_context.gather(2, columns.unsqueeze(1).expand(-1, over_context.shape[1], -1)) & valid.unsqueeze(1)
+
+        cross_mask = kept(cross_mask, *state.queries)
+        if state.memory is not None:
+            length = state.context.shape[1]
+            mask = torch.cat([kept(mask[..., :length], *state.remembered), mask[..., length:]], 2)
+        return mask, cross_mask
+
+    def decode_states(self, state: PHAEDState, response_in: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        encoded, memory = self._decoder_keys(state)
+        x = self._embed_response(response_in, state.response_turn, 0)
+        mask, cross_mask = self._at_kept_keys(state, *self._decoder_masks(state.context, memory is not None, response_in))
         for n, layer in enumerate(self.decoder):
             x = layer(x, mask, memory=None if memory is None else memory[n], cross=encoded, cross_mask=cross_mask)
         return self.decoder_norm(x[:, -1] if last_only else x)  # eq. 8's input (the output is tied to the embeddings)
@@ -289,10 +360,10 @@ class PHAED(GeneratorBase):
         """The decoder's self-attention mask [B, Lr - first, (Lc +) Lr] (keys [memory ; response], the memory
         `with_memory`) and its cross-attention mask [B, Lr - first, Lc] (the response answers the newest query): the
         rows of the response's tokens from `first` on (a cached step's new ones)."""
-        response = self._response_meta(response_in, context)
+        response = self._response_meta(context, response_in.eq(self.pad_id))
         keys = TokenMeta.concat([context, response]) if with_memory else response
-        queries = response.select(slice(first, None))
-        return (DECODER_SELF | own_turns(self.config.c_max))(queries, keys), self.reads(queries, context)
+        rows = response.select(slice(first, None))
+        return (DECODER_SELF | own_turns(self.config.c_max))(rows, keys), self.reads(rows, context)
 
     def stepper(self, state) -> "CachedSteps":
         return CachedSteps(self, state)
@@ -305,20 +376,21 @@ class CachedSteps:
     `decode`'s rows for the new tokens, and only those are built. The logits equal
     ``decode(state, response_in, last_only=True)`` (tested)."""
 
-    def __init__(self, model: PHAED, state):
-        encoded, self.context, memory, self.response_turn = state
-        self.model, self.with_memory, self.read = model, memory is not None, 0
+    def __init__(self, model: PHAED, state: PHAEDState):
+        self.model, self.state, self.read = model, state, 0
+        encoded, memory = model._decoder_keys(state)
         self.cross = [layer.cross_attention.project_keys(encoded) for layer in model.decoder]
         self.past = [None if memory is None else layer.self_attention.project_keys(layer.self_norm(memory[n]))
-                     for n, layer in enumerate(model.decoder)]  # per layer: keys and values [B, (Lc +) T, d]
+                     for n, layer in enumerate(model.decoder)]  # per layer: keys and values [B, (Tm +) T, d]
 
     def __call__(self, response_in: torch.Tensor) -> torch.Tensor:
         m = self.model
         if self.read and response_in.shape[1] != self.read + 1:
             raise ValueError(f"a cached decoding step takes the response one token longer ({self.read + 1}), "
                              f"got {response_in.shape[1]}")
-        x = m._embed_response(response_in, self.response_turn, self.read)
-        mask, cross_mask = m._decoder_masks(self.context, self.with_memory, response_in, first=self.read)
+        x = m._embed_response(response_in, self.state.response_turn, self.read)
+        masks = m._decoder_masks(self.state.context, self.state.memory is not None, response_in, first=self.read)
+        mask, cross_mask = m._at_kept_keys(self.state, *masks)
         for n, layer in enumerate(m.decoder):
             x, self.past[n] = layer.step(x, mask, self.past[n], self.cross[n], cross_mask)
         self.read = response_in.shape[1]
@@ -328,8 +400,7 @@ class CachedSteps:
         """Row i of the next step continues row ``rows[i]`` of this one (beam search keeps some hypotheses twice)."""
         self.past = [(key[rows], value[rows]) for key, value in self.past]
         self.cross = [(key[rows], value[rows]) for key, value in self.cross]
-        self.context = TokenMeta(**{f.name: getattr(self.context, f.name)[rows] for f in fields(self.context)})
-        self.response_turn = self.response_turn[rows]
+        self.state = self.state.rows(rows)
 
 
-__all__ = ["IGNORE", "CachedSteps", "PHAED", "PHAEDConfig"]
+__all__ = ["IGNORE", "CachedSteps", "PHAED", "PHAEDConfig", "PHAEDState"]

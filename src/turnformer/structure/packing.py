@@ -80,6 +80,10 @@ class TokenMeta:
         taken["is_padding"] = taken["is_padding"] | ~valid
         return TokenMeta(**taken)
 
+    def rows(self, index: torch.Tensor) -> "TokenMeta":
+        """Rows ``index`` of every field (e.g. the hypotheses a beam search keeps)."""
+        return TokenMeta(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
     @staticmethod
     def concat(parts: Sequence["TokenMeta"]) -> "TokenMeta":
         """Join along the length axis, e.g. ``[memory ; current]`` as attention keys."""
@@ -143,6 +147,16 @@ def token_meta(
         memory_index=memory_index,
         memory_before=memory_before,
     )
+
+
+def kept_columns(keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The columns of each row's kept tokens (``keep`` [B, L]), first to last, as [B, T] (`TokenMeta.take`'s arguments):
+    T is the most any row keeps (at least 1 where L is); a row that keeps fewer fills its place with its other columns,
+    marked not valid [B, T]. A model computes only the tokens it reads (PHAED: the queries in its encoder)."""
+    count = keep.sum(1, keepdim=True)  # [B, 1]
+    width = min(max(int(count.max()) if keep.numel() else 0, 1), keep.shape[1])
+    columns = torch.argsort(keep.logical_not().to(torch.uint8), dim=1, stable=True)[:, :width]  # kept first, in order
+    return columns, torch.arange(width, device=keep.device) < count
 
 
 def sequence_meta(is_padding: torch.Tensor, utterance_per_token: bool = False) -> TokenMeta:
