@@ -744,3 +744,44 @@ def test_every_byte_is_written_to_a_stream_that_takes_part_of_each_write():
 
     with pytest.raises(OutputClosed):
         write_all(Gone(), b"x")
+
+
+def test_a_setting_of_the_run_description_that_cannot_build_the_model_names_the_run_file(trained_run, tmp_path):
+    description = json.loads((trained_run / "run.json").read_text())
+    recipe = description["recipe"]
+    run = _copy_run(trained_run, tmp_path / "bad-window", recipe={**recipe, "model_config": {**recipe["model_config"], "window": "x"}})
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(run)])
+    assert result.exit_code == 2 and f"{run / 'run.json'}: model_config.window = 'x'" in result.output, result.output
+
+
+def test_evaluate_refuses_a_blank_split_and_a_folder_as_input_before_any_work(trained_run, tmp_path):
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(tmp_path / "nothing"), "--split", ""])
+    assert result.exit_code == 2 and "unknown split ''; known: train, validation, test" in result.output
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(tmp_path)])
+    assert result.exit_code == 2 and f"--input {tmp_path}: a folder; give a labelled conversation file" in result.output
+
+
+def test_train_names_a_bad_seed_an_unknown_dataset_and_a_file_in_place_of_the_checkpoint(files, tmp_path):
+    result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--out", str(tmp_path / "r"), "--seed", "-1"])
+    assert result.exit_code == 2 and "--seed" in result.output and not (tmp_path / "r").exists()
+    result = runner.invoke(app, ["train", "--task", "dialogue-act", "--model", "lstm", "--dataset", "bogus", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "unknown dataset 'bogus'; available: dailydialog" in result.output
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "last").write_text("not a checkpoint")
+    result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
+                                 "--test-file", str(files["test"]), "--out", str(tmp_path / "r"), "--resume"])
+    assert result.exit_code == 2 and "a file where the run's checkpoint folder should be" in result.output
+    assert (tmp_path / "r" / "last").read_text() == "not a checkpoint"
+
+
+def test_data_commands_name_the_data_folder_given(tmp_path):
+    (tmp_path / "afile").write_text("hi")
+    result = runner.invoke(app, ["data", "download", "dailydialog", "--data-dir", str(tmp_path / "afile")])
+    assert result.exit_code == 2 and "a file, not a folder" in result.output and "downloading" not in result.output
+    copy = tmp_path / "dd"
+    (copy / "dailydialog" / "test").mkdir(parents=True)  # a copy whose test files are gone
+    from turnformer.data import load_split
+
+    with pytest.raises(DialogueError) as caught:
+        load_split("dailydialog", "test", copy)
+    assert f"turnformer data verify dailydialog --data-dir {copy}" in str(caught.value)

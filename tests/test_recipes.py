@@ -126,3 +126,46 @@ def test_every_task_has_the_shape_the_command_line_uses():
         assert task.command in ("predict", "generate") and isinstance(task.options, frozenset)
         for method in ("load_data", "train", "load_trained", "evaluate", "predict", "session"):
             assert callable(getattr(task, method)), (name, method)
+
+
+def test_a_recipe_file_is_read_as_utf8_past_a_byte_order_mark_and_a_folder_or_bad_bytes_are_named(tmp_path):
+    shipped = (RECIPES_DIR / "dialogue-act-dailydialog-lstm.toml").read_bytes()
+    (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf" + shipped)  # as some editors save it
+    assert load_recipe(tmp_path / "bom.toml")["model"] == "lstm"
+    (tmp_path / "latin.toml").write_bytes(b"\xff\xfe" + shipped)
+    with pytest.raises(DialogueError, match=r"latin\.toml:1: undecodable bytes b'\\xff' at column 1"):
+        load_recipe(tmp_path / "latin.toml")
+    (tmp_path / "folder").mkdir()
+    result = runner.invoke(app, ["train", "--recipe", str(tmp_path / "folder"), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "folder: is a directory, expected a file" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.lr=0", "train.lr = 0: a learning rate of 0 trains nothing; expected a number above 0"),
+    ("train.head_lr=0", "train.head_lr = 0: a learning rate of 0 trains nothing"),
+    ("eval_online=maybe", "eval_online = 'maybe'; expected true or false"),
+    ('labels=["inform","question"]', "a benchmark's label set is its own"),
+    ("=3", "--set '=3': empty key"),
+    (".epochs=3", "--set '.epochs=3': an empty name in '.epochs'"),
+])
+def test_a_recipe_setting_that_would_be_ignored_or_refused_late_is_refused_when_read(override, message):
+    with pytest.raises(DialogueError) as caught:
+        load_recipe("dialogue-act-dailydialog-lstm", [override])
+    assert message in str(caught.value)
+
+
+def test_a_setting_the_model_takes_from_its_data_is_refused_in_a_recipe_unless_it_agrees():
+    from turnformer.tasks.dialogue_act import build_act_model
+    from turnformer.tasks.generation import Vocabulary, build_generator
+
+    vocab = Vocabulary.build([], min_count=1)
+    settings = {"d_model": 8, "heads": 2, "layers": 1, "ff": 16}
+    assert build_generator("transformer", {**settings, "vocab_size": len(vocab)}, vocab).config.vocab_size == len(vocab)
+    with pytest.raises(ValueError, match=rf"model_config.vocab_size = 10: the model takes it from .* \({len(vocab)} here\)"):
+        build_generator("transformer", {**settings, "vocab_size": 10}, vocab)
+    with pytest.raises(ValueError, match="model_config.vocab_sise: unknown") as caught:
+        build_generator("transformer", {**settings, "vocab_sise": 10}, vocab)
+    assert "vocab_size" not in str(caught.value).split("known:")[1]  # not offered as a setting
+    with pytest.raises(DialogueError, match="model_config.context = 'bogus'; known: lc-attention"):
+        build_act_model({"context": "bogus"}, ["a", "b"])

@@ -597,6 +597,44 @@ def test_a_fresh_run_never_mixes_with_the_run_it_replaces(tmp_path):
     assert not aside.exists() and (out / "best").is_dir() and not (out / "result.json").exists()
 
 
+def test_a_folder_in_the_place_of_the_set_aside_run_that_is_not_one_is_never_deleted(tmp_path):
+    """A fresh run sets the run it replaces aside in OUT.replaced; a folder of that name holding anything but a run's
+    entries is someone else's: the new run is refused before it moves or deletes anything."""
+    from turnformer.training.runs import replaced_run_folder
+
+    out = tmp_path / "run"
+    run(out, epochs=1)
+    aside = replaced_run_folder(out)
+    aside.mkdir()
+    (aside / "notes.txt").write_text("mine")
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(CheckpointError, match=r"run\.replaced: in the way of the run that .*run holds"):
+        run(out, epochs=1)
+    assert (aside / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == before
+
+
+def test_a_resumed_run_keeps_its_optimizers_rates_and_records_them(tmp_path, caplog):
+    """The optimizer's state holds the learning rate and weight decay: resumed with others, the run trains on with the
+    checkpoint's, says so, and records those it used."""
+    out = tmp_path / "run"
+    run(out, epochs=1, scheduler="constant", warmup_steps=0)
+    with caplog.at_level("WARNING", logger="turnformer"):
+        run(out, resume=True, epochs=2, lr=0.5, weight_decay=0.3, scheduler="constant", warmup_steps=0)
+    assert "lr: 0.5 given, 0.05 kept; weight_decay: 0.3 given, 0.01 kept" in caplog.text
+    saved = json.loads((out / "last" / "config.json").read_text())["train"]
+    assert (saved["lr"], saved["weight_decay"]) == (0.05, 0.01)
+
+
+def test_a_linear_schedule_stays_laid_out_as_the_run_began(tmp_path):
+    """Resumed with more epochs, the linear schedule is the checkpoint's: it has reached 0, so the epoch past it
+    changes no weight."""
+    out = tmp_path / "run"
+    model, _ = run(out, epochs=2, scheduler="linear")
+    ended = flat_params(model)
+    longer, _ = run(out, model=new_model(), resume=True, epochs=3, scheduler="linear")
+    assert torch.equal(flat_params(longer), ended)
+
+
 def test_epoch_lines_name_their_metric_on_one_scale():
     from turnformer.training import metric_text
 

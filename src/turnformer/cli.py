@@ -350,7 +350,7 @@ def demo(
     train_dialogues: Optional[int] = typer.Option(None, help="Fine-tune on the first N training dialogues (default all)."),
     eval_dialogues: Optional[int] = typer.Option(None, help="Score on the first N validation/test dialogues (default all)."),
     epochs: int = typer.Option(1, min=1, help="Fine-tuning epochs."),
-    seed: int = typer.Option(1),
+    seed: int = typer.Option(1, min=0, max=2**32 - 1, help="Random seed (a whole number, 0 to 2**32 - 1)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Emotion recognition end to end: dataset statistics, DialogXL's masks on one conversation,
@@ -458,7 +458,7 @@ def train(
     recipe: Optional[str] = typer.Option(None, help="Recipe: a TOML file, or the name of one of turnformer's own (e.g. "
                                          "erc-meld-dialogxl; default: TASK-DATASET-MODEL)."),
     out: Path = typer.Option(..., help="Run folder: checkpoints (last/, best/), run.json, result.json."),
-    seed: int = typer.Option(1),
+    seed: int = typer.Option(1, min=0, max=2**32 - 1, help="Random seed (a whole number, 0 to 2**32 - 1)."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out from its last checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run --out holds (kept aside until the new run's "
                                    "first checkpoint, then deleted)."),
@@ -502,6 +502,8 @@ def train(
         trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
         limits = training_limits(limit_dialogues, limit_train, limit_eval)
         loaded = training_recipe(task, model, dataset, recipe, files, set_)
+        if resume and (out / "last").exists() and not (out / "last").is_dir():
+            fail(f"{out / 'last'}: a file where the run's checkpoint folder should be; move it, then --resume again")
         if resume and not (out / "last").is_dir():
             err.print(f"note: --resume: {out} holds no checkpoint yet; starting from the beginning", highlight=False, soft_wrap=True)
         elif resume and (changed := changed_since_checkpoint(out, loaded, limits or None)):
@@ -654,6 +656,8 @@ def evaluate(
         confusion = figure_path(confusion) if confusion is not None else None
         if input_file is not None and split is not None:
             raise DialogueError("--input and --split: give one or the other (--input is scored as a whole)")
+        if split is not None and split not in ("train", "validation", "test"):  # before the model loads ("" included)
+            raise DialogueError(f"unknown split {split!r}; known: train, validation, test")
         task, model, tokenizer, run = load_trained(checkpoint)
         if input_file is None and (changed := [c for c in changed_files(run["recipe"], run["recipe"])
                                                if c.startswith(f"{split or 'test'}_file ")]):

@@ -17,6 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from turnformer.data._io import read_text
 from turnformer.data.registry import get_info
 from turnformer.dialogue import DialogueError
 
@@ -39,6 +40,11 @@ def find_recipe(task: str, model: str, dataset: str) -> Path:
         preferred = RECIPES_DIR / f"{task}-{FILE_FALLBACK.get(task, '')}-{model}.toml"
         path = preferred if preferred.exists() else next(iter(sorted(RECIPES_DIR.glob(f"{task}-*-{model}.toml"))), path)
     if not path.exists():
+        if dataset != "file":
+            try:
+                get_info(dataset)
+            except DialogueError as e:  # an unknown dataset is said as such, with the known ones
+                raise DialogueError(f"no recipe {path.name}: {e}") from None
         known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))) or "none"
         raise DialogueError(f"no recipe {path.name}; known recipes: {known} (or pass --recipe FILE)")
     return path
@@ -90,9 +96,11 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[st
     """The recipe in the file `path` (or of that name, see `recipe_path`), checked, with ``--set`` `overrides`."""
     path = recipe_path(path)
     try:
-        recipe = tomllib.loads(path.read_text(encoding="utf-8"))
+        recipe = tomllib.loads(read_text(path))  # UTF-8, a byte-order mark read past; a folder or bad bytes named
     except FileNotFoundError:
         raise DialogueError(f"{path}: no such recipe file, nor a recipe's name (they read like erc-meld-dialogxl)") from None
+    except OSError as e:
+        raise DialogueError(f"{path}: the recipe cannot be read ({e.strerror or e})") from None
     except tomllib.TOMLDecodeError as e:
         raise DialogueError(f"{path}: malformed recipe: {e}") from None
     for key in REQUIRED:
@@ -133,7 +141,12 @@ def check_recipe_keys(recipe: dict[str, Any], source: str) -> None:
         raise DialogueError(f"{source}: unknown setting data.{unknown[0]}; known: {', '.join(DATA_SETTINGS)}")
     if "label_kind" in recipe and (not isinstance(recipe["label_kind"], str) or not recipe["label_kind"].strip()):
         raise DialogueError(f"{source}: label_kind = {recipe['label_kind']!r}; expected a label kind such as \"emotion\" or \"act\"")
+    if "eval_online" in recipe and not isinstance(recipe["eval_online"], bool):
+        raise DialogueError(f"{source}: eval_online = {recipe['eval_online']!r}; expected true or false")
     labels = recipe.get("labels")
+    if labels is not None and recipe.get("dataset") != "file":
+        raise DialogueError(f"{source}: labels = {labels!r}: a benchmark's label set is its own; labels are for your own "
+                            "data (dataset = \"file\")")
     if labels is not None and (not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x for x in labels)
                                or len(set(labels)) != len(labels)):
         raise DialogueError(f"{source}: labels = {labels!r}; expected a list of distinct label names, e.g. [\"joy\", \"anger\"]")
@@ -150,6 +163,7 @@ TRAIN_SETTINGS: dict[str, tuple[type, float]] = {
     "save_every_steps": (int, 1), "lr": (float, 0), "head_lr": (float, 0), "official_lr": (float, 0),
     "weight_decay": (float, 0), "grad_clip": (float, 0),
 }
+ABOVE_LEAST = ("lr", "head_lr", "official_lr")  # learning rates: above 0, not 0
 SCHEDULERS = ("linear", "constant")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")  # accelerate's (TrainConfig.mixed_precision)
 
@@ -174,6 +188,9 @@ def check_train_settings(train: dict[str, Any], source: str) -> None:
         if not numeric or (kind is int and not isinstance(value, int)) or not math.isfinite(value) or value < least:
             wanted = "a whole number" if kind is int else "a number"
             raise DialogueError(f"{source}: train.{key} = {value!r}; expected {wanted}, {least:g} or more")
+        if key in ABOVE_LEAST and value == least:
+            raise DialogueError(f"{source}: train.{key} = {value!r}: a learning rate of 0 trains nothing; expected a number "
+                                "above 0")
 
 
 def recipe_train_config(settings: dict, defaults: dict, *, seed: int, out_dir, resume: bool = False,
@@ -227,6 +244,9 @@ def apply_overrides(recipe: dict[str, Any], overrides: list[str]) -> dict[str, A
         except tomllib.TOMLDecodeError:
             value = raw
         *sections, last = key.strip().split(".")
+        if not all(part.strip() for part in (*sections, last)):
+            raise DialogueError(f"--set {item!r}: {'empty key' if not key.strip() else f'an empty name in {key.strip()!r}'}; "
+                                "expected KEY=VALUE, e.g. train.epochs=2")
         node = recipe
         for section in sections:
             node = node.setdefault(section, {})

@@ -109,6 +109,8 @@ def download_cmd(
     force: bool = typer.Option(False, "--force", help="Replace an existing copy that does not verify."),
 ) -> None:
     """Fetch a benchmark from its source repository at a pinned commit and verify its checksums."""
+    if data_dir is not None and data_dir.exists() and not data_dir.is_dir():
+        _fail(f"--data-dir {data_dir}: a file, not a folder")
     typer.echo(f"downloading {_run(describe, name)}")
     folder = _run(download, name, data_dir, force=force)
     typer.echo(f"{name}: verified, in {folder}")

@@ -176,9 +176,10 @@ def load_split(name: str, split: str, data_dir: str | os.PathLike[str] | None = 
     except DataNotFoundError as err:  # the folder exists but a file of this split is missing
         if info.manual_download:  # no manifest: nothing to verify or download
             raise DataNotFoundError(f"{err} ({info.name} at {root} looks incomplete. {info.manual_download})") from None
+        there = f" --data-dir {data_dir}" if data_dir is not None else ""  # the commands check and replace this copy
         raise DataNotFoundError(
-            f"{err} ({info.name} at {root} looks incomplete; run `turnformer data verify {info.name}` to check it, "
-            f"or `turnformer data download {info.name} --force` to replace it)"
+            f"{err} ({info.name} at {root} looks incomplete; run `turnformer data verify {info.name}{there}` to check it, "
+            f"or `turnformer data download {info.name} --force{there}` to replace it)"
         ) from None
     if loaded.report:  # what the loader repaired or skipped, in one line (every command that reads data shows it)
         logging.getLogger(__name__).info("%s %s: %s", info.name, canonical, loaded.report.summary())

@@ -411,7 +411,7 @@ def build_baseline(model_id: str, model_config: dict, labels: Sequence[str], bac
         raise ValueError(f"unknown baseline {model_id!r}; known: {', '.join(BASELINES)}")
     model_class, config_class = BASELINES[model_id]
     encoder, tokenizer = load_backbone(backbone)
-    config = config_class.from_dict({**model_config, "num_labels": len(labels), "backbone": backbone})
+    config = config_class.from_recipe(model_config, num_labels=len(labels), backbone=backbone)
     return model_class(config, encoder, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id), tokenizer
 
 

@@ -23,6 +23,22 @@ class ModelConfig:
                              f"known: {', '.join(sorted(known))}")
         return cls(**data)
 
+    @classmethod
+    def from_recipe(cls, settings: dict, **derived):
+        """The config of a recipe's [model_config] `settings` and of the settings the model takes from the data, the
+        tokenizer or the backbone (`derived`, e.g. ``num_labels``): a recipe that sets one of those to another value is
+        refused, naming it, where it would be ignored."""
+        known = {f.name for f in fields(cls)} - set(derived)  # type: ignore[arg-type]
+        unknown = sorted(set(settings) - known - set(derived))
+        if unknown:
+            raise ValueError(f"{', '.join('model_config.' + k for k in unknown)}: unknown {cls.__name__} settings; "
+                             f"known: {', '.join(sorted(known))}")
+        for key, value in derived.items():
+            if key in settings and settings[key] != value:
+                raise ValueError(f"model_config.{key} = {settings[key]!r}: the model takes it from its data, tokenizer or "
+                                 f"backbone ({value!r} here); a recipe does not set it")
+        return cls.from_dict({**settings, **derived})
+
 
 def check_config(config, positive: Iterable[str] = ()) -> None:
     """Raise ValueError naming the first whole-number setting that is not one or is below 0 (below 1 for `positive`),

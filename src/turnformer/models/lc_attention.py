@@ -295,14 +295,13 @@ def build_lc_model(model_id: str, model_config: dict, labels: list[str], backbon
     if model_id == "minilm-utterance":
         encoder, tokenizer = load_auto_encoder(backbone, pretrained)
         hidden = encoder.config.hidden_size
-        config = LCConfig.from_dict({**model_config, "context": "lstm", "utterance_encoder": "pretrained", "num_labels": len(labels),
-                                     "vocab_size": encoder.config.vocab_size, "embedding_dim": hidden, "hidden": hidden,
-                                     "pad_id": tokenizer.pad_token_id, "cls_id": tokenizer.cls_token_id, "sep_id": tokenizer.sep_token_id})
+        config = LCConfig.from_recipe(model_config, context="lstm", utterance_encoder="pretrained", num_labels=len(labels),
+                                      vocab_size=encoder.config.vocab_size, embedding_dim=hidden, hidden=hidden,
+                                      pad_id=tokenizer.pad_token_id, cls_id=tokenizer.cls_token_id, sep_id=tokenizer.sep_token_id)
         return LCAttentionModel(config, encoder=encoder), tokenizer
     weight, tokenizer = input_embeddings(backbone)
-    config = LCConfig.from_dict({**model_config, "context": model_id, "num_labels": len(labels),
-                                 "vocab_size": weight.shape[0], "embedding_dim": weight.shape[1],
-                                 "pad_id": tokenizer.pad_token_id})
+    config = LCConfig.from_recipe(model_config, context=model_id, num_labels=len(labels), vocab_size=weight.shape[0],
+                                  embedding_dim=weight.shape[1], pad_id=tokenizer.pad_token_id)
     copy = pretrained and config.word_vectors == "backbone"
     return LCAttentionModel(config, weight.clone() if copy else None), tokenizer
 
@@ -322,7 +321,7 @@ def input_embeddings(backbone: str) -> tuple[torch.Tensor, Any]:
 def build_frozen_lc_model(model_config: dict, labels: list[str], vector_dim: int) -> LCAttentionModel:
     """A dialogue-act model over a frozen sentence encoder's vectors (``vector_dim`` wide): the model config's
     ``context`` encoder after a projection of the vectors to its width."""
-    config = LCConfig.from_dict({**model_config, "num_labels": len(labels), "embedding_dim": vector_dim})
+    config = LCConfig.from_recipe(model_config, num_labels=len(labels), embedding_dim=vector_dim)
     if config.utterance_encoder != "frozen":
         raise ValueError(f"model_config.utterance_encoder = {config.utterance_encoder!r}: expected 'frozen'")
     return LCAttentionModel(config)

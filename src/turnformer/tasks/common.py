@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
@@ -172,6 +173,17 @@ def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = ()) -> tuple[
     raise DialogueError(f"{checkpoint}: not a turnformer run (no run.json here or one level up)")
 
 
+@contextmanager
+def built_from_run_file(weights: Path):
+    """Within the block a model is built from a run description: an error in one of its settings or its vocabulary (a
+    damaged or hand-edited run.json) names the run.json. (A missing entry is named by the commands' own message.)"""
+    try:
+        yield
+    except (DialogueError, ValueError, TypeError) as e:
+        run_file = next((f / "run.json" for f in (weights, weights.parent) if (f / "run.json").is_file()), weights / "run.json")
+        raise DialogueError(f"{run_file}: {e}") from None
+
+
 def run_results(checkpoint) -> dict | None:
     """What the training of a run scored, from the result.json beside its run.json (the best epoch, the validation and
     test scores there, the training time; the per-epoch history left out); None where the run has none."""
@@ -284,6 +296,8 @@ def scored_run(run: dict, input_file: Path | None) -> dict:
     labelled file (read with the run's label set, so that an unknown label names the file and line)."""
     if input_file is None:
         return run
+    if input_file.is_dir():
+        raise DialogueError(f"--input {input_file}: a folder; give a labelled conversation file")
     if not input_file.is_file():
         raise DialogueError(f"--input {input_file}: no such file (a split of the run's own dataset is --split)")
     return {**run, "recipe": {**run["recipe"], "dataset": "file", "test_file": str(input_file.resolve())}}

@@ -30,12 +30,12 @@ import torch
 from turnformer.backbones.sentence_vectors import SentenceEncoder, sentence_vectors
 from turnformer.backbones.word_vectors import Word2VecSettings, word2vec_table
 from turnformer.dialogue import Dialogue, DialogueError, is_blank
-from turnformer.models.lc_attention import (LCAttentionModel, LCConfig, LocalContextAttention, WindowBatch, build_frozen_lc_model,
+from turnformer.models.lc_attention import (CONTEXTS, LCAttentionModel, LCConfig, LocalContextAttention, WindowBatch, build_frozen_lc_model,
                                             build_lc_model)
 from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import ANNOTATE, STREAM, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, conversation_blocks, label_predictions,
-                                     load_labelled_data, mark_cut, model_builder,
+                                     built_from_run_file, load_labelled_data, mark_cut, model_builder,
                                      run_description, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import accuracy
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
@@ -62,7 +62,10 @@ def build_act_model(model_config: dict, labels: list[str], backbone: str = DEFAU
             raise DialogueError(f"model_config.context = {model_config['context']!r}: a pretrained utterance encoder is "
                                 "followed by the lstm context layer")
         return build_lc_model("minilm-utterance", model_config, labels, backbone, pretrained)
-    return build_lc_model(model_config.get("context", LCConfig.context), model_config, labels, backbone, pretrained)
+    context = model_config.get("context", LCConfig.context)
+    if context not in CONTEXTS:  # a setting, not a model id, to the user
+        raise DialogueError(f"model_config.context = {context!r}; known: {', '.join(CONTEXTS)}")
+    return build_lc_model(context, model_config, labels, backbone, pretrained)
 
 
 # model id -> builder: (model config, labels, backbone name, pretrained) -> (model, tokenizer). The ``-frozen-mpnet``
@@ -278,7 +281,8 @@ def load_trained(checkpoint):
     (model in eval mode, tokenizer, run description with the recipe and labels)."""
     weights, run = checkpoint_paths(Path(checkpoint), (TASK.name,))
     run = upgrade_run(run, MODELS)
-    model, tokenizer = build_dialogue_act_model(run["recipe"], run["labels"], pretrained=False)
+    with built_from_run_file(weights):
+        model, tokenizer = build_dialogue_act_model(run["recipe"], run["labels"], pretrained=False)
     load_checkpoint(weights, model)
     return model.eval(), tokenizer, run
 

@@ -26,7 +26,7 @@ from turnformer.recipes import recipe_train_config
 from turnformer.structure.packing import truncate_keeping_end_specials
 from turnformer.tasks.base import ANNOTATE, ATTENTION, STREAM, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, conversation_blocks, label_predictions,
-                                     load_labelled_data, mark_cut, model_builder,
+                                     built_from_run_file, load_labelled_data, mark_cut, model_builder,
                                      run_description, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import PRIMARY_METRIC, confusion_matrix_plot, erc_metrics
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
@@ -134,7 +134,7 @@ def build_dialogxl(model_config: dict, labels: list[str], backbone: str):
     """DialogXL on a pretrained backbone (weights from its package or folder), and its tokenizer. Its variants
     (``dialogxl-no-speaker``, ``dialogxl-memory-bias``, ...) are the settings of their recipes' model config."""
     encoder, tokenizer = load_backbone(backbone)
-    config = DialogXLConfig.from_dict({**model_config, "num_labels": len(labels), "backbone": backbone})
+    config = DialogXLConfig.from_recipe(model_config, num_labels=len(labels), backbone=backbone)
     positions = getattr(encoder.config, "max_position_embeddings", None)  # None: relative positions (XLNet)
     if positions is not None and config.max_utterance_tokens > positions:
         raise DialogueError(f"model_config.max_utterance_tokens = {config.max_utterance_tokens} is over the backbone's {positions} positions")
@@ -237,7 +237,8 @@ def load_trained(checkpoint):
     weights, run = checkpoint_paths(Path(checkpoint), (TASK.name,))
     run = upgrade_run(run, MODELS)
     recipe = run["recipe"]
-    model, tokenizer = build_erc_model(recipe["model"], recipe["model_config"], run["labels"], recipe["backbone"])
+    with built_from_run_file(weights):
+        model, tokenizer = build_erc_model(recipe["model"], recipe["model_config"], run["labels"], recipe["backbone"])
     load_checkpoint(weights, model)
     return model.eval(), tokenizer, run
 

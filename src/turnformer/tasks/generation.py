@@ -43,7 +43,7 @@ from turnformer.parsing import DependencyParser
 from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import GENERATE, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, Tally, check_split, checkpoint_paths, conversation_blocks, model_builder,
-                                     read_split_files, run_description, scored_run, shorten, upgrade_run)
+                                     built_from_run_file, read_split_files, run_description, scored_run, shorten, upgrade_run)
 from turnformer.tasks.generation_metrics import available_word_vectors, generation_metrics, perplexity
 from turnformer.training import load_checkpoint, progress, set_seed, train
 
@@ -125,7 +125,7 @@ def cut_words(text: str, max_words: int, report: GenerationReport, where: str) -
 def build_word_generator(cls, model_config: dict, vocab: Vocabulary):
     """A generator of class `cls` as its model config describes it (each class names its settings dataclass as
     ``config_class``; an ablation is a setting, e.g. ``turn_attention = false``) over the word vocabulary."""
-    config = cls.config_class.from_dict({**model_config, "vocab_size": len(vocab)})
+    config = cls.config_class.from_recipe(model_config, vocab_size=len(vocab))
     return cls(config, pad_id=vocab.index[PAD], eou_id=vocab.index[EOU])
 
 
@@ -346,8 +346,9 @@ def load_trained(checkpoint):
     if "vocabulary" not in run:
         raise DialogueError(f"{checkpoint}: not a generation run (its run.json has no vocabulary)")
     run = upgrade_run(run, MODELS)
-    vocab = Vocabulary.from_dict(run["vocabulary"])
-    model = build_generator(run["recipe"]["model"], run["recipe"].get("model_config", {}), vocab)
+    with built_from_run_file(weights):
+        vocab = Vocabulary.from_dict(run["vocabulary"])
+        model = build_generator(run["recipe"]["model"], run["recipe"].get("model_config", {}), vocab)
     load_checkpoint(weights, model)
     return model.eval(), vocab, run
 

@@ -40,7 +40,7 @@ from turnformer.recipes import recipe_train_config
 from turnformer.structure import SpecialTokens, pack_token_ids
 from turnformer.tasks.base import RANK, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, InputBlocks, check_split, checkpoint_paths, model_builder, run_description,
-                                     scored_run, shorten, split_file, upgrade_run)
+                                     built_from_run_file, scored_run, shorten, split_file, upgrade_run)
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics, shown_scores
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
@@ -290,7 +290,8 @@ def load_trained(checkpoint):
     (model in eval mode, tokenizer, run description)."""
     weights, run = checkpoint_paths(Path(checkpoint))
     run = upgrade_run(run, MODELS)
-    model, tokenizer = build_response_selection_model(run["recipe"], pretrained=False)
+    with built_from_run_file(weights):
+        model, tokenizer = build_response_selection_model(run["recipe"], pretrained=False)
     load_checkpoint(weights, model)
     return model.eval(), tokenizer, run
 

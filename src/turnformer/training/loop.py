@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -28,7 +29,8 @@ from turnformer.training.evaluation import evaluate, metric_text
 from turnformer.training.files import atomic_directory, json_normalise, recover_swap
 from turnformer.training.optim import build_optimizer, build_scheduler
 from turnformer.training.randomness import epoch_order, get_rng_state, set_rng_state, set_seed
-from turnformer.training.runs import delete_replaced_run, only_run_in, replaced_run_folder, set_aside_earlier_run
+from turnformer.training.runs import (delete_replaced_run, holds_set_aside_run, only_run_in, replaced_run_folder,
+                                      set_aside_earlier_run)
 from turnformer.training.signals import interrupts_deferred, raise_terminated, signal_handlers
 from turnformer.training.state import TrainState
 
@@ -167,10 +169,9 @@ class _Trainer:
 
         set_seed(config.seed)
         self.optimizer = build_optimizer(model, config.lr, config.weight_decay, config.head_lr)
-        self.scheduler = build_scheduler(
-            self.optimizer, config.scheduler, config.warmup_steps, self.updates_per_epoch * config.epochs,
-        )
-        self.state = TrainState(num_train_batches=self.n_batches, world_size=self.world)
+        schedule_steps = self.updates_per_epoch * config.epochs
+        self.scheduler = build_scheduler(self.optimizer, config.scheduler, config.warmup_steps, schedule_steps)
+        self.state = TrainState(num_train_batches=self.n_batches, world_size=self.world, schedule_steps=schedule_steps)
         self.replaced: Path | None = None  # an earlier run in out_dir, set aside until this run's first checkpoint
         checkpoint = self._load_for_resume()
         self.wrapped, self.optimizer = accelerator.prepare(_LossForward(model), self.optimizer)
@@ -204,13 +205,20 @@ class _Trainer:
         if not last.exists():
             if self.acc.is_main_process:
                 logger.info("resume: no checkpoint at %s, starting afresh", last)
-                if replaced_run_folder(out_dir).exists():  # a replacement that never checkpointed: it goes on replacing
+                if holds_set_aside_run(replaced_run_folder(out_dir)):  # a replacement that never checkpointed: it goes on replacing
                     self.replaced = replaced_run_folder(out_dir)
             return None
         checkpoint = read_checkpoint(last, full=True)
         self._check_resume(last, checkpoint)
         load_weights(self.model, checkpoint["tensors"], last / MODEL_FILE)
         state: TrainState = checkpoint["state"]
+        if not state.schedule_steps:  # a checkpoint from before it was kept: the schedule as the run began, from its config
+            saved = (checkpoint["config"].get("train") or {}).get("epochs") or self.config.epochs
+            per_process = (state.num_train_batches or self.n_batches) // max(1, state.world_size)
+            state.schedule_steps = math.ceil(max(1, per_process) / self.config.gradient_accumulation_steps) * saved
+        if state.schedule_steps != self.state.schedule_steps:  # the schedule stays laid out as the run began
+            self.scheduler = build_scheduler(self.optimizer, self.config.scheduler, self.config.warmup_steps,
+                                             state.schedule_steps)
         state.num_train_batches, state.world_size = self.n_batches, self.world
         self.state = state
         if self.acc.is_main_process and state.epoch >= self.config.epochs:
@@ -250,12 +258,19 @@ class _Trainer:
                                    "the checkpoint, laid out for the run as it began, and reaches 0 where that run would "
                                    "have ended (training past it changes nothing); for another length, train a new run",
                                    what, before, now)
+        kept = {k: saved_train[k] for k in ("lr", "head_lr", "weight_decay") if k in saved_train and saved_train[k] != getattr(config, k)}
+        if kept:  # the optimizer's state holds them: a resumed run trains on with the checkpoint's, and records those
+            if self.acc.is_main_process:
+                logger.warning("resuming keeps the checkpoint's optimizer settings, not those given (%s): for others, "
+                               "start a new run", "; ".join(f"{k}: {getattr(config, k)!r} given, {v!r} kept" for k, v in kept.items()))
+            self.config = config = dataclasses.replace(config, **kept)
         changed = [
             f"{k}: {saved_train.get(k)!r} -> {getattr(config, k)!r}"
-            for k in ("lr", "head_lr", "weight_decay", "grad_clip", "scheduler", "warmup_steps", "gradient_accumulation_steps", "seed",
-                      "mixed_precision")
+            for k in ("grad_clip", "scheduler", "warmup_steps", "gradient_accumulation_steps", "seed", "mixed_precision")
             if k in saved_train and saved_train[k] != getattr(config, k)
         ]
+        if config.scheduler != "linear" and state.num_train_batches and state.num_train_batches != self.n_batches:
+            changed.append(f"training batches an epoch: {state.num_train_batches} -> {self.n_batches}")
         if changed and self.acc.is_main_process:
             logger.warning("resuming with a changed training config (%s): the optimizer and schedule state come from "
                            "the checkpoint, the result will differ from an uninterrupted run", "; ".join(changed))

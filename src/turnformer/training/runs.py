@@ -26,6 +26,12 @@ def replaced_run_folder(out_dir: Path) -> Path:
     return out_dir.with_name(out_dir.name + ".replaced")
 
 
+def holds_set_aside_run(aside: Path) -> bool:
+    """Whether `aside` is a folder holding nothing but a run's entries: the run `set_aside_earlier_run` set aside there
+    (a folder of that name with anything else in it is someone else's)."""
+    return aside.is_dir() and all(path.name in RUN_ENTRIES for path in aside.iterdir())
+
+
 def set_aside_earlier_run(out_dir: Path) -> Path | None:
     """Move an earlier run's entries out of `out_dir` (a fresh run starts there), so that the folder never mixes two
     runs; they are deleted once the new run has a checkpoint, so that an interrupted start loses nothing. Entries
@@ -33,6 +39,10 @@ def set_aside_earlier_run(out_dir: Path) -> Path | None:
     still set aside."""
     present = [out_dir / name for name in RUN_ENTRIES if (out_dir / name).exists()]
     aside = replaced_run_folder(out_dir)
+    if aside.exists() and not holds_set_aside_run(aside):
+        raise CheckpointError(f"{aside}: in the way of the run that {out_dir} holds, which a fresh run sets aside there "
+                              "until its first checkpoint; it is not a run set aside (it holds other files): move or "
+                              "rename it, then start again")
     if aside.exists():
         for path in present:
             if path.is_dir():
@@ -64,7 +74,10 @@ def only_run_in(out_dir: Path, main_process: bool = True):
     if not main_process or fcntl is None:
         yield
         return
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CheckpointError(f"{out_dir}: the run's folder cannot be made ({e.strerror or e})") from None
     fd = os.open(out_dir, os.O_RDONLY)
     try:
         try:

@@ -23,6 +23,7 @@ class TrainState:
     global_step: int = 0           # updates so far
     num_train_batches: int = 0
     world_size: int = 1
+    schedule_steps: int = 0        # the updates the learning-rate schedule is laid out over, from the run's start (0: not kept)
     epoch_loss_sum: float = 0.0    # sum of the batch losses of the epoch in progress, all processes
     epoch_loss_count: int = 0
     epoch_seconds: float = 0.0
