@@ -258,11 +258,14 @@ class _Trainer:
                                    "the checkpoint, laid out for the run as it began, and reaches 0 where that run would "
                                    "have ended (training past it changes nothing); for another length, train a new run",
                                    what, before, now)
-        kept = {k: saved_train[k] for k in ("lr", "head_lr", "weight_decay") if k in saved_train and saved_train[k] != getattr(config, k)}
-        if kept:  # the optimizer's state holds them: a resumed run trains on with the checkpoint's, and records those
+        # the optimizer's state holds the rates and weight decay: a resumed run trains on with the checkpoint's, and records those
+        kept = {k: saved_train[k] for k in ("lr", "head_lr", "weight_decay")
+                if k in saved_train and saved_train[k] != getattr(config, k)}
+        if kept:
             if self.acc.is_main_process:
+                given = "; ".join(f"{k}: {getattr(config, k)!r} given, {v!r} kept" for k, v in kept.items())
                 logger.warning("resuming keeps the checkpoint's optimizer settings, not those given (%s): for others, "
-                               "start a new run", "; ".join(f"{k}: {getattr(config, k)!r} given, {v!r} kept" for k, v in kept.items()))
+                               "start a new run", given)
             self.config = config = dataclasses.replace(config, **kept)
         changed = [
             f"{k}: {saved_train.get(k)!r} -> {getattr(config, k)!r}"
