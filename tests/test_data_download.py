@@ -231,3 +231,13 @@ def test_manifests_are_valid_json_files():
     assert paths, f"no manifests in {MANIFEST_DIR}"
     for path in paths:
         assert isinstance(json.loads(path.read_text(encoding="utf-8")), dict), path
+
+
+def test_a_failed_download_leaves_no_folder_it_made(tmp_path):
+    with pytest.raises(DownloadError, match="could not fetch"):
+        download("emorynlp", tmp_path / "new" / "data", fetch=FakeRemote({}), manifest=files_manifest())
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(DownloadError, match="could not fetch"):
+        download("emorynlp", tmp_path / "mine", fetch=FakeRemote({}), manifest=files_manifest())
+    assert (tmp_path / "mine").is_dir()  # the user's own folder stays

@@ -252,8 +252,21 @@ def download(
         except DownloadError as err:
             raise DownloadError(f"{target} exists but does not match the pinned files ({err}); pass --force to replace it") from None
         return target
+    made = [folder for folder in (root, *root.parents) if not folder.exists()]  # what this call creates, deepest first
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{info.folder}.download-", dir=root))
+    try:
+        return _download_into(root, target, info.folder, manifest, fetch)
+    except BaseException:
+        for folder in made:  # a failed or interrupted download leaves no empty folder behind
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+
+
+def _download_into(root: Path, target: Path, folder: str, manifest: dict[str, Any], fetch: Fetch) -> Path:
+    """`download`'s fetch into a temporary folder under `root`, verified, then moved to `target` (an earlier copy there
+    replaced only then)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder}.download-", dir=root))
     try:
         raw, staging = tmp / "raw", tmp / "staging"
         raw.mkdir()
