@@ -289,6 +289,10 @@ def test_corrupt_run_description_names_the_file(trained_run, files, tmp_path):
     cases = [(b"[]", "expected a JSON object with a 'recipe' object"), (b"\xff\xfe{}", "'utf-8' codec can't decode byte 0xff"),
              (json.dumps({**json.loads((trained_run / "run.json").read_text()), "labels": None}).encode(),
               "labels: expected the model's list of label names, got None")]
+    described = json.loads((trained_run / "run.json").read_text())
+    for dataset in ("bogus", ["meld"]):  # one hand-edited or from a newer version: named, not a bare "unknown dataset"
+        cases.append((json.dumps({**described, "recipe": {**described["recipe"], "dataset": dataset}}).encode(),
+                      f"recipe.dataset: unknown dataset {dataset!r}; available: dailydialog, meld,"))
     for i, (content, message) in enumerate(cases):
         run = _copy_run(trained_run, tmp_path / f"run{i}")
         (run / "run.json").write_bytes(content)

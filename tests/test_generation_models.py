@@ -170,6 +170,9 @@ def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
     assert second["validation"]["perplexity"] < first["validation"]["perplexity"]  # it learns
     assert result["best_epoch"] == 2
     assert {"bleu_2", "distinct_2", "perplexity"} <= set(second["test"]) and "bleu_2" not in second["validation"]
+    # the summary shows perplexity as itself, not the negated score runs are ranked by
+    assert result["metric"] == "perplexity" and result["validation_at_best"] == second["validation"]["perplexity"] > 1
+    assert result["test_at_best"] == second["test"]["perplexity"]
 
     scored = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "test", "--limit-dialogues", "5", *common])
     assert scored.exit_code == 0, scored.output

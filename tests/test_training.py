@@ -641,6 +641,10 @@ def test_epoch_lines_name_their_metric_on_one_scale():
     assert metric_text({"primary": 53.77, "weighted_f1": 53.77, "accuracy": 60.1}) == "weighted_f1 53.77%"
     assert metric_text({"primary": 0.6132, "R4@1": 0.6132, "MRR": 0.77, "unit": "fraction"}) == "R4@1 61.32%"
     assert metric_text({"primary": -90.85, "perplexity": 90.85}) == "perplexity 90.85"
+    from turnformer.training import reported_score
+
+    assert reported_score({"primary": -90.85, "perplexity": 90.85}) == ("perplexity", 90.85)
+    assert reported_score({"primary": 0.6132, "R4@1": 0.6132, "unit": "fraction"}) == ("R4@1", pytest.approx(61.32))
     # a count equal to the score is not named as the metric (a model that ranks nothing right, no item skipped)
     assert metric_text({"primary": 0.0, "skipped": 0, "groups": 4, "R4@1": 0.0, "unit": "fraction"}) == "R4@1 0.00%"
 

@@ -472,7 +472,7 @@ def train(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Fine-tune a model; the test score is taken at the best validation epoch."""
-    from turnformer.training import RUN_ENTRIES  # torch: loaded only when the command runs
+    from turnformer.training import RUN_ENTRIES, reported_score  # torch: loaded only when the command runs
 
     files = {"train_file": train_file, "validation_file": validation_file, "test_file": test_file}
     given_files = [k for k, v in files.items() if v is not None]
@@ -514,9 +514,11 @@ def train(
         fail(describe(e))
     except KeyboardInterrupt as interruption:  # Ctrl-C, or SIGTERM (the loop's Terminated): the loop saved last/
         interrupted(out, interruption)
-    summary = {
-        "best_epoch": result.best_epoch, "validation_at_best": result.best_validation and result.best_validation.get("primary"),
-        "test_at_best": result.test_at_best and result.test_at_best.get("primary"), "train_seconds": result.train_seconds,
+    shown = {split: reported_score(metrics) if metrics else (None, None)
+             for split, metrics in (("validation", result.best_validation), ("test", result.test_at_best))}
+    summary = {  # scores as the epoch lines show them: perplexity as itself, rates in percent
+        "best_epoch": result.best_epoch, "metric": shown["validation"][0] or shown["test"][0],
+        "validation_at_best": shown["validation"][1], "test_at_best": shown["test"][1], "train_seconds": result.train_seconds,
         "stopped_early": result.stopped_early, "stop_reason": result.stop_reason,
     }
     (out / "result.json").write_text(json.dumps({**summary, "history": result.history}, indent=2, default=str) + "\n")

@@ -205,6 +205,9 @@ def _run_description_problem(run, labelled_tasks: Collection[str]) -> str | None
         return "expected a JSON object with a 'recipe' object"
     if not isinstance(run["recipe"].get("model"), str):
         return "recipe.model: missing, or not a model id"
+    dataset = run["recipe"].get("dataset", "file")
+    if dataset != "file" and (not isinstance(dataset, str) or dataset not in DATASETS):
+        return f"recipe.dataset: unknown dataset {dataset!r:.40}; available: {', '.join(DATASETS)}, file"
     labels = run.get("labels")
     if run_task(run) in labelled_tasks and (
             not isinstance(labels, list) or not labels or not all(isinstance(label, str) for label in labels)):

@@ -31,7 +31,7 @@ format), `evaluation` (predictions, metrics, progress) and `loop` (`train`).
 from turnformer.errors import CheckpointError
 from turnformer.training.checkpoint import CHECKPOINT_FILES, LABEL_MAP_FILE, MODEL_FILE, load_checkpoint, read_checkpoint_config
 from turnformer.training.config import TrainableModel, TrainConfig, TrainResult
-from turnformer.training.evaluation import metric_text, predict_all, progress
+from turnformer.training.evaluation import metric_text, predict_all, progress, reported_score
 from turnformer.training.loop import train
 from turnformer.training.optim import build_optimizer, build_scheduler
 from turnformer.training.randomness import epoch_order, set_seed
@@ -40,6 +40,6 @@ from turnformer.training.signals import Terminated
 
 __all__ = [
     "CHECKPOINT_FILES", "CheckpointError", "LABEL_MAP_FILE", "MODEL_FILE", "RUN_ENTRIES", "TrainConfig", "TrainResult", "TrainableModel",
-    "build_optimizer", "build_scheduler", "epoch_order", "load_checkpoint", "metric_text", "predict_all", "progress",
+    "build_optimizer", "build_scheduler", "epoch_order", "load_checkpoint", "metric_text", "predict_all", "progress", "reported_score",
     "read_checkpoint_config", "replaced_run_folder", "set_seed", "Terminated", "train",
 ]

@@ -59,18 +59,24 @@ def evaluate(model: nn.Module, eval_fn: Callable[[nn.Module, str], dict[str, Any
     return metrics
 
 
-def metric_text(metrics: dict[str, Any] | None) -> str:
-    """The primary metric of an evaluation, named, on one scale for every task: rates in percent (a task that reports
-    fractions says ``"unit": "fraction"``), perplexity as itself (its ``primary`` is its negative, higher is better)."""
-    if not metrics:
-        return "-"
+def reported_score(metrics: dict[str, Any]) -> tuple[str, float]:
+    """The primary metric of an evaluation as a reader takes it: its name and value, on one scale for every task: rates
+    in percent (a task that reports fractions says ``"unit": "fraction"``), perplexity as itself (its ``primary`` is its
+    negative, higher is better)."""
     primary = metrics.get("primary", float("nan"))
     if "perplexity" in metrics and primary == -metrics["perplexity"]:
-        return f"perplexity {metrics['perplexity']:.2f}"
+        return "perplexity", metrics["perplexity"]
     # the metric whose value the primary is: a rate, never a count that happens to equal it (no item skipped: 0)
     name = next((k for k, v in metrics.items() if k != "primary" and isinstance(v, float) and v == primary), "score")
-    value = primary * 100 if metrics.get("unit") == "fraction" else primary
-    return f"{name} {value:.2f}%"
+    return name, primary * 100 if metrics.get("unit") == "fraction" else primary
+
+
+def metric_text(metrics: dict[str, Any] | None) -> str:
+    """The primary metric of an evaluation, named (`reported_score`): "perplexity 31.20", "weighted_f1 60.19%"."""
+    if not metrics:
+        return "-"
+    name, value = reported_score(metrics)
+    return f"perplexity {value:.2f}" if name == "perplexity" else f"{name} {value:.2f}%"
 
 
 def progress(items, desc: str, unit: str = "batch", sizes: Sequence[int] | None = None, every_s: float = 30.0):
