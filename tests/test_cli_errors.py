@@ -284,6 +284,18 @@ def test_a_refused_resume_leaves_the_run_as_it_was(trained_run, files, tmp_path)
     assert runner.invoke(app, ["evaluate", "--checkpoint", str(run)]).exit_code == 0
 
 
+def test_a_tasks_own_loader_given_another_tasks_run_says_so(trained_run):
+    """erc's loader given a generation run failed with a bare KeyError 'backbone'; the others' named no task."""
+    from turnformer.tasks import dialogue_act, erc, generation, response_selection
+    from turnformer.tasks.registry import load_trained
+
+    assert load_trained(trained_run)[0].name == "erc" and erc.load_trained(trained_run)[0] is not None
+    for module in (dialogue_act, generation, response_selection):
+        with pytest.raises(DialogueError, match=rf"a run of task 'erc', not '{module.TASK.name}': load it with "
+                                                "turnformer.tasks.registry.load_trained"):
+            module.load_trained(trained_run)
+
+
 def test_corrupt_run_description_names_the_file(trained_run, files, tmp_path):
     """A run.json that is JSON but not a run description was a traceback (a list) or a bare "'labels'" (a missing entry)."""
     cases = [(b"[]", "expected a JSON object with a 'recipe' object"), (b"\xff\xfe{}", "'utf-8' codec can't decode byte 0xff"),

@@ -170,6 +170,30 @@ def test_labels_padded_with_spaces_are_the_label_and_counted_and_a_blank_label_i
             read_jsonl(path)
 
 
+def test_a_label_kind_is_read_as_a_label_is_and_one_written_two_ways_is_refused(tmp_path):
+    """A kind "Emotion" on two lines of a file of "emotion" made those turns unlabelled context, without a word."""
+    padded = write_lines(tmp_path / "padded.jsonl", conv({"speaker": "A", "text": "Hi", "labels": {" emotion\u200b": "joy"}}))
+    result = read_jsonl(padded, label_sets={"emotion": ["joy"]})
+    assert result[0].turns[0].labels == {"emotion": "joy"} and result.report.counts == {"padded_label": 1}
+    assert "padded.jsonl:1: turns[0].labels: label kind ' emotion\\u200b' read as 'emotion'" in "\n".join(result.report.messages)
+    twice = write_lines(tmp_path / "twice.jsonl", conv({"speaker": "A", "text": "Hi", "labels": {"Emotion": "joy"}}),
+                        conv({"speaker": "A", "text": "Hi", "emotion": "joy"}))
+    with pytest.raises(DialogueError, match="twice.jsonl:2: label kind 'emotion' is written 'Emotion' on line 1; label kinds "
+                                            "are compared as written: write one spelling throughout"):
+        read_jsonl(twice)
+    consistent = write_lines(tmp_path / "consistent.jsonl", *[conv({"speaker": "A", "text": "Hi", "labels": {"Emotion": "joy"}})] * 2)
+    assert [d.turns[0].labels for d in read_jsonl(consistent)] == [{"Emotion": "joy"}] * 2  # one spelling: its own kind
+    with pytest.raises(DialogueError, match=r"consistent.jsonl:1: turns\[0\].labels.Emotion: label kind 'Emotion' is 'emotion' "
+                                            "written otherwise; label kinds are compared as written: write 'emotion'"):
+        read_jsonl(consistent, label_sets={"emotion": ["joy"]})  # against the kind a model was trained on
+    both = write_lines(tmp_path / "both.jsonl", conv({"speaker": "A", "text": "Hi", "labels": {"emotion ": "joy", "emotion": "joy"}}))
+    with pytest.raises(DialogueError, match=r"both.jsonl:1: turns\[0\].labels: label kind 'emotion' named twice"):
+        read_jsonl(both)
+    assert Turn("A", "hi", labels={" act ": "inform"}).labels == {"act": "inform"}
+    with pytest.raises(DialogueError, match="two label kinds differ only by spaces at their ends"):
+        Turn("A", "hi", labels={" act": "inform", "act": "question"})
+
+
 def test_a_speaker_written_with_combining_marks_is_the_same_speaker_and_counted(tmp_path):
     """"José" with a combining accent (NFD) and "José" (NFC) look the same: they were two speakers to every mask."""
     import unicodedata
@@ -429,6 +453,27 @@ def test_turns_in_every_form_and_what_is_refused(tmp_path):
     expected = Dialogue.from_turns(pairs)
     assert Dialogue.from_turns([{"speaker": "A", "text": "hi"}, Turn("B", "ok")]) == expected
     assert as_turn("yes", "candidates[0]", default_speaker="B") == Turn("B", "yes")
+    # a mapping is read as a turn of the file format is: its labels, convenience label fields and id, nothing else
+    assert as_turn({"speaker": "A", "text": "hi", "emotion": "joy", "labels": {"act": "inform"}, "id": "t1"}, "turns[0]") == \
+        Turn("A", "hi", labels={"emotion": "joy", "act": "inform"}, id="t1")
+    for bad, message in (({"speaker": "A", "text": "hi", "lables": {"emotion": "joy"}}, r"turns\[0\]: unknown field 'lables'"),
+                         ({"speaker": "A", "text": "hi", "labels": []}, r"turns\[0\]: labels: expected a mapping"),
+                         ({"speaker": "A", "text": "hi", "labels": {"emotion": "joy"}, "emotion": "anger"},
+                          r"turns\[0\]: emotion: 'anger' disagrees with labels.emotion = 'joy'")):
+        with pytest.raises(DialogueError, match=message):
+            as_turn(bad, "turns[0]")
+    # constructors named what is wrong, not a TypeError from inside
+    context, candidate = Dialogue.from_turns(pairs), Turn("B", "fine")
+    for build, message in ((lambda: Dialogue(turns=None), "dialogue: turns: expected a sequence of Turns, got NoneType"),
+                           (lambda: Dialogue([candidate], meta="xy"), "dialogue: meta: expected a mapping"),
+                           (lambda: ResponseSelectionItem(pairs, [candidate]), "item: context: expected a Dialogue, got list"),
+                           (lambda: ResponseSelectionItem(context, "xyz"), "item: candidates: expected a sequence of Turns"),
+                           (lambda: ResponseSelectionItem(context, ["fine"]), r"item: candidates\[0\] is a str, not a Turn"),
+                           (lambda: ResponseSelectionItem(context, [candidate], answer="0"), "answer: expected a candidate's index"),
+                           (lambda: ResponseSelectionItem(context, [candidate], answer=True), "answer: expected a candidate's index"),
+                           (lambda: ResponseSelectionItem(context, [candidate], relevance=(1.0,)), "relevance must be one 0/1")):
+        with pytest.raises(DialogueError, match=message):
+            build()
     for bad, message in ((["hi", "ok"], r"turns\[0\]: expected a \(speaker, text\) pair"),
                          ([("A", "hi", "x")], r"turns\[0\]: expected"), ("hi", "expected a list of turns, got str"),
                          ([("A", "hi"), ("B", None)], r"turns\[1\]: text: text must be a string")):

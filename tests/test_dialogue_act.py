@@ -287,6 +287,8 @@ def test_streaming_session_checks_its_input(tokenizer):
     model = tiny("lc-attention", 3, max_positions=8)
     with pytest.raises(ValueError, match="2 labels for a model of 3 classes"):
         DialogueActSession(model, tokenizer, ["a", "b"], padding=2)
+    with pytest.raises(ValueError, match="labels: 'b' named more than once"):
+        DialogueActSession(model, tokenizer, ["a", "b", "b"], padding=2)
     for padding in (-1, 8, None):  # a sub-dialogue of padding + 1 utterances must fit the bias's 8 positions
         with pytest.raises(ValueError, match=f"padding {padding!r}: expected a whole number"):
             DialogueActSession(model, tokenizer, ["a", "b", "c"], padding=padding)

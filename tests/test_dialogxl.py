@@ -188,6 +188,11 @@ def test_streaming_session_checks_its_input():
 
     with pytest.raises(ValueError, match="1 labels for a model of 3 classes"):
         DialogXLSession(tiny_dialogxl(), _CharTokenizer(), ["a"])
+    # two outputs under one name scrambled the probabilities (one class vanished); no list was a TypeError
+    for labels, message in ((["a", "a", "b"], "labels: 'a' named more than once"), (None, "labels: expected a list"),
+                            (["a", "", "b"], "labels: '' is not a label name")):
+        with pytest.raises(ValueError, match=message):
+            DialogXLSession(tiny_dialogxl(), _CharTokenizer(), labels)
     session = DialogXLSession(tiny_dialogxl(), _CharTokenizer(), ["a", "b", "c"])
     session.add("Ross", "hi")
     with pytest.raises(DialogueError, match="utterance 1: text: text must be a string, got int"):

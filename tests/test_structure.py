@@ -490,3 +490,30 @@ def test_kept_columns_are_each_rows_kept_tokens_in_order_and_take_their_metadata
     nothing, none_valid = kept_columns(torch.zeros(2, 0, dtype=torch.bool))
     assert nothing.shape == none_valid.shape == (2, 0)
     assert kept_columns(torch.zeros(1, 4, dtype=torch.bool))[0].shape == (1, 1)  # one column (padding): attention has a key
+
+
+def test_packing_takes_conversations_in_every_form_and_names_what_it_cannot_use():
+    """A lone Dialogue or a conversation as a list of pairs was an AttributeError; a fractional max_length a slice
+    error; metadata rows shorter than the utterance rows were padded with speaker -1, building SPEAKER over it."""
+    from turnformer.dialogue import DialogueError
+    from turnformer.structure import TokenMeta
+
+    def tokenize(text):
+        return [len(word) for word in text.split()]
+
+    pairs = [("A", "hi there"), ("B", "yo")]
+    one = pack_dialogues([Dialogue.from_turns(pairs)], tokenize)
+    for given in (Dialogue.from_turns(pairs), [pairs], (d for d in [Dialogue.from_turns(pairs)])):
+        assert torch.equal(pack_dialogues(given, tokenize).input_ids, one.input_ids)
+    with pytest.raises(DialogueError, match=r"dialogues\[0\]: dialogue: turns\[0\]: expected a \(speaker, text\) pair.* "
+                                            r"\(a list of conversations, each a Dialogue or a list of turns\)"):
+        pack_dialogues(pairs, tokenize)  # one conversation's turns where the conversations go
+    for bad in (3.5, "5", True, 0):
+        with pytest.raises(ValueError, match=f"max_length = {bad!r}: expected 1 or more, a whole number"):
+            pack_dialogues([pairs], tokenize, max_length=bad)
+    for speaker, message in (([[0, 0]], r"speaker\[0\]: 2 entries for the 3 tokens of utterance\[0\]"),
+                             ([[0, 0, 1, 1]], r"speaker\[0\]: 4 entries"), ([[0, 0, 1], [0]], "speaker: 2 rows for 1 rows")):
+        with pytest.raises(ValueError, match=message):
+            TokenMeta.from_lists([[0, 0, 1]], speaker)
+    with pytest.raises(ValueError, match=r"head\[0\]: 1 entries"):
+        TokenMeta.from_lists([[0, 0, 1]], [[0, 0, 1]], head=[[0]])

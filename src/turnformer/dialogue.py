@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Any, Iterable, Mapping, Sequence
 
 
 class DialogueError(ValueError):
     """Invalid conversation data; the message names the file, line or field at fault."""
+
+
+CONVENIENCE_LABELS = ("emotion", "act", "sentiment")  # a turn's fields read as labels of that kind
+TURN_KEYS = frozenset({"speaker", "text", "labels", "id", *CONVENIENCE_LABELS})
 
 
 def is_blank(text: str) -> bool:
@@ -92,8 +97,13 @@ class Turn:
             raise DialogueError(f"{_where(source, 'id')}: id must be a non-empty string (or left out), got {self.id!r}")
         if self.id is not None:
             check_unicode(self.id, _where(source, "id"))
-        # Freeze labels so a Turn stays hashable-by-value in spirit and cannot be changed behind a cache; " joy" is joy
-        object.__setattr__(self, "labels", {kind: trim_invisible(label) for kind, label in self.labels.items()})
+        # Freeze labels so a Turn stays hashable-by-value in spirit and cannot be changed behind a cache; " joy" is joy,
+        # and " emotion " is emotion
+        labels = {trim_invisible(kind): trim_invisible(label) for kind, label in self.labels.items()}
+        if len(labels) < len(self.labels):
+            raise DialogueError(f"{_where(source, 'labels')}: two label kinds differ only by spaces at their ends "
+                                f"({', '.join(map(repr, self.labels))})")
+        object.__setattr__(self, "labels", labels)
         # " Ann " and "Ann", "José" composed and decomposed, are one speaker to every speaker mask (a file's reader
         # counts what it changed)
         object.__setattr__(self, "speaker", speaker_name(self.speaker))
@@ -119,8 +129,12 @@ class Dialogue:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "turns", tuple(self.turns))
         where = f"dialogue {self.id!r}" if self.id is not None else "dialogue"
+        if isinstance(self.turns, str | bytes | Mapping) or not isinstance(self.turns, Iterable):
+            raise DialogueError(f"{where}: turns: expected a sequence of Turns, got {type(self.turns).__name__}")
+        object.__setattr__(self, "turns", tuple(self.turns))
+        if not isinstance(self.meta, Mapping):
+            raise DialogueError(f"{where}: meta: expected a mapping (e.g. {{\"source\": \"mine\"}}), got {type(self.meta).__name__}")
         if not self.turns:
             raise DialogueError(f"{where}: a dialogue needs at least one turn")
         for i, turn in enumerate(self.turns):
@@ -174,12 +188,14 @@ class Dialogue:
 
 
 def as_turn(value: Any, source: str, default_speaker: str | None = None) -> Turn:
-    """A `Turn` from a Turn, a (speaker, text) pair, a {"speaker", "text"[, "labels"]} mapping or, where a
-    ``default_speaker`` is given, a bare text; anything else is an error naming ``source``."""
+    """A `Turn` from a Turn, a (speaker, text) pair, a mapping of the JSONL format's turn fields (``speaker``, ``text``,
+    ``labels``, ``id``, and ``emotion``, ``act``, ``sentiment`` read as labels) or, where a ``default_speaker`` is given,
+    a bare text; anything else, or a mapping with another field, is an error naming ``source``."""
     if isinstance(value, Turn):
         return value
+    turn_id = None
     if isinstance(value, Mapping):
-        speaker, text, labels = value.get("speaker"), value.get("text"), value.get("labels") or {}
+        speaker, text, turn_id, labels = value.get("speaker"), value.get("text"), value.get("id"), _mapping_labels(value, source)
     elif isinstance(value, str) and default_speaker is not None:
         speaker, text, labels = default_speaker, value, {}
     elif isinstance(value, tuple | list) and len(value) == 2:
@@ -190,9 +206,29 @@ def as_turn(value: Any, source: str, default_speaker: str | None = None) -> Turn
     if isinstance(speaker, int) and not isinstance(speaker, bool):  # a numeric speaker id, as a conversation file's is read
         speaker = str(speaker)
     try:
-        return Turn(speaker=speaker, text=text, labels=labels)
+        return Turn(speaker=speaker, text=text, labels=labels, id=turn_id)
     except DialogueError as e:
         raise DialogueError(f"{source}: {e}") from None
+
+
+def _mapping_labels(value: Mapping, source: str) -> dict[str, Any]:
+    """The labels of a turn given as a mapping: its ``labels`` and its ``emotion``/``act``/``sentiment`` fields, which
+    must agree; a field the format has not (a misspelt ``lables``) is refused rather than read past."""
+    if unknown := [key for key in value if key not in TURN_KEYS]:
+        raise DialogueError(f"{source}: unknown field {', '.join(map(repr, unknown))}; a turn's fields are "
+                            f"{', '.join(sorted(TURN_KEYS))}")
+    labels = value.get("labels")
+    if labels is None:
+        labels = {}
+    elif not isinstance(labels, Mapping):
+        raise DialogueError(f"{source}: labels: expected a mapping of kind -> label, got {type(labels).__name__} {labels!r:.40}")
+    labels = dict(labels)
+    for kind in CONVENIENCE_LABELS:
+        if value.get(kind) is not None:
+            if kind in labels and labels[kind] != value[kind]:
+                raise DialogueError(f"{source}: {kind}: {value[kind]!r} disagrees with labels.{kind} = {labels[kind]!r}")
+            labels[kind] = value[kind]
+    return labels
 
 
 def as_dialogue(value: Any) -> Dialogue:
@@ -218,6 +254,21 @@ def output_names(ids: Sequence[str | None], start: int = 0, taken: set[str] | No
     return names
 
 
+def label_names(labels: Any, num_labels: int) -> list[str]:
+    """The names of a model's `num_labels` outputs, checked: distinct non-empty strings, one per output (a name twice
+    would put two outputs under one key)."""
+    if isinstance(labels, str | bytes | Mapping) or not isinstance(labels, Iterable):
+        raise ValueError(f"labels: expected a list of the model's {num_labels} label names, got {type(labels).__name__}")
+    labels = list(labels)
+    if len(labels) != num_labels:
+        raise ValueError(f"{len(labels)} labels for a model of {num_labels} classes")
+    if bad := [label for label in labels if not isinstance(label, str) or is_blank(label)]:
+        raise ValueError(f"labels: {bad[0]!r} is not a label name (a non-empty string)")
+    if twice := sorted({label for label in labels if labels.count(label) > 1}):
+        raise ValueError(f"labels: {', '.join(map(repr, twice))} named more than once")
+    return labels
+
+
 def next_speaker(dialogue: Dialogue) -> str:
     """Who speaks next: the most recent speaker other than the last one (in a two-party conversation, the last
     speaker's partner); in a monologue, a new speaker named after the last one."""
@@ -241,15 +292,25 @@ class ResponseSelectionItem:
     relevance: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "candidates", tuple(self.candidates))
         where = f"item {self.id!r}" if self.id is not None else "item"
+        if not isinstance(self.context, Dialogue):
+            raise DialogueError(f"{where}: context: expected a Dialogue, got {type(self.context).__name__}")
+        if isinstance(self.candidates, str | bytes | Mapping) or not isinstance(self.candidates, Iterable):
+            raise DialogueError(f"{where}: candidates: expected a sequence of Turns, got {type(self.candidates).__name__}")
+        object.__setattr__(self, "candidates", tuple(self.candidates))
         if not self.candidates:
             raise DialogueError(f"{where}: no candidate responses")
+        for i, candidate in enumerate(self.candidates):
+            if not isinstance(candidate, Turn):
+                raise DialogueError(f"{where}: candidates[{i}] is a {type(candidate).__name__}, not a Turn")
+        if self.answer is not None and (not isinstance(self.answer, Integral) or isinstance(self.answer, bool)):
+            raise DialogueError(f"{where}: answer: expected a candidate's index (an integer), got {self.answer!r}")
         if self.answer is not None and not 0 <= self.answer < len(self.candidates):
             raise DialogueError(f"{where}: answer index {self.answer} out of range for {len(self.candidates)} candidates")
         if self.relevance is not None:
             object.__setattr__(self, "relevance", tuple(self.relevance))
-            if len(self.relevance) != len(self.candidates) or any(r not in (0, 1) for r in self.relevance):
+            if len(self.relevance) != len(self.candidates) or any(
+                    isinstance(r, bool) or not isinstance(r, Integral) or r not in (0, 1) for r in self.relevance):
                 raise DialogueError(f"{where}: relevance must be one 0/1 per candidate, got {self.relevance!r}")
             if self.answer is not None and self.relevance[self.answer] != 1:
                 raise DialogueError(f"{where}: answer {self.answer} is not marked relevant in {self.relevance!r}")

@@ -11,7 +11,8 @@
   ``decomposed_speaker``) and ``text``
   (a string that is not blank), and may have ``labels`` (an object mapping a label kind to a label
   string; ``null`` is no label of that kind, counted as ``null_label``; spaces and invisible characters at a
-  label's ends are removed and counted, ``padded_label``) and ``id`` (a string).
+  label's or a kind's ends are removed and counted, ``padded_label``; one kind written in other capitals than on an
+  earlier line, ``Emotion`` and ``emotion``, is an error) and ``id`` (a string).
 * Convenience: a turn's top-level string fields ``emotion``, ``act`` and ``sentiment`` are read as
   labels of that kind (``{"speaker": "A", "text": "Hi", "emotion": "joy"}``). If ``labels`` names the
   same kind, the two must agree. The writer always writes ``labels``.
@@ -37,11 +38,8 @@ from typing import Any, Iterable, Iterator, Mapping
 from turnformer.data._io import check_output_file, iter_lines, write_file
 from turnformer.data.mutual import item_to_dialogue
 from turnformer.data.report import LoadReport
-from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, check_unicode, is_blank, speaker_name,
-                                 trim_invisible)
-
-CONVENIENCE_LABELS = ("emotion", "act", "sentiment")
-TURN_KEYS = frozenset({"speaker", "text", "labels", "id", *CONVENIENCE_LABELS})
+from turnformer.dialogue import (CONVENIENCE_LABELS, TURN_KEYS, Dialogue, DialogueError, ResponseSelectionItem, Turn, check_unicode,
+                                 is_blank, speaker_name, trim_invisible)
 DIALOGUE_KEYS = frozenset({"id", "turns", "meta"})
 
 logger = logging.getLogger(__name__)
@@ -143,8 +141,11 @@ def parse_dialogue(
             labels: dict[str, str] = {}
         elif isinstance(labels_raw, dict):
             labels = {}
-            for kind, label in labels_raw.items():
-                if (label := _label(label, where, f"{at}.labels.{kind}", report)) is not None:
+            for written, label in labels_raw.items():
+                kind = _label_kind(written, where, f"{at}.labels", label_sets, report)
+                if (label := _label(label, where, f"{at}.labels.{written}", report)) is not None:
+                    if kind in labels:
+                        raise _err(where, f"{at}.labels", f"label kind {kind!r} named twice (once with spaces at its ends)")
                     labels[kind] = label
         else:
             raise _err(where, f"{at}.labels", f"expected an object of kind -> label, got {json_type(labels_raw)}")
@@ -229,6 +230,22 @@ def _label(value, where: str, field: str, report: LoadReport | None) -> str | No
     return trimmed
 
 
+def _label_kind(kind: str, where: str, field: str, label_sets: Mapping[str, Any] | None, report: LoadReport | None) -> str:
+    """A label kind as read: without the spaces and invisible characters at its ends (counted, `padded_label`), as
+    labels are; one that is a kind of `label_sets` written in other capitals (``Emotion``) is refused: kinds are
+    compared as written, so its labels would be read as no label of the kind trained on."""
+    if is_blank(kind):
+        raise _err(where, field, f"label kind {kind!r}: name what the label is of (e.g. \"emotion\": \"joy\")")
+    check_unicode(kind, f"{where}: {field}")
+    if (trimmed := trim_invisible(kind)) != kind and report is not None:
+        report.add("padded_label", f"{where}: {field}: label kind {kind!r} read as {trimmed!r}")
+    if label_sets and trimmed not in label_sets:
+        if same := next((known for known in label_sets if known.casefold() == trimmed.casefold()), None):
+            raise _err(where, f"{field}.{kind}", f"label kind {kind!r} is {same!r} written otherwise; label kinds are "
+                       f"compared as written: write {same!r}")
+    return trimmed
+
+
 def _count_null_label(report: LoadReport | None, where: str, field: str) -> None:
     if report is not None:
         report.add("null_label", f"{where}: {field}: null, read as no label of this kind")
@@ -267,6 +284,7 @@ def iter_jsonl(
     path = Path(path)
     report = report if report is not None else LoadReport(source=str(path))
     line_of_id: dict[str, int] = {}  # predictions are keyed by conversation id: two conversations cannot share one
+    kinds: dict[str, tuple[str, int]] = {}  # a label kind in small letters -> as first written, and the line
     for lineno, line in iter_lines(path, report):
         where = f"{path}:{lineno}"
         if not line.strip():
@@ -290,9 +308,21 @@ def iter_jsonl(
             if dialogue.id in line_of_id:
                 raise _err(where, "id", f"{dialogue.id!r} is already the id of the conversation on line {line_of_id[dialogue.id]}")
             line_of_id[dialogue.id] = lineno
+        _check_kind_spelling(dialogue, kinds, where, lineno)
         yield lineno, dialogue
     if summary and report:  # one line, where something was repaired, skipped or ignored (the command shows it)
         logger.log(logging.WARNING if report.ignored_fields else logging.INFO, "%s", report.summary())
+
+
+def _check_kind_spelling(dialogue: Dialogue, kinds: dict[str, tuple[str, int]], where: str, lineno: int) -> None:
+    """Refuse a label kind written in other capitals than on an earlier line (or turn) of the file (``Emotion`` and
+    ``emotion``): compared as written, the turns of one spelling would be read as unlabelled by a model of the other."""
+    for turn in dialogue.turns:
+        for kind in turn.labels:
+            first, line = kinds.setdefault(kind.casefold(), (kind, lineno))
+            if first != kind:
+                raise _err(where, "", f"label kind {kind!r} is written {first!r} on line {line}; label kinds are compared "
+                           "as written: write one spelling throughout")
 
 
 def refuse_selection_items(dialogues: "DialogueList", source, reader: str) -> None:

@@ -48,7 +48,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from turnformer.backbones import StructuredEncoder, XLNetStructuredEncoder
-from turnformer.dialogue import as_turn
+from turnformer.dialogue import as_turn, label_names
 from turnformer.models.config_checks import ModelConfig, check_config
 from turnformer.structure import MEMORY, TokenMeta, dialogxl_layout, token_meta
 from turnformer.structure.packing import truncate_keeping_end_specials
@@ -472,11 +472,9 @@ class DialogXLSession:
     """
 
     def __init__(self, model: DialogXL, tokenizer, labels: Sequence[str]):
-        if len(labels) != model.config.num_labels:
-            raise ValueError(f"{len(labels)} labels for a model of {model.config.num_labels} classes")
+        self.labels = label_names(labels, model.config.num_labels)
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.labels = list(labels)
         self.reset()
 
     def reset(self) -> None:

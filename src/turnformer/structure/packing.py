@@ -29,12 +29,12 @@ dropped tokens is recorded per dialogue in ``PackedBatch.truncated`` so nothing 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 
-from turnformer.dialogue import Dialogue
+from turnformer.dialogue import Dialogue, DialogueError, as_dialogue
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,16 @@ class TokenMeta:
         is_special: Sequence[Sequence[bool]] | None = None,
         head: Sequence[Sequence[int]] | None = None,
     ) -> "TokenMeta":
-        """Build metadata from ragged per-token lists (padding added); handy for tests and plots."""
+        """Build metadata from ragged per-token lists (padding added); handy for tests and plots. Every list has one
+        row per sequence and, in it, one entry per token of `utterance`'s row."""
         lengths = [len(u) for u in utterance]
+        for name, rows in (("speaker", speaker), ("is_special", is_special), ("head", head)):
+            if rows is None:
+                continue
+            if len(rows) != len(utterance):
+                raise ValueError(f"{name}: {len(rows)} rows for {len(utterance)} rows of utterance")
+            if (wrong := next((i for i, row in enumerate(rows) if len(row) != lengths[i]), None)) is not None:
+                raise ValueError(f"{name}[{wrong}]: {len(rows[wrong])} entries for the {lengths[wrong]} tokens of utterance[{wrong}]")
         width = max(lengths, default=0)
         batch = len(utterance)
 
@@ -229,8 +237,8 @@ def pack_token_ids(
     if len(turn_token_ids) != len(turn_speakers):
         raise ValueError("turn_token_ids and turn_speakers must have one entry per dialogue")
     for name, value in (("max_length", max_length), ("max_turns", max_turns)):
-        if value is not None and value < 1:
-            raise ValueError(f"{name} = {value}: expected 1 or more (None: no limit)")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} = {value!r}: expected 1 or more, a whole number (None: no limit)")
     rows = []
     for d, (turns, speakers) in enumerate(zip(turn_token_ids, turn_speakers)):
         if len(turns) != len(speakers):
@@ -335,10 +343,12 @@ def pack_dialogues(
     max_turns: int | None = None,
     with_tokens: bool = False,
 ) -> PackedBatch:
-    """Tokenise and pack dialogues with a Hugging Face tokenizer (or any callable text -> ids).
+    """Tokenise and pack dialogues with a Hugging Face tokenizer (or any callable text -> ids). A dialogue is a
+    `Dialogue` or a list of turns (`as_dialogue`); one `Dialogue` alone is a batch of one.
 
     By default the BERT layout: ``[CLS] u_1 [SEP] u_2 [SEP] ...`` with the tokenizer's own ids.
     """
+    dialogues = conversations(dialogues)
     texts = [t.text for d in dialogues for t in d.turns]
     encode: Callable[[list[str]], list[list[int]]]
     if hasattr(tokenizer, "convert_tokens_to_ids"):
@@ -361,6 +371,22 @@ def pack_dialogues(
         tokens = [tokenizer.convert_ids_to_tokens(row[packed.meta.is_real[i]].tolist()) for i, row in enumerate(packed.input_ids)]
         packed = replace(packed, tokens=tokens)
     return packed
+
+
+def conversations(dialogues) -> list[Dialogue]:
+    """A batch of conversations as `Dialogue`s: each given as a `Dialogue` or a list of turns; a lone `Dialogue` is a
+    batch of one. What is not a conversation is a `DialogueError` naming its place (``dialogues[2]: turns[0]: ...``)."""
+    if isinstance(dialogues, Dialogue):
+        return [dialogues]
+    if isinstance(dialogues, str | bytes) or not isinstance(dialogues, Iterable):
+        raise DialogueError(f"dialogues: expected a list of conversations, got {type(dialogues).__name__}")
+    batch = []
+    for i, dialogue in enumerate(dialogues):
+        try:
+            batch.append(as_dialogue(dialogue))
+        except DialogueError as e:
+            raise DialogueError(f"dialogues[{i}]: {e} (a list of conversations, each a Dialogue or a list of turns)") from None
+    return batch
 
 
 def truncate_keeping_end_specials(ids: list[int], limit: int, special: set[int]) -> list[int]:

@@ -140,9 +140,10 @@ def load_labelled_data(recipe: dict, kind: str, data_dir=None, only: Sequence[st
     return {s: list(ds.dialogues) for s, ds in loaded.items()}, next(iter(loaded.values())).label_set(kind)
 
 
-def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = ()) -> tuple[Path, dict]:
+def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = (), task: str | None = None) -> tuple[Path, dict]:
     """A run folder or one of its checkpoints (best/, last/) -> (weights folder, run.json). A run of one of
-    `labelled_tasks` (whose models label utterances) must name its labels."""
+    `labelled_tasks` (whose models label utterances) must name its labels; with `task`, the run must be of it (a
+    task's own loader given another task's run)."""
     checkpoint = Path(checkpoint)
     if not checkpoint.exists():
         raise DialogueError(f"{checkpoint}: no such run or checkpoint folder")
@@ -168,6 +169,9 @@ def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = ()) -> tuple[
                 raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {e}") from None
             if problem := _run_description_problem(run, labelled_tasks):
                 raise DialogueError(f"{folder / 'run.json'}: corrupt run description: {problem}")
+            if task is not None and run_task(run) != task:
+                raise DialogueError(f"{checkpoint}: a run of task {run_task(run)!r}, not {task!r}: load it with "
+                                    "turnformer.tasks.registry.load_trained, which reads the task from its run.json")
             _check_labels(run, weights / LABEL_MAP_FILE, folder / "run.json")
             return weights, run
     raise DialogueError(f"{checkpoint}: not a turnformer run (no run.json here or one level up)")

@@ -29,7 +29,7 @@ import torch
 
 from turnformer.backbones.sentence_vectors import SentenceEncoder, sentence_vectors
 from turnformer.backbones.word_vectors import Word2VecSettings, word2vec_table
-from turnformer.dialogue import Dialogue, DialogueError, is_blank
+from turnformer.dialogue import Dialogue, DialogueError, is_blank, label_names
 from turnformer.models.lc_attention import (CONTEXTS, LCAttentionModel, LCConfig, LocalContextAttention, WindowBatch, build_frozen_lc_model,
                                             build_lc_model)
 from turnformer.recipes import recipe_train_config
@@ -279,7 +279,7 @@ def train_dialogue_act(recipe: dict, out_dir, seed: int, data_dir=None, resume: 
 def load_trained(checkpoint):
     """A trained dialogue-act model from a run folder (its best/ checkpoint) or a checkpoint folder:
     (model in eval mode, tokenizer, run description with the recipe and labels)."""
-    weights, run = checkpoint_paths(Path(checkpoint), (TASK.name,))
+    weights, run = checkpoint_paths(Path(checkpoint), (TASK.name,), TASK.name)
     run = upgrade_run(run, MODELS)
     with built_from_run_file(weights):
         model, tokenizer = build_dialogue_act_model(run["recipe"], run["labels"], pretrained=False)
@@ -329,12 +329,11 @@ class DialogueActSession:
     online prediction, so the same answer). The cost per utterance does not grow with the conversation."""
 
     def __init__(self, model: LCAttentionModel, tokenizer, labels: Sequence[str], padding: int):
-        if len(labels) != model.config.num_labels:
-            raise ValueError(f"{len(labels)} labels for a model of {model.config.num_labels} classes")
+        labels = label_names(labels, model.config.num_labels)
         if not isinstance(padding, int) or not 0 <= padding < model.config.max_positions:
             raise ValueError(f"padding {padding!r}: expected a whole number of preceding utterances, 0 to "
                              f"{model.config.max_positions - 1} (the model's max_positions - 1)")
-        self.model, self.tokenizer, self.labels, self.padding = model.eval(), tokenizer, list(labels), padding
+        self.model, self.tokenizer, self.labels, self.padding = model.eval(), tokenizer, labels, padding
         self.reset()
 
     def reset(self) -> None:

@@ -234,7 +234,7 @@ def check_training_memory(model, batches: Sequence[ConversationBatch]) -> None:
 def load_trained(checkpoint):
     """A trained ERC model from a run folder (its best/ checkpoint) or a checkpoint folder:
     (model in eval mode, tokenizer, run description with the recipe and labels)."""
-    weights, run = checkpoint_paths(Path(checkpoint), (TASK.name,))
+    weights, run = checkpoint_paths(Path(checkpoint), (TASK.name,), TASK.name)
     run = upgrade_run(run, MODELS)
     recipe = run["recipe"]
     with built_from_run_file(weights):

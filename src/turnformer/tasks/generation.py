@@ -342,7 +342,7 @@ def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bo
 def load_trained(checkpoint):
     """(model in eval mode, vocabulary, run description) of a trained generator: a run folder (its
     best/) or a checkpoint folder."""
-    weights, run = checkpoint_paths(Path(checkpoint))
+    weights, run = checkpoint_paths(Path(checkpoint), task=TASK.name)
     if "vocabulary" not in run:
         raise DialogueError(f"{checkpoint}: not a generation run (its run.json has no vocabulary)")
     run = upgrade_run(run, MODELS)

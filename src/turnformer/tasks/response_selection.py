@@ -288,7 +288,7 @@ def train_response_selection(recipe: dict, out_dir, seed: int, data_dir=None, re
 def load_trained(checkpoint):
     """A trained response-selection model from a run folder (its best/) or a checkpoint folder:
     (model in eval mode, tokenizer, run description)."""
-    weights, run = checkpoint_paths(Path(checkpoint))
+    weights, run = checkpoint_paths(Path(checkpoint), task=TASK.name)
     run = upgrade_run(run, MODELS)
     with built_from_run_file(weights):
         model, tokenizer = build_response_selection_model(run["recipe"], pretrained=False)
