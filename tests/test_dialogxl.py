@@ -202,6 +202,19 @@ def test_streaming_session_checks_its_input():
     with pytest.raises(DialogueError, match="utterance 1: speaker: speaker must be a string, got float 1.5"):
         session.add(1.5, "hello")
     assert session.add(7, "hello")["speaker"] == "7" and session.speakers == {"Ross": 0, "7": 1}  # a numeric id, as in files
+    # a huge utterance is cut before it is tokenised, and said to be cut; its text comes back whole
+    given = []
+
+    class Recording(_CharTokenizer):
+        all_special_ids = [CLS, SEP]
+
+        def __call__(self, text, **kwargs):
+            given.append(len(text))
+            return super().__call__(text, **kwargs)
+
+    huge = "la " * 100_000
+    out = DialogXLSession(tiny_dialogxl(), Recording(), ["a", "b", "c"]).add("Ross", huge)
+    assert out["truncated"] and out["text"] == huge and given == [64 * (tiny_dialogxl().config.max_utterance_tokens + 2)]
 
 
 def test_memory_attention_benchmark_measures_the_share_on_memory():

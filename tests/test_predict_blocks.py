@@ -337,3 +337,40 @@ def test_an_interrupted_predict_goes_on_where_it_stopped(erc_run, input_file, tm
     _goes_on_after_an_interrupt(["predict", "--checkpoint", str(erc_run), "--input", str(source)], gz,
                                 EmotionRecognition, "annotate", monkeypatch)
     assert [line for _, line in iter_lines(gz)] == (tmp_path / "p.jsonl").read_text().splitlines()
+
+
+def test_a_huge_utterance_is_cut_before_it_is_tokenised_and_read_the_same(tiny_backbone_dir):
+    """A 25 MB utterance took 3.8 GB and half a minute to tokenise whole, though the model reads 128 word pieces: now
+    every reader cuts it first (`text_to_read`); the pieces read, the cut's count and the notes stay the same."""
+    from transformers import AutoTokenizer
+
+    from turnformer.data.generation_vocab import words
+    from turnformer.dialogue import CHARS_PER_TOKEN, text_to_read
+    from turnformer.tasks.dialogue_act import word_pieces
+    from turnformer.tasks.erc import encode_conversations
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_backbone_dir)
+    given = []
+
+    class Spy:  # the tokenizer, recording the longest text it is given
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+        def __call__(self, texts, **kwargs):
+            given.append(max(map(len, [texts] if isinstance(texts, str) else texts)))
+            return tokenizer(texts, **kwargs)
+
+    huge = "the weather is lovely today , is it not ? " * 20_000  # 860 K characters
+    dialogue = Dialogue((Turn("A", huge, labels={"emotion": "joy"}), Turn("B", "short", labels={"emotion": "joy"})))
+    assert text_to_read("short", 8) == ("short", False) and text_to_read(huge, 8) == (huge[: CHARS_PER_TOKEN * 10], True)
+    encoded, report = encode_conversations([dialogue], Spy(), "emotion", ["joy"], 16)
+    whole = tokenizer(huge, verbose=False)["input_ids"]
+    assert encoded[0].turn_ids[0] == [*whole[:15], whole[-1]] and report.truncated_utterances == 1
+    pieces, counts = word_pieces([huge, "short"], Spy(), 16)
+    assert pieces[0] == whole[1:17] and counts["truncated_utterances"] == 1
+    marked = common.mark_cut([[{}, {}]], [dialogue], Spy(), 16, with_specials=True)
+    assert [p["truncated"] for p in marked[0]] == [True, False]
+    assert max(given) <= CHARS_PER_TOKEN * 18
+    assert words(huge, 5) == words(huge)[:5] == ["the", "weather", "is", "lovely", "today"]
+    # a text cut within what a tokenizer reads as one piece (no word boundary for 1,152 characters) is said to be cut
+    assert word_pieces(["x" * 2000], tokenizer, 16)[1]["truncated_utterances"] == 1

@@ -31,6 +31,7 @@ from safetensors import SafetensorError, safe_open
 
 from turnformer.backbones.loading import BackboneLoadError, load_auto_encoder, resolve_backbone
 from turnformer.cache import cache_root, write_safetensors
+from turnformer.dialogue import text_to_read
 
 logger = logging.getLogger(__name__)
 
@@ -114,15 +115,18 @@ class SentenceEncoder:
         self._encoder = encoder.to(self.device).eval().requires_grad_(False)
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """The encoder's input ids of each text, special tokens included, cut to `Pooling.max_length`."""
-        return self.tokenizer(list(texts), truncation=True, max_length=self.pooling.max_length, verbose=False)["input_ids"]
+        """The encoder's input ids of each text, special tokens included, cut to `Pooling.max_length` (a huge text cut
+        before it is tokenised, `text_to_read`)."""
+        read = [text_to_read(text, self.pooling.max_length)[0] for text in texts]
+        return self.tokenizer(read, truncation=True, max_length=self.pooling.max_length, verbose=False)["input_ids"]
 
     def truncated(self, texts: Sequence[str]) -> int:
         """How many of the texts are longer than the encoder reads."""
         if not texts:
             return 0
-        lengths = self.tokenizer(list(texts), verbose=False)["input_ids"]
-        return sum(len(ids) > self.pooling.max_length for ids in lengths)
+        read, cut = zip(*(text_to_read(text, self.pooling.max_length) for text in texts))
+        lengths = self.tokenizer(list(read), verbose=False)["input_ids"]
+        return sum(len(ids) > self.pooling.max_length or was_cut for ids, was_cut in zip(lengths, cut))
 
     @torch.no_grad()
     def encode(self, texts: Sequence[str], desc: str = "sentence vectors", progress: Path | None = None) -> torch.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from itertools import islice
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -23,9 +24,12 @@ SPECIALS = (PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R)
 _WORDS = re.compile(r"[\w']+|[^\w\s]")
 
 
-def words(text: str) -> list[str]:
-    """Lower-cased words and punctuation marks: ``"Don't go, Jim!"`` -> ``["don't", "go", ",", "jim", "!"]``."""
-    return _WORDS.findall(text.lower())
+def words(text: str, limit: int | None = None) -> list[str]:
+    """Lower-cased words and punctuation marks: ``"Don't go, Jim!"`` -> ``["don't", "go", ",", "jim", "!"]``; with
+    `limit`, the first `limit` of them, the rest of the text not read (a huge text costs what a long one does)."""
+    if limit is None:
+        return _WORDS.findall(text.lower())
+    return [match.group() for match in islice(_WORDS.finditer(text.lower()), limit)]
 
 
 def detokenize(tokens: Sequence[str]) -> str:

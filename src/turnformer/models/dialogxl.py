@@ -48,7 +48,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from turnformer.backbones import StructuredEncoder, XLNetStructuredEncoder
-from turnformer.dialogue import as_turn, label_names
+from turnformer.dialogue import as_turn, label_names, text_to_read
 from turnformer.models.config_checks import ModelConfig, check_config
 from turnformer.structure import MEMORY, TokenMeta, dialogxl_layout, token_meta
 from turnformer.structure.packing import truncate_keeping_end_specials
@@ -486,9 +486,10 @@ class DialogXLSession:
     def add(self, speaker: str, text: str) -> dict:
         turn = as_turn((speaker, text), f"utterance {self.turn}")  # a DialogueError naming the utterance and field
         speaker = turn.speaker  # a numeric id as its string
-        ids = self.tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"]
         limit = self.model.config.max_utterance_tokens
-        truncated = len(ids) > limit
+        read, cut = text_to_read(turn.text, limit)  # a huge text: its start, not its length in time and memory
+        ids = self.tokenizer(read, add_special_tokens=True, verbose=False)["input_ids"]
+        truncated = len(ids) > limit or cut
         if truncated:
             ids = truncate_keeping_end_specials(ids, limit, set(self.tokenizer.all_special_ids))
         device = next(self.model.parameters()).device

@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 
 from turnformer.backbones import load_backbone
-from turnformer.dialogue import Dialogue, DialogueError, as_dialogue
+from turnformer.dialogue import Dialogue, DialogueError, as_dialogue, text_to_read
 from turnformer.models.baselines import build_baseline
 from turnformer.models.dialogxl import ConversationBatch, DialogXL, DialogXLConfig, DialogXLSession
 from turnformer.plots import HEAD_TYPES, AttentionView
@@ -53,19 +53,20 @@ class EncodeReport:
 def encode_conversations(
     dialogues: Sequence[Dialogue], tokenizer, label_kind: str, labels: Sequence[str], max_utterance_tokens: int
 ) -> tuple[list[EncodedConversation], EncodeReport]:
-    """Tokenise every turn once ([CLS] text [SEP], cut at ``max_utterance_tokens``, counted)."""
+    """Tokenise every turn once ([CLS] text [SEP], cut at ``max_utterance_tokens``, counted; a huge text is cut
+    before it is tokenised, `text_to_read`)."""
     label_to_id = {label: i for i, label in enumerate(labels)}
     special = set(getattr(tokenizer, "all_special_ids", []))
-    texts = [t.text for d in dialogues for t in d.turns]
-    full = tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"] if texts else []
+    texts, cut = zip(*(text_to_read(t.text, max_utterance_tokens) for d in dialogues for t in d.turns)) if dialogues else ((), ())
+    full = tokenizer(list(texts), add_special_tokens=True, verbose=False)["input_ids"] if texts else []
     report = EncodeReport()
     encoded, k = [], 0
     for d in dialogues:
         turn_ids, label_ids = [], []
         for turn in d.turns:
-            ids = full[k]
+            ids, was_cut = full[k], cut[k]
             k += 1
-            if len(ids) > max_utterance_tokens:
+            if len(ids) > max_utterance_tokens or was_cut:
                 report.truncated_utterances += 1
                 ids = truncate_keeping_end_specials(ids, max_utterance_tokens, special)
             turn_ids.append(ids)

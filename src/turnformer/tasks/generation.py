@@ -109,7 +109,7 @@ def check_cuts(max_context_turns: int, max_words: int) -> None:
 
 def cut_words(text: str, max_words: int, report: GenerationReport, where: str) -> tuple[str, ...]:
     """An utterance's words, its first `max_words` (a cut counted in `report`); one without words is [UNK]."""
-    w = words(text)
+    w = words(text, max_words + 1)  # one more than kept: a cut shows
     if not w:
         report.empty_utterances += 1
         report.messages.append(f"{where}: no words in {text[:40]!r}; kept as [UNK]")
@@ -426,7 +426,7 @@ class ResponseGenerator:
         dialogue = as_dialogue(dialogue)
         turns = dialogue.turns
         read = min(len(turns), self.max_context_turns)
-        cut = sum(len(words(t.text)) > self.max_words for t in turns[-self.max_context_turns:])
+        cut = sum(len(words(t.text, self.max_words + 1)) > self.max_words for t in turns[-self.max_context_turns:])
         parts = [f"its last {read} of {len(turns)} turns"] if len(turns) > read else []
         if cut:
             parts.append(f"{cut} of {'them' if parts else 'its turns'} cut to {'its' if cut == 1 else 'their'} first "
