@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from turnformer.cli import app
@@ -374,3 +375,13 @@ def test_a_huge_utterance_is_cut_before_it_is_tokenised_and_read_the_same(tiny_b
     assert words(huge, 5) == words(huge)[:5] == ["the", "weather", "is", "lovely", "today"]
     # a text cut within what a tokenizer reads as one piece (no word boundary for 1,152 characters) is said to be cut
     assert word_pieces(["x" * 2000], tokenizer, 16)[1]["truncated_utterances"] == 1
+    # response selection: a candidate keeps its start, a context turn its end, as a sequence does: the same tokens
+    from turnformer.dialogue import ResponseSelectionItem
+    from turnformer.tasks.response_selection import encode_items, make_selection_batches, special_tokens
+
+    item = ResponseSelectionItem(Dialogue((Turn("A", "hello there"), Turn("B", "end of a long turn . " + huge))),
+                                 (Turn("A", huge + " and its end"), Turn("A", "fine")), answer=1)
+    given.clear()
+    (cut,), (whole,) = (make_selection_batches(encode_items([item], tokenize, 20, length), 2, special_tokens(tokenizer), 32)[0]
+                        for tokenize, length in ((Spy(), 32), (tokenizer, None)))
+    assert torch.equal(cut.input_ids, whole.input_ids) and max(given) <= CHARS_PER_TOKEN * 34

@@ -56,13 +56,16 @@ def check_unicode(text: str, where: str) -> None:
 CHARS_PER_TOKEN = 64  # more than any tokenizer's pieces of real text hold on average (3-6 characters)
 
 
-def text_to_read(text: str, max_tokens: int) -> tuple[str, bool]:
-    """The start of `text` that a model reading its first `max_tokens` tokens is given, and whether it was cut: a text
-    of more than `CHARS_PER_TOKEN` characters a token read is cut there before it is tokenised, so that a huge
-    utterance (a file's 25 MB line) costs what a long one does, not its length in time and memory. A cut text is one
-    the model read only part of (``truncated``), whatever its tokens; for real text, its tokens read are the same."""
+def text_to_read(text: str, max_tokens: int, keep: str = "start") -> tuple[str, bool]:
+    """The part of `text` that a model reading `max_tokens` of its tokens is given (its start, or with ``keep="end"``
+    its end), and whether it was cut: a text of more than `CHARS_PER_TOKEN` characters a token read is cut there
+    before it is tokenised, so that a huge utterance (a file's 25 MB line) costs what a long one does, not its length
+    in time and memory. A cut text is one the model read only part of (``truncated``), whatever its tokens; for real
+    text, its tokens read are the same."""
     limit = CHARS_PER_TOKEN * (max_tokens + 2)
-    return (text, False) if len(text) <= limit else (text[:limit], True)
+    if len(text) <= limit:
+        return text, False
+    return (text[:limit] if keep == "start" else text[-limit:]), True
 
 
 def _where(source: str | None, field_name: str) -> str:

@@ -34,7 +34,7 @@ from turnformer.data._io import first_line, write_file
 from turnformer.data.jsonl import iter_jsonl
 from turnformer.data.selection_tsv import iter_selection_tsv, read_selection_tsv
 from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, as_dialogue, as_turn,
-                                 is_blank, next_speaker, output_names)
+                                 is_blank, next_speaker, output_names, text_to_read)
 from turnformer.models.mdfn import MDFN, MDFNConfig, SelectionBatch
 from turnformer.recipes import recipe_train_config
 from turnformer.structure import SpecialTokens, pack_token_ids
@@ -147,9 +147,15 @@ def load_selection_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLIT
             "validation": [x for i, x in enumerate(train) if i in held], "test": dev}
 
 
-def encode_items(items: Sequence[ResponseSelectionItem], tokenizer, max_turns: int) -> list[EncodedItem]:
-    """Tokenise every turn once; keep the newest ``max_turns - 1`` context turns before each candidate."""
-    texts = [t.text for item in items for t in (*item.context.turns, *item.candidates)]
+def encode_items(items: Sequence[ResponseSelectionItem], tokenizer, max_turns: int, max_length: int | None = None) -> list[EncodedItem]:
+    """Tokenise every turn once; keep the newest ``max_turns - 1`` context turns before each candidate. With
+    `max_length` (the tokens a sequence holds), a huge text is cut before it is tokenised (`text_to_read`): a
+    candidate to its start, a context turn to its end, the parts a sequence keeps."""
+    def read(turn: Turn, keep: str) -> str:  # a context turn keeps its end: the oldest tokens are the ones dropped
+        return turn.text if max_length is None else text_to_read(turn.text, max_length, keep)[0]
+
+    texts = [text for item in items for text in (*(read(t, "end") for t in item.context.turns),
+                                                  *(read(t, "start") for t in item.candidates))]
     ids = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
     out, k = [], 0
     for item in items:
@@ -263,7 +269,7 @@ def prepare_response_selection(recipe: dict, data_dir=None, limits: dict[str, in
         raise DialogueError(f"model_config.max_length = {max_length} is over the backbone's {positions} positions")
     batches, reports = {}, {}
     for split, items in splits.items():
-        encoded = encode_items(items, tokenizer, model.config.max_turns)
+        encoded = encode_items(items, tokenizer, model.config.max_turns, model.config.max_length)
         batches[split], reports[split] = make_selection_batches(
             encoded, batch_size if split == "train" else eval_batch_size, special_tokens(tokenizer), max_length)
         reports[split]["items"] = len(items)
@@ -308,7 +314,7 @@ def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None,
     if not any(any(item.gold() or ()) for item in items):  # no answer, or none right: nothing to score
         scope = f"--limit-dialogues {limit}: the first {limit} items" if limit else "the items"
         raise DialogueError(f"{scope} of the {split} split: none has a right candidate, so nothing can be scored")
-    encoded = encode_items(items, tokenizer, model.config.max_turns)
+    encoded = encode_items(items, tokenizer, model.config.max_turns, model.config.max_length)
     batches, report = make_selection_batches(encoded, 16, special_tokens(tokenizer), model.config.max_length)
     # items without an answer are ranked but not scored: counted apart, so that "groups" adds up
     return {**evaluate(model, batches), "unanswered": sum(item.gold() is None for item in items), "truncation": report}
@@ -326,7 +332,7 @@ def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], 
     report: dict = {}
     starts = range(0, len(items), chunk_items) if items else range(1)  # no items: one empty chunk, a report of zeros
     for start in progress(starts, desc, unit="item", sizes=[min(chunk_items, len(items) - s) for s in starts]):
-        encoded = encode_items(items[start : start + chunk_items], tokenizer, model.config.max_turns)
+        encoded = encode_items(items[start : start + chunk_items], tokenizer, model.config.max_turns, model.config.max_length)
         batches, counts = make_selection_batches(encoded, batch_size, special_tokens(tokenizer), model.config.max_length,
                                                  sort_by_length=False)
         report = {key: report.get(key, 0) + n for key, n in counts.items()}
