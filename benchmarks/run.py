@@ -41,7 +41,10 @@ from collect_erc import collect, run_config  # noqa: E402
 from plans import PLANS, TASKS, Experiment  # noqa: E402
 
 from turnformer.recipes import load_recipe, recipe_for_dataset  # noqa: E402
-from turnformer.results import RESULTS_DIR, machine_line, make_result, mean_std, paper_score, seed_machines, write_result  # noqa: E402
+from turnformer.results import machine_line, make_result, mean_std, paper_score, seed_machines, write_result  # noqa: E402
+
+CHECKOUT_RESULTS = Path(__file__).resolve().parent / "results"  # benchmarks/results, wherever the command runs from
+MAX_SEED = 2**32 - 1  # the most `turnformer train --seed` takes
 
 
 def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swda_train: int,
@@ -53,18 +56,32 @@ def plan(name: str, seeds: tuple[int, ...], baseline_seeds: tuple[int, ...], swd
     return [experiment.resolved(options) for experiment in PLANS[name]]
 
 
+def run_result(out: Path) -> dict | None:
+    """The result.json `turnformer train` left in `out` (None where there is none); one that is not a run's result
+    stops the command, naming it."""
+    path = out / "result.json"
+    if not path.exists():
+        return None
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{path}: not a run's result ({e}); move it away to train the run again") from None
+    if not isinstance(result, dict) or not isinstance(result.get("history"), list):
+        raise SystemExit(f"{path}: not a run's result (no history of epochs); move it away to train the run again")
+    return result
+
+
 def finished(out: Path) -> bool:
     """A run with its result, unless a time budget (--deadline) cut it and its checkpoint is there to go on from."""
-    if not (out / "result.json").exists():
+    if (result := run_result(out)) is None:
         return False
-    reason = json.loads((out / "result.json").read_text()).get("stop_reason") or ""
+    reason = result.get("stop_reason") or ""
     return not (reason.startswith("time budget") and (out / "last").is_dir())
 
 
 def finished_epochs(out: Path) -> int:
-    if not (out / "result.json").exists():
-        return 0
-    return sum(1 for h in json.loads((out / "result.json").read_text())["history"] if h.get("complete"))
+    result = run_result(out)
+    return 0 if result is None else sum(1 for h in result["history"] if isinstance(h, dict) and h.get("complete"))
 
 
 def run_dir(experiment: Experiment, seed: int, runs_dir: Path) -> Path:
@@ -77,7 +94,7 @@ def run_dir(experiment: Experiment, seed: int, runs_dir: Path) -> Path:
     return runs_dir / experiment.id / f"seed{seed}"
 
 
-def recipe_record(experiment: Experiment, runs_dir: Path, results_dir: Path = RESULTS_DIR) -> dict | None:
+def recipe_record(experiment: Experiment, runs_dir: Path, results_dir: Path = CHECKOUT_RESULTS) -> dict | None:
     """A grid cell at its model's recipe cell whose recipe runs are not all here: its record taken from the recipe's
     results file, if those runs trained exactly the cell's epochs, windowing and batch, whole, over the cell's seeds
     (the test score at their best validation epoch is then the cell's). None where the cell must be trained."""
@@ -107,7 +124,7 @@ def scored_epochs(config: dict, max_epoch: int | None) -> int | None:
     return min(epochs, max_epoch) if epochs and max_epoch else max_epoch or epochs
 
 
-def earlier_record(experiment: Experiment, results_dir: Path = RESULTS_DIR) -> dict | None:
+def earlier_record(experiment: Experiment, results_dir: Path = CHECKOUT_RESULTS) -> dict | None:
     """The experiment's results file from an earlier collection, if it trained the recipe as it is now, scored over the
     same epochs, with the seeds of its whole runs only: those are not trained again when their run folders are gone,
     and stay in the file when other seeds are collected. None otherwise."""
@@ -289,6 +306,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plan", action="append", required=True)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/erc"))
+    parser.add_argument("--results-dir", type=Path, default=CHECKOUT_RESULTS,
+                        help="Where results files are read and written (default: this checkout's benchmarks/results, "
+                             "wherever the command runs from).")
     parser.add_argument("--seeds", default="1,2,3", help="Seeds of DialogXL and its variants.")
     parser.add_argument("--baseline-seeds", default=None, help="Seeds of the baselines (default: --seeds).")
     parser.add_argument("--grid-seeds", default="1", help="Seeds of the act-grid cells (fewer than the main rows').")
@@ -304,6 +324,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "(a cut run then still has every main row).")
     parser.add_argument("--dry-run", action="store_true", help="Print the runs the command would start; start none.")
     args = parser.parse_args(argv)
+    if twice := sorted({name for name in args.plan if args.plan.count(name) > 1}):
+        parser.error(f"--plan {twice[0]} given twice")
+    for option in ("runs_dir", "results_dir"):
+        if getattr(args, option).exists() and not getattr(args, option).is_dir():
+            parser.error(f"--{option.replace('_', '-')} {getattr(args, option)}: a file; give a folder")
+    if args.swda_train < 1:
+        parser.error(f"--swda-train {args.swda_train}: give 1 or more training conversations")
     if args.workers < 1:
         parser.error(f"--workers {args.workers}: give 1 or more")
     if args.deadline is not None and not args.deadline > 0:
@@ -318,13 +345,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def seed_list(text: str) -> tuple[int, ...]:
-    """Seeds written 1,2,3: whole numbers, 0 or more (training refuses a negative seed)."""
+    """Seeds written 1,2,3: whole numbers, 0 or more (training refuses a negative seed), each once."""
     try:
         seeds = tuple(int(s) for s in text.split(","))
     except ValueError:
         raise ValueError("give whole numbers separated by commas, e.g. 1,2,3") from None
     if any(s < 0 for s in seeds):
         raise ValueError("seeds are 0 or more")
+    if any(s > MAX_SEED for s in seeds):
+        raise ValueError(f"seeds are at most {MAX_SEED}")
+    if twice := sorted({s for s in seeds if seeds.count(s) > 1}):  # two runs of one seed would train into one folder
+        raise ValueError(f"seed {twice[0]} given twice")
     return seeds
 
 
@@ -366,8 +397,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     deadline = time.time() + args.deadline if args.deadline is not None else None
     experiments = selected_experiments(args)
-    from_recipe_files = {e.id: record for e in experiments if (record := recipe_record(e, args.runs_dir))}
-    earlier = {e.id: record for e in experiments if e.id not in from_recipe_files and (record := earlier_record(e))}
+    from_recipe_files = {e.id: record for e in experiments if (record := recipe_record(e, args.runs_dir, args.results_dir))}
+    earlier = {e.id: record for e in experiments
+               if e.id not in from_recipe_files and (record := earlier_record(e, args.results_dir))}
     jobs = scheduled_jobs([e for e in experiments if e.id not in from_recipe_files], earlier, args.runs_dir, args.seed_major)
     if args.dry_run:
         starting = [(e, s, out) for e, s in jobs if starts(e, out := run_dir(e, s, args.runs_dir))]
@@ -382,10 +414,10 @@ def main(argv: list[str] | None = None) -> None:
     with ThreadPoolExecutor(args.workers) as pool:
         for phase in ([job for job in jobs if job[0].id not in readers], [job for job in jobs if job[0].id in readers]):
             list(pool.map(lambda job: run_one(*job, args.runs_dir, deadline, args.workers > 1, args.prune), phase))
-    collect_all(experiments, from_recipe_files, earlier, args.runs_dir)
+    collect_all(experiments, from_recipe_files, earlier, args.runs_dir, args.results_dir)
 
 
-def collected(e: Experiment, earlier: dict | None, runs_dir: Path) -> dict | None:
+def collected(e: Experiment, earlier: dict | None, runs_dir: Path, results_dir: Path) -> dict | None:
     """Experiment `e`'s record from its runs, joined with the seeds `earlier` keeps; None, saying why, where there is
     nothing to collect."""
     runs = [run_dir(e, s, runs_dir) for s in seeds_to_run(e, earlier, runs_dir)]
@@ -395,7 +427,7 @@ def collected(e: Experiment, earlier: dict | None, runs_dir: Path) -> dict | Non
         print(f"{e.id}: not collected, runs without a finished epoch: {', '.join(missing)}", flush=True)
         return None
     if not runs:
-        print(f"{e.id}: seeds {list(e.seeds)} already collected in {RESULTS_DIR / e.id}.json", flush=True)
+        print(f"{e.id}: seeds {list(e.seeds)} already collected in {results_dir / e.id}.json", flush=True)
         return None
     record = collect(e.id, runs, allow_partial=True, extra=e.extra, max_epoch=e.max_epoch)
     if earlier is not None:
@@ -407,28 +439,29 @@ def collected(e: Experiment, earlier: dict | None, runs_dir: Path) -> dict | Non
     return record
 
 
-def collect_all(experiments: list[Experiment], from_recipe_files: dict, earlier: dict, runs_dir: Path) -> None:
+def collect_all(experiments: list[Experiment], from_recipe_files: dict, earlier: dict, runs_dir: Path, results_dir: Path) -> None:
     """Every experiment's results file, with the recipe its runs trained; the lr-sweep's runs make one file a model."""
     sweep: dict[str, list[tuple[Experiment, dict]]] = {}
     for e in experiments:
         if e.id in from_recipe_files:
             record = {**from_recipe_files[e.id], "recipe": recipe_entry(e)}
             print(f"{e.id}: {record['mean']:.2f} ± {record['std']:.2f} over seeds {record['seeds']}, from the recipe's results"
-                  f" -> {write_result(record)}", flush=True)
+                  f" -> {write_result(record, results_dir)}", flush=True)
             continue
-        record = collected(e, earlier.get(e.id), runs_dir)
+        record = collected(e, earlier.get(e.id), runs_dir, results_dir)
         if record is None:
             continue
         record["recipe"] = recipe_entry(e)
         if e.id.startswith("lr-"):
             sweep.setdefault(e.model, []).append((e, record))
             continue
-        print(f"{e.id}: {record['mean']:.2f} ± {record['std']:.2f} over seeds {record['seeds']} -> {write_result(record)}", flush=True)
+        print(f"{e.id}: {record['mean']:.2f} ± {record['std']:.2f} over seeds {record['seeds']} -> "
+              f"{write_result(record, results_dir)}", flush=True)
     for model, runs in sweep.items():
-        write_sweep(model, runs)
+        write_sweep(model, runs, results_dir)
 
 
-def write_sweep(model: str, runs: list[tuple[Experiment, dict]]) -> None:
+def write_sweep(model: str, runs: list[tuple[Experiment, dict]], results_dir: Path) -> None:
     """erc-lr-sweep-MODEL.json: validation score of every (rate, dataset); the rate with the best mean; the recipe of
     every run under "recipes"."""
     rates: dict[str, dict[str, float]] = {}
@@ -444,7 +477,7 @@ def write_sweep(model: str, runs: list[tuple[Experiment, dict]]) -> None:
                "selection": "best mean validation weighted F1 over MELD and EmoryNLP (one seed each)"},
     )
     record["recipes"] = {e.id: r["recipe"] for e, r in runs}
-    print(f"{model}: learning rate {chosen} chosen on validation -> {write_result(record)}", flush=True)
+    print(f"{model}: learning rate {chosen} chosen on validation -> {write_result(record, results_dir)}", flush=True)
 
 
 if __name__ == "__main__":

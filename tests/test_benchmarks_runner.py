@@ -118,7 +118,7 @@ SEED_MAJOR_RUNS = [  # --seed-major: every first seed, then every second one, on
 def test_dry_run_lists_the_runs_it_would_start_and_starts_none(argv, runs, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # no results collected earlier: every seed is to be trained
     monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: pytest.fail("--dry-run started a run"))
-    bench.main([*argv, "--runs-dir", "runs", "--dry-run"])
+    bench.main([*argv, "--runs-dir", "runs", "--results-dir", "results", "--dry-run"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"{len(runs)} runs would start") and [line.split(":")[0] for line in lines[1:]] == runs
     assert not any(tmp_path.iterdir())
@@ -136,12 +136,33 @@ def test_dry_run_lists_the_runs_it_would_start_and_starts_none(argv, runs, tmp_p
     (["--grid-seeds", "0,-1"], "--grid-seeds 0,-1: seeds are 0 or more"),
     (["--workers", "0"], "--workers 0: give 1 or more"),
     (["--deadline", "-5"], "--deadline -5.0: give the seconds from now, above 0"),
-    (["--deadline", "0"], "--deadline 0.0: give the seconds from now, above 0")])
+    (["--deadline", "0"], "--deadline 0.0: give the seconds from now, above 0"),
+    # two runs of one seed trained into one folder, counted twice; a seed training refuses; all of SwDA for 0
+    (["--seeds", "9,9"], "--seeds 9,9: seed 9 given twice"), (["--plan", "generation-full-cpu"], "--plan generation-full-cpu given twice"),
+    (["--seeds", "99999999999999999999"], "seeds are at most 4294967295"),
+    (["--swda-train", "0"], "--swda-train 0: give 1 or more training conversations")])
 def test_options_that_would_select_nothing_or_fail_later_are_refused(argv, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as stopped:
-        bench.main(["--plan", "generation-full-cpu", *argv, "--runs-dir", "runs", "--dry-run"])
+        bench.main(["--plan", "generation-full-cpu", *argv, "--runs-dir", "runs", "--results-dir", "results", "--dry-run"])
     assert message in str(stopped.value.code) + capsys.readouterr().err and not any(tmp_path.iterdir())
+
+
+def test_results_are_the_checkouts_wherever_the_runner_starts_and_a_damaged_run_result_is_named(tmp_path, monkeypatch, capsys):
+    """From another folder the runner read no earlier results (and retrained every seed into ./benchmarks/results);
+    a --runs-dir that is a file, and a result.json that is not a run's, ended in tracebacks."""
+    monkeypatch.chdir(tmp_path)
+    assert bench.parse_args(["--plan", "table2"]).results_dir == Path(bench.__file__).resolve().parent / "results"
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(SystemExit):
+        bench.main(["--plan", "table2", "--runs-dir", "afile", "--dry-run"])
+    assert "--runs-dir afile: a file; give a folder" in capsys.readouterr().err
+    run = tmp_path / "runs" / "seed1"
+    run.mkdir(parents=True)
+    for content in ("garbage", "[]", "{}"):
+        (run / "result.json").write_text(content)
+        with pytest.raises(SystemExit, match=f"{run / 'result.json'}: not a run's result"):
+            bench.finished(run)
 
 
 def test_every_experiments_recipe_is_written_as_a_recipe_file_that_loads_back_the_same(tmp_path):
@@ -180,7 +201,7 @@ def fake_run(out: Path, seed: int, recipe: dict, validation: float) -> None:
 def test_a_results_file_holds_the_recipe_its_runs_trained(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no results collected earlier
     written = []
-    monkeypatch.setattr(bench, "write_result", lambda record: written.append(record) or Path("results.json"))
+    monkeypatch.setattr(bench, "write_result", lambda record, results_dir=None: written.append(record) or Path("results.json"))
     monkeypatch.setenv("TURNFORMER_COMMIT", "abc1234")  # the records' commit, without asking git
     monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: pytest.fail("a finished run was started again"))
     sweep = [e for e in bench.plan("lr-sweep", (1,), (1,), 120) if e.model == "dialogxl"]
@@ -188,7 +209,7 @@ def test_a_results_file_holds_the_recipe_its_runs_trained(tmp_path, monkeypatch)
     for e in (*sweep, table3):
         fake_run(tmp_path / "runs" / e.id / "seed1", 1, bench.resolved_recipe(e), 60.0 if e.extra.get("lr") == "5e-5" else 50.0)
     bench.main(["--plan", "table3", "--plan", "lr-sweep", "--models", "dialogxl,dialogxl-no-speaker", "--seeds", "1",
-                "--runs-dir", "runs", "--experiments", ",".join(e.id for e in (*sweep, table3))])
+                "--runs-dir", "runs", "--results-dir", "results", "--experiments", ",".join(e.id for e in (*sweep, table3))])
     ablation, chosen = written
     assert ablation["recipe"] == {"name": "erc-meld-dialogxl-no-speaker", "overrides": [], "limit_train": None,
                                   "limit_eval": None, "settings": bench.resolved_recipe(table3)}

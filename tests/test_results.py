@@ -301,7 +301,7 @@ def test_a_cell_reading_runs_of_the_same_command_starts_after_they_finish(tmp_pa
 
     monkeypatch.setattr(bench, "run_one", fake_run_one)
     monkeypatch.setattr(bench, "collect_all", lambda *a, **k: None)
-    monkeypatch.setattr(bench, "earlier_record", lambda e: None)
+    monkeypatch.setattr(bench, "earlier_record", lambda e, results_dir=None: None)
     bench.main(["--plan", "act-split", "--models", "lc-attention", "--grid-seeds", "1,2", "--workers", "2",
                 "--runs-dir", str(tmp_path)])
     trained = [i for i, (what, eid, _) in enumerate(events) if what == "end" and not eid.endswith("-e3")]
@@ -456,7 +456,7 @@ def test_a_run_without_a_finished_epoch_does_not_stop_the_others_being_collected
     (cut / "result.json").write_text(json.dumps(result))
     _fake_run(tmp_path / ids[1] / "seed1", validation=[70, 75], test=[71, 72])
     written = []
-    monkeypatch.setattr(bench, "write_result", lambda record: written.append(record) or Path("results.json"))
+    monkeypatch.setattr(bench, "write_result", lambda record, results_dir=None: written.append(record) or Path("results.json"))
     monkeypatch.setattr(bench, "run_one", lambda *a, **k: None)  # no training: the runs are on disk
     monkeypatch.setattr(sys, "argv", ["run.py", "--plan", "acts", "--seeds", "1", "--runs-dir", str(tmp_path),
                                       "--experiments", ",".join(ids)])
