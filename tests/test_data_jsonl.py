@@ -529,3 +529,24 @@ def test_duplicate_turn_ids_nan_and_tables_are_named(tmp_path):
     table.write_text("speaker,text,emotion\nA,hi,joy\n")
     with pytest.raises(DialogueError, match=r"table.jsonl:1: malformed JSON.*looks like a table \(CSV or tab-separated\)"):
         read_jsonl(table)
+
+
+def test_meta_the_writer_could_not_write_back_utf16_and_a_gzip_cut_in_its_first_line_are_named(tmp_path):
+    """A lone surrogate or 1e999 in meta was read, then refused by the writer as "text"; a UTF-16 file without a BOM
+    and a file of NUL bytes were "malformed JSON" (or "a table"); a gzip cut in its first line was cut "after line 0"."""
+    import gzip
+
+    for meta, message in (('{"\\ud800": 1}', "meta: not valid Unicode"), ('{"a": 1e999}', "meta: a number too large for JSON")):
+        path = write_lines(tmp_path / "meta.jsonl", '{"turns": [{"speaker": "A", "text": "x"}], "meta": ' + meta + "}")
+        with pytest.raises(DialogueError, match=f"meta.jsonl:1: {message}"):
+            read_jsonl(path)
+    for content in ('{"turns": [{"speaker": "A", "text": "x"}]}\n'.encode("utf-16-le"), b"\x00\x00,\x00\n"):
+        (tmp_path / "wide.jsonl").write_bytes(content)
+        with pytest.raises(DialogueError, match="wide.jsonl:1: malformed JSON .*the line holds NUL bytes: the file looks like "
+                                                "UTF-16 or binary, not UTF-8 text"):
+            read_jsonl(tmp_path / "wide.jsonl")
+    (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(b'{"turns": [{"speaker": "A", "text": "x"}]}\n' * 50)[:20])
+    with pytest.raises(DialogueError, match="cut.jsonl.gz: a gzip file that cannot be decompressed in its first line"):
+        read_jsonl(tmp_path / "cut.jsonl.gz")
+    with pytest.raises(DialogueError, match=r"dialogue 0 \(None\): its meta is not valid Unicode"):
+        write_jsonl([Dialogue((Turn("A", "x"),), meta={"\ud800": 1})], tmp_path / "out.jsonl")

@@ -308,7 +308,8 @@ def iter_lines(path: Path, report: LoadReport | None = None) -> Iterator[tuple[i
         except (OSError, EOFError, zlib.error) as e:
             if not compressed:
                 raise
-            raise DialogueError(f"{path}: a gzip file that cannot be decompressed after line {i + 1} ({e})") from None
+            where = f"after line {i + 1}" if i >= 0 else "in its first line"
+            raise DialogueError(f"{path}: a gzip file that cannot be decompressed {where} ({e})") from None
 
 
 def json_error(path: Path, err: json.JSONDecodeError, line_offset: int = 0) -> DialogueError:

@@ -101,6 +101,13 @@ def parse_dialogue(
         meta = {}
     elif not isinstance(meta, dict):
         raise _err(where, "meta", f"expected an object, got {json_type(meta)}")
+    else:  # what the writer could not write back: a lone surrogate ("\ud800"), a number read as infinity (1e999)
+        try:
+            json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise _err(where, "meta", f"not valid Unicode ({e.reason})") from None
+        except ValueError:
+            raise _err(where, "meta", "a number too large for JSON (read as infinity, e.g. 1e999)") from None
 
     turns, turn_ids = [], {}
     for i, t in enumerate(turns_raw):
@@ -211,6 +218,7 @@ def read_json(text: str | bytes) -> Any:
     return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_object, parse_int=_int)
 
 
+NUL_HINT = "; the line holds NUL bytes: the file looks like UTF-16 or binary, not UTF-8 text (save it as UTF-8)"
 ONE_DOCUMENT_HINT = ("; the file looks like one JSON document: write one conversation per line (JSON Lines), "
                      "e.g. jq -c '.[]' FILE.json > FILE.jsonl for an array of conversations")
 
@@ -293,7 +301,8 @@ def iter_jsonl(
         try:
             obj = read_json(line)
         except json.JSONDecodeError as err:
-            hint = (ONE_DOCUMENT_HINT if lineno == 1 and (line.strip() == "{" or line.lstrip().startswith("[")) else
+            hint = (NUL_HINT if "\x00" in line else
+                    ONE_DOCUMENT_HINT if lineno == 1 and (line.strip() == "{" or line.lstrip().startswith("[")) else
                     TABLE_HINT if lineno == 1 and not line.lstrip().startswith("{") and ("," in line or "\t" in line) else "")
             raise DialogueError(f"{where}: malformed JSON (column {err.colno}): {err.msg}{hint}") from None
         except ValueError as err:  # NaN or Infinity, which JSON does not have
@@ -380,7 +389,7 @@ def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str
         try:
             lines.append(line.encode("utf-8"))
         except UnicodeEncodeError as err:
-            raise DialogueError(f"dialogue {i} ({getattr(d, 'id', None)!r}): text is not valid Unicode ({err.reason})") from None
+            raise DialogueError(f"dialogue {i} ({getattr(d, 'id', None)!r}): its meta is not valid Unicode ({err.reason})") from None
     write_file(path, b"".join(line + b"\n" for line in lines))
     return len(lines)
 
