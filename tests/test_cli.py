@@ -128,6 +128,17 @@ def test_demo_on_real_data(data_dir, tmp_path):
         assert not (tmp_path / "bad").exists()
     bad = runner.invoke(app, ["demo", "--out", str(tmp_path / "bad"), "--data-dir", str(data_dir), "--epochs", "0"])
     assert bad.exit_code == 2 and "--epochs" in bad.output
+    # a recipe that is no DialogXL (the demo draws its heads, annotates with its session), an --out that is a file:
+    # tracebacks after the data had loaded; an unknown model listed every recipe of every task, with an option it lacks
+    (tmp_path / "afile").write_text("")
+    for args, message in ((["--model", "concat-context"], "--model concat-context: the demo fine-tunes a DialogXL recipe of meld: "
+                                                          "dialogxl, dialogxl-memory-bias,"),
+                          (["--model", "nope"], "--model nope: the demo fine-tunes a DialogXL recipe of meld"),
+                          (["--out", str(tmp_path / "afile")], "a file; give a folder"),
+                          (["--out", str(tmp_path / "afile" / "sub")], "is a file, not a folder")):
+        bad = runner.invoke(app, ["demo", "--out", str(tmp_path / "bad"), "--data-dir", str(data_dir), *args])
+        assert bad.exit_code == 2 and message in " ".join(bad.output.split()) and "Traceback" not in bad.output, bad.output
+        assert "dialogues" not in bad.output  # refused before the dataset's statistics
 
 
 def test_plot_masks_draws_dollar_signs_as_text(tmp_path):

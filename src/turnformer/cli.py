@@ -27,12 +27,13 @@ from rich.text import Text
 from turnformer.allocator import start_with_allocator_settings
 from turnformer.backbones.cli import backbone_app
 from turnformer.data._io import OutputClosed, PartialOutput, check_output_file as check_file, write_chunks
+from turnformer.data import get_info
 from turnformer.data.cli import data_app
 from turnformer.data.stats import dataset_stats, print_stats
 from turnformer.dialogue import Dialogue, DialogueError, output_names
 from turnformer.errors import CheckpointError
-from turnformer.recipes import (DEFAULT_FILE_MODEL, changed_files, file_digests, find_recipe, load_recipe, recipe_for_dataset,
-                                recipe_path)
+from turnformer.recipes import (DEFAULT_FILE_MODEL, RECIPES_DIR, changed_files, file_digests, find_recipe, load_recipe,
+                                recipe_for_dataset, recipe_path)
 from turnformer.results import paper_score
 
 # Commands import torch, transformers, the tasks and the models inside their bodies, only when they run (each such
@@ -360,8 +361,9 @@ def demo(
     erc = get_task("erc")
     try:
         check_counts({"--train-dialogues": train_dialogues, "--eval-dialogues": eval_dialogues})
+        check_run_folder(out)  # before the data is read: the figures and the run go there
+        recipe = load_recipe(demo_recipe(erc.name, model, dataset), [f"train.epochs={epochs}"])
         print_stats(dataset_stats(dataset, data_dir), console)
-        recipe = load_recipe(find_recipe(erc.name, model, dataset), [f"train.epochs={epochs}"])
         splits = erc.load_data(recipe, data_dir)
     except USER_ERRORS as e:
         fail(describe(e))
@@ -393,6 +395,17 @@ def demo(
         f"this recipe's full runs: docs/results.md."
     )
     annotate(erc.session(*erc.load_trained(out / "run")), sample, recipe.get("label_kind", "emotion"))
+
+
+def demo_recipe(task: str, model: str, dataset: str) -> Path:
+    """The recipe the demo fine-tunes: a DialogXL one (the demo draws its head masks and annotates with its streaming
+    session), named by `model` for `dataset`; any other is refused with the ones there are."""
+    dialogxl = sorted(p.stem.removeprefix(f"{task}-{dataset}-") for p in RECIPES_DIR.glob(f"{task}-{dataset}-dialogxl*.toml"))
+    if model not in dialogxl:
+        get_info(dataset)  # an unknown dataset is said as such
+        raise DialogueError(f"--model {model}: the demo fine-tunes a DialogXL recipe of {dataset}: "
+                            f"{', '.join(dialogxl) or 'none'} (any recipe: turnformer train)")
+    return find_recipe(task, model, dataset)
 
 
 def draw_head_masks(sample: Dialogue, model_config: dict, dataset: str, out: Path) -> None:
