@@ -284,6 +284,15 @@ def test_a_refused_resume_leaves_the_run_as_it_was(trained_run, files, tmp_path)
     assert runner.invoke(app, ["evaluate", "--checkpoint", str(run)]).exit_code == 0
 
 
+def test_a_checkpoint_written_with_dotdot_is_the_folder_it_names(trained_run):
+    """run/best/../.. (the folder holding the run) read as run/best/.. one level up: "incomplete: missing model"."""
+    from turnformer.tasks.common import checkpoint_paths
+
+    with pytest.raises(DialogueError, match="not a turnformer run"):
+        checkpoint_paths(trained_run / "best" / ".." / "..")
+    assert checkpoint_paths(trained_run / "best" / ".." / "best")[1] == checkpoint_paths(trained_run)[1]
+
+
 def test_a_tasks_own_loader_given_another_tasks_run_says_so(trained_run):
     """erc's loader given a generation run failed with a bare KeyError 'backbone'; the others' named no task."""
     from turnformer.tasks import dialogue_act, erc, generation, response_selection

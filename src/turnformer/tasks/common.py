@@ -140,6 +140,12 @@ def load_labelled_data(recipe: dict, kind: str, data_dir=None, only: Sequence[st
     return {s: list(ds.dialogues) for s, ds in loaded.items()}, next(iter(loaded.values())).label_set(kind)
 
 
+def folder_above(path: Path) -> Path:
+    """The folder `path` is in: its parent as written, or where it is written with ".." (run/best/../.. is not in
+    run/best/..), the parent of the folder it names."""
+    return path.resolve().parent if ".." in path.parts else path.parent
+
+
 def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = (), task: str | None = None) -> tuple[Path, dict]:
     """A run folder or one of its checkpoints (best/, last/) -> (weights folder, run.json). A run of one of
     `labelled_tasks` (whose models label utterances) must name its labels; with `task`, the run must be of it (a
@@ -161,7 +167,7 @@ def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = (), task: str
                                 "result.json); train it again to use the model")
         raise DialogueError(f"{checkpoint}: a run without a best checkpoint"
                             f"{'' if finished else ' yet: training has not finished an epoch'}{latest}")
-    for folder in (checkpoint, checkpoint.parent):
+    for folder in (checkpoint, folder_above(checkpoint)):
         if (folder / "run.json").exists():
             try:
                 run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
@@ -184,7 +190,7 @@ def built_from_run_file(weights: Path):
     try:
         yield
     except (DialogueError, ValueError, TypeError) as e:
-        run_file = next((f / "run.json" for f in (weights, weights.parent) if (f / "run.json").is_file()), weights / "run.json")
+        run_file = next((f / "run.json" for f in (weights, folder_above(weights)) if (f / "run.json").is_file()), weights / "run.json")
         raise DialogueError(f"{run_file}: {e}") from None
 
 
@@ -192,7 +198,7 @@ def run_results(checkpoint) -> dict | None:
     """What the training of a run scored, from the result.json beside its run.json (the best epoch, the validation and
     test scores there, the training time; the per-epoch history left out); None where the run has none."""
     checkpoint = Path(checkpoint)
-    for folder in (checkpoint, checkpoint.parent):
+    for folder in (checkpoint, folder_above(checkpoint)):
         if (folder / "run.json").is_file():
             try:
                 results = json.loads((folder / "result.json").read_text(encoding="utf-8"))
