@@ -507,3 +507,44 @@ def test_a_machine_line_names_each_seeds_machine_and_reads_back():
     assert machine_line(machines) == f"seed 1: {h200}; seeds 2, 3: {cpu}"
     assert seed_machines({"machine": machine_line(machines), "seeds": [1, 2, 3]}) == machines
     assert machine_line({1: cpu, 2: cpu}) == cpu and seed_machines({"machine": cpu, "seeds": [1, 2]}) == {1: cpu, 2: cpu}
+
+
+def test_the_tables_are_built_from_the_checkouts_results_wherever_the_script_starts(tmp_path, monkeypatch):
+    """From another folder make_tables read no results and wrote near-empty tables; run from benchmarks/ it failed."""
+    tables = load_benchmark_script("make_tables")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    tables.main(["--docs", str(tmp_path / "docs")])
+    for name in ("results.md", "results-all.md"):  # the committed tables are the results files' (regenerated with them)
+        assert (tmp_path / "docs" / name).read_text() == (tables.CHECKOUT / "docs" / name).read_text(), name
+
+
+def test_a_damaged_results_file_stops_the_tables_naming_it(tmp_path):
+    """A damaged file was a bare JSONDecodeError or KeyError; NaN scores, an empty score list, a mean that is not its
+    scores' and a second file of one experiment were tabled without a word; an empty folder gave empty tables."""
+    tables = load_benchmark_script("make_tables")
+    good = make_result("erc-meld-dialogxl", task="erc", dataset="meld", split="test", model="dialogxl", metric="weighted_f1",
+                       scores=[50.0, 52.0], seeds=[1, 2], paper=62.41, backbone="all-MiniLM-L6-v2")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    with pytest.raises(SystemExit, match="no results files"):
+        tables.main(["--results", str(tmp_path / "results"), "--docs", str(docs)])
+    cases = [("{", "not a results file"), ("[]", "expected a JSON object"),
+             (json.dumps({k: v for k, v in good.items() if k != "mean"}), "missing mean"),
+             (json.dumps({**good, "scores": [], "seeds": []}), "scores []: expected a list of finite numbers"),
+             (json.dumps({**good, "scores": [float("nan"), 1.0]}), "scores [nan, 1.0]: expected a list of finite numbers"),
+             (json.dumps({**good, "seeds": [1]}), "seeds [1]: expected one per score"),
+             (json.dumps({**good, "mean": None}), "mean None, std "),
+             (json.dumps({**good, "mean": 99.0}), "mean 99.0 is not the mean of its scores"),
+             (json.dumps({**good, "experiment": "erc-meld-other"}), "experiment 'erc-meld-other': a results file is named after")]
+    for content, message in cases:
+        results = tmp_path / "results"
+        results.mkdir(exist_ok=True)
+        (results / "erc-meld-dialogxl.json").write_text(content)
+        with pytest.raises(SystemExit) as stopped:
+            tables.main(["--results", str(results), "--docs", str(docs)])
+        assert str(stopped.value.code).startswith(f"error: {results / 'erc-meld-dialogxl.json'}: {message}"), stopped.value.code
+        assert not any(docs.iterdir())  # nothing written
+    write_result(good, tmp_path / "results")
+    tables.main(["--results", str(tmp_path / "results"), "--docs", str(docs)])
+    assert "51.00 ± 1.41" in (docs / "results-all.md").read_text()

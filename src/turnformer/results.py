@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import statistics
@@ -147,7 +148,42 @@ def write_result(record: dict[str, Any], results_dir: Path = RESULTS_DIR) -> Pat
 
 
 def load_results(results_dir: Path = RESULTS_DIR) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))]
+    """Every results file of `results_dir`, each checked (`result_problem`): a damaged one is a ValueError naming it,
+    never a table built around it."""
+    records = []
+    for path in sorted(results_dir.glob("*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: not a results file ({e})") from None
+        if problem := result_problem(record, path.stem):
+            raise ValueError(f"{path}: {problem}")
+        records.append(record)
+    return records
+
+
+def result_problem(record: Any, name: str) -> str | None:
+    """What makes `record` (the results file `name`.json) unfit for a table, or None: its entries, scores that are
+    finite numbers (at least one), seeds one per score (none for a measurement), a mean and spread of those scores,
+    the experiment the file is named after (two files of one experiment would show either in a table)."""
+    if not isinstance(record, dict):
+        return "expected a JSON object"
+    if missing := [key for key in ("experiment", "task", "dataset", "model", "metric", "scores", "seeds", "mean", "std")
+                   if key not in record]:
+        return f"missing {', '.join(missing)}"
+    if record["experiment"] != name:
+        return f"experiment {record['experiment']!r}: a results file is named after its experiment ({name!r})"
+    scores, seeds = record["scores"], record["seeds"]
+    finite = lambda x: isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)  # noqa: E731
+    if not isinstance(scores, list) or not scores or not all(map(finite, scores)):
+        return f"scores {scores!r:.60}: expected a list of finite numbers, at least one"
+    if not isinstance(seeds, list) or (seeds and len(seeds) != len(scores)):
+        return f"seeds {seeds!r:.60}: expected one per score (or none, for a measurement)"
+    if not finite(record["mean"]) or not finite(record["std"]):
+        return f"mean {record['mean']!r}, std {record['std']!r}: expected finite numbers"
+    if not math.isclose(record["mean"], statistics.fmean(scores), rel_tol=1e-6, abs_tol=1e-9):
+        return f"mean {record['mean']!r} is not the mean of its scores ({statistics.fmean(scores):.6g})"
+    return None
 
 
 def _fmt(x: float | None) -> str:
