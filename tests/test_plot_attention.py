@@ -95,3 +95,30 @@ def test_needs_exactly_one_model_source(conversations, tmp_path):
     assert result.exit_code == 2 and "--checkpoint RUN_DIR or --backbone NAME" in result.output
     result = runner.invoke(app, ["plot", "attention", "--input", str(conversations["train"]), "--backbone", "x"])
     assert result.exit_code == 2 and "--out FILE.png, --json" in result.output
+
+
+def test_figures_of_a_long_conversation_stay_readable(monkeypatch, tmp_path):
+    """500 utterances drew 499 boundary lines and 500 tick labels over every panel: solid orange, a black smear."""
+    from pathlib import Path
+
+    from turnformer import plots
+    from turnformer.dialogue import Dialogue
+
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, out: figures.append(fig) or Path(out))
+    long = Dialogue.from_turns([("ABC"[i % 3], "hello there") for i in range(500)], id="long")
+    plots.plot_masks(plots.mask_view(long, ["local(2)", "speaker"], level="utterances"), tmp_path / "m.png")
+    short = Dialogue.from_turns([("AB"[i % 2], "hello there") for i in range(6)], id="short")
+    plots.plot_masks(plots.mask_view(short, ["local(2)"], level="tokens"), tmp_path / "s.png")
+    view = plots.AttentionView("d", 499, ["t"] * 1000, [u // 2 for u in range(1000)], ["A"] * 1000,
+                               {"local": [0.001] * 1000}, {"local": 1})
+    plots.plot_attention(view, tmp_path / "a.png")
+    few = plots.AttentionView("d", 1, ["[CLS]", "hi", "[CLS]", "yo"], [0, 0, 1, 1], ["A", "A", "B", "B"], {"local": [0.1] * 4}, {"local": 1})
+    plots.plot_attention(few, tmp_path / "f.png")
+    (masks, *_), _, (attention,), (narrow,) = (fig.axes for fig in figures)
+    assert not masks.lines and len(masks.get_xticks()) <= plots.MOST_TICKS and len(masks.get_yticks()) <= plots.MOST_TICKS
+    assert len(figures[1].axes[0].lines) == 2 * 5  # a short one keeps its utterance boundaries, both ways
+    assert not attention.lines and len(attention.get_xticks()) <= plots.MOST_TICKS
+    # a narrow figure's title is broken into lines that fit it, not cut at both sides
+    lines = figures[-1]._suptitle.get_text().splitlines()
+    assert len(lines) >= 2 and max(map(len, lines)) * 0.6 * 9 / 72 <= figures[-1].get_figwidth()

@@ -209,11 +209,12 @@ def plot_masks(view: MaskView, out: str | Path, title: str | None = None) -> Pat
     height = min(1.5 + len(rows) * 0.11, 8) if view.query_tokens else width
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     boundaries = [i - 0.5 for i in range(1, n) if view.utterance[i] != view.utterance[i - 1]]
+    starts = thinned([0] + [int(b + 0.5) for b in boundaries])  # the utterances named where the tokens cannot be
     for ax in axes.flat[len(kinds):]:
         ax.axis("off")
     for ax, kind in zip(axes.flat, kinds):
         ax.imshow(view.masks[kind].int().numpy(), cmap="Blues", vmin=-0.3, vmax=1.2, interpolation="nearest", aspect="auto")
-        for b in boundaries:
+        for b in boundaries if len(boundaries) <= MOST_LINES else ():  # more would cover the masks
             ax.axvline(b, color="tab:orange", linewidth=0.8)
             if not view.query_tokens:
                 ax.axhline(b, color="tab:orange", linewidth=0.8)
@@ -223,13 +224,31 @@ def plot_masks(view: MaskView, out: str | Path, title: str | None = None) -> Pat
         if n <= 80:
             ax.set_xticks(range(n), view.tokens, rotation=90, fontsize=7)
         else:
-            starts = [0] + [int(b + 0.5) for b in boundaries]
             ax.set_xticks(starts, [f"u{view.utterance[s]}" for s in starts], rotation=90, fontsize=6)
         if len(rows) <= 80:
             ax.set_yticks(range(len(rows)), rows, fontsize=7)
+        elif not view.query_tokens:  # the rows are the keys: named as the columns are
+            ax.set_yticks(starts, [f"u{view.utterance[s]}" for s in starts], fontsize=6)
     if title:
         fig.suptitle(title)
     return save_figure(fig, out)
+
+
+MOST_LINES = 80  # utterance boundaries drawn on a figure at most
+MOST_TICKS = 40  # utterance ticks named on an axis at most
+
+
+def thinned(starts: Sequence[int], most: int = MOST_TICKS) -> list[int]:
+    """At most `most` of `starts`, evenly spaced, the first kept: ticks that can be read on a long conversation."""
+    step = -(-len(starts) // most)
+    return list(starts[::step])
+
+
+def wrapped(title: str, width_inches: float, fontsize: float) -> str:
+    """`title` broken into lines that fit a figure `width_inches` wide at `fontsize` points."""
+    import textwrap
+
+    return textwrap.fill(title, max(20, int(width_inches * 72 / (0.6 * fontsize))))  # a character: about 0.6 em
 
 
 # DialogXL's head types, in the order its heads are laid out (`dialogxl_layout`).
@@ -283,21 +302,25 @@ def plot_attention(view: AttentionView, out: str | Path, title: str | None = Non
     scale = (matrix[:, history] if bool(history.any()) else matrix).amax(1, keepdim=True)
     scale = torch.where(scale > 0, scale, matrix.amax(1, keepdim=True))  # a head type that sees no memory
     matrix = (matrix / scale.clamp(min=1e-12)).clamp(max=1)
-    fig, ax = plt.subplots(figsize=(min(4 + n * 0.14, 18), 1.6 + 0.45 * len(kinds)))
+    width = min(4 + n * 0.14, 18)
+    title = title or (f"dialogue {view.dialogue}, utterance {view.query_utterance}: [CLS] attention, last layer "
+                      "(mean over each type's heads; rows scaled to their largest memory weight)")
+    title = wrapped(title, width, 9)
+    fig, ax = plt.subplots(figsize=(width, 1.6 + 0.45 * len(kinds) + 0.15 * title.count("\n")))
     ax.imshow(matrix.numpy(), cmap="Reds", vmin=0, vmax=1, interpolation="nearest", aspect="auto")
     starts = [i for i in range(n) if i == 0 or view.utterance[i] != view.utterance[i - 1]]
-    for s in starts[1:]:
+    for s in starts[1:] if len(starts) <= MOST_LINES else ():  # more would cover the weights
         ax.axvline(s - 0.5, color="tab:blue", linewidth=0.8)
     ax.set_yticks(range(len(kinds)), [f"{k} ({view.head_counts[k]})" for k in kinds], fontsize=8)
     if n <= 100:
         ax.set_xticks(range(n), view.tokens, rotation=90, fontsize=6)
     else:
-        ax.set_xticks(starts, [f"u{view.utterance[s]}" for s in starts], rotation=90, fontsize=6)
+        ax.set_xticks(thinned(starts), [f"u{view.utterance[s]}" for s in thinned(starts)], rotation=90, fontsize=6)
     top = ax.secondary_xaxis("top")
-    top.set_xticks([s - 0.5 for s in starts], [f"u{view.utterance[s]} {view.speaker[s]}" for s in starts], rotation=45, ha="left", fontsize=6)
+    named = thinned(starts)
+    top.set_xticks([s - 0.5 for s in named], [f"u{view.utterance[s]} {view.speaker[s]}" for s in named], rotation=45, ha="left", fontsize=6)
     ax.set_xlabel("key (memory, then the current utterance)")
-    fig.suptitle(title or f"dialogue {view.dialogue}, utterance {view.query_utterance}: [CLS] attention, last layer "
-                 "(mean over each type's heads; rows scaled to their largest memory weight)", fontsize=9)
+    fig.suptitle(title, fontsize=9)
     return save_figure(fig, out)
 
 
