@@ -549,10 +549,13 @@ def test_figure_paths_are_checked_before_any_work(trained_run, files, tmp_path):
     masks = ["plot", "masks", "--input", str(files["test"]), "--out"]
     confusion = ["evaluate", "--checkpoint", str(trained_run), "--confusion"]
     for out, message in ((tmp_path, "is a folder; give a file name"), (tmp_path / "m.txt", "cannot write a figure as '.txt'"),
-                         (stray / "m.png", f"{stray} is a file, not a folder")):
+                         (stray / "m.png", f"{stray} is a file, not a folder"),
+                         ("-", "-: a figure is written to a file")):  # was written to a file named -.png
         for command in (masks, confusion):
             result = runner.invoke(app, [*command, str(out)])
             assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+    negative = runner.invoke(app, ["plot", "masks", "--input", str(files["test"]), "--json", "--window", "-1"])
+    assert negative.exit_code == 2 and "--window" in negative.output  # named as the option, not "local window must be >= 0"
     result = runner.invoke(app, [*masks, str(tmp_path / "no-extension")])
     assert result.exit_code == 0 and (tmp_path / "no-extension.png").read_bytes()[:4] == b"\x89PNG"
     assert "no-extension.png" in result.output

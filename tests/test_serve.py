@@ -150,6 +150,7 @@ def test_annotate_rank_generate_and_attention_answer_as_in_process(client, model
     cut = client.post("/v1/generate", json={"turns": longer}).json()
     assert cut["truncated"] and cut["note"] == "the model read its last 4 of 5 turns; 1 of them cut to its first 50 words"
     assert client.post("/v1/generate", json={"turns": TURNS, "speaker": "Zoe"}).json()["speaker"] == "Zoe"
+    assert client.post("/v1/generate", json={"turns": TURNS, "speaker": 3}).json()["speaker"] == "3"  # an id, as in turns
 
     view = client.post("/v1/attention", json={"turns": TURNS[:3], "utterance": 1}).json()
     expected = models["emotion"].attention(dialogue(TURNS[:3]), 1)

@@ -226,7 +226,7 @@ def plot_masks_command(
     input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
     dialogue: Optional[str] = typer.Option(None, "--dialogue", help="Dialogue id (or index); default the first."),
     kinds: str = typer.Option("local,global,speaker,listener", "--kinds", help="Comma-separated masks, e.g. local,speaker|same_utterance."),
-    window: int = typer.Option(2, "--window", help="Window of `local` when written without one."),
+    window: int = typer.Option(2, "--window", min=0, help="Window of `local` when written without one."),
     level: str = typer.Option("tokens", "--level", help="Axes: tokens or utterances."),
     tokenizer: str = typer.Option("words", "--tokenizer", help="'words', or a backbone name for its WordPiece tokens."),
     query_utterance: Optional[int] = typer.Option(
@@ -272,7 +272,7 @@ def plot_attention_command(
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Run folder of a trained DialogXL (uses best/)."),
     backbone: Optional[str] = typer.Option(None, "--backbone", help="Or an untrained DialogXL on this backbone (random classifier)."),
     heads: str = typer.Option("5,5,1,1", "--heads", help="With --backbone: local,global,speaker,listener head counts."),
-    window: int = typer.Option(5, "--window", help="With --backbone: the local heads' window."),
+    window: int = typer.Option(5, "--window", min=0, help="With --backbone: the local heads' window."),
     out: Optional[Path] = typer.Option(None, "--out", help="Figure to write: PNG, or the format its extension names (.svg, .pdf, ...)."),
     as_json: bool = typer.Option(False, "--json", help="Print the attention weights as JSON."),
     data_dir: Optional[Path] = DataDir,

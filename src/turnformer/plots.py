@@ -40,6 +40,8 @@ def figure_path(out: str | Path) -> Path:
     any work is done."""
     from matplotlib.backend_bases import FigureCanvasBase  # matplotlib: loaded when a figure is made
 
+    if str(out) == "-":  # not standard output, as for predictions: a figure is a file
+        raise ValueError("-: a figure is written to a file; give one, e.g. figure.png")
     out = Path(out)
     if out.is_dir():
         raise ValueError(f"{out}: is a folder; give a file name, e.g. {out / 'figure.png'}")

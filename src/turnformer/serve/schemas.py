@@ -87,7 +87,7 @@ class RankIn(Strict):
 class GenerateIn(Strict):
     model: StrictStr | None = Field(None, description="The generator (default: the only one loaded).")
     turns: list[TurnIn]
-    speaker: StrictStr | None = Field(None, description="Who replies (default: the speaker before the last one).")
+    speaker: Speaker | None = Field(None, description="Who replies (default: the speaker before the last one).")
     beam: StrictInt = Field(1, ge=1, description="Beam size (1: greedy).")
 
 
