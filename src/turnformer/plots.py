@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import re
+import textwrap
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -248,8 +249,6 @@ def thinned(starts: Sequence[int], most: int = MOST_TICKS) -> list[int]:
 
 def wrapped(title: str, width_inches: float, fontsize: float) -> str:
     """`title` broken into lines that fit a figure `width_inches` wide at `fontsize` points."""
-    import textwrap
-
     return textwrap.fill(title, max(20, int(width_inches * 72 / (0.6 * fontsize))))  # a character: about 0.6 em
 
 
