@@ -313,12 +313,12 @@ def plot_attention(view: AttentionView, out: str | Path, title: str | None = Non
     for s in starts[1:] if len(starts) <= MOST_LINES else ():  # more would cover the weights
         ax.axvline(s - 0.5, color="tab:blue", linewidth=0.8)
     ax.set_yticks(range(len(kinds)), [f"{k} ({view.head_counts[k]})" for k in kinds], fontsize=8)
+    named = thinned(starts)  # the utterances a long conversation names
     if n <= 100:
         ax.set_xticks(range(n), view.tokens, rotation=90, fontsize=6)
     else:
-        ax.set_xticks(thinned(starts), [f"u{view.utterance[s]}" for s in thinned(starts)], rotation=90, fontsize=6)
+        ax.set_xticks(named, [f"u{view.utterance[s]}" for s in named], rotation=90, fontsize=6)
     top = ax.secondary_xaxis("top")
-    named = thinned(starts)
     top.set_xticks([s - 0.5 for s in named], [f"u{view.utterance[s]} {view.speaker[s]}" for s in named], rotation=45, ha="left", fontsize=6)
     ax.set_xlabel("key (memory, then the current utterance)")
     fig.suptitle(title, fontsize=9)

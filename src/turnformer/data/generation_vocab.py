@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from itertools import islice
 from dataclasses import dataclass
+from itertools import islice
 from typing import Iterable, Sequence
 
 from turnformer.dialogue import Dialogue, DialogueError
