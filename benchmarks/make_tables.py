@@ -24,9 +24,24 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"error: {args.results}: no results files (*.json); the tables would be empty")
     if not args.docs.is_dir():
         sys.exit(f"error: --docs {args.docs}: not a folder")
-    for out, text in ((args.docs / "results.md", render_summary(results)), (args.docs / "results-all.md", render_markdown(results))):
-        out.write_text(text)
-        print(f"wrote {out}")
+    try:
+        tables = {"results.md": render_summary(results), "results-all.md": render_markdown(results)}
+    except Exception as e:  # an entry the files' checks do not cover (a machine line, a grid cell): find its file
+        culprit = next((r["experiment"] for r in results if not renders(r)), None)
+        where = args.results / f"{culprit}.json" if culprit else args.results
+        sys.exit(f"error: {where}: cannot be tabled ({type(e).__name__}: {e})")
+    for name, text in tables.items():
+        (args.docs / name).write_text(text)
+        print(f"wrote {args.docs / name}")
+
+
+def renders(record: dict) -> bool:
+    """Whether one results file alone makes its tables."""
+    try:
+        render_summary([record]), render_markdown([record])
+    except Exception:  # whatever it is, the file is the one at fault
+        return False
+    return True
 
 
 if __name__ == "__main__":

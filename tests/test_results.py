@@ -545,6 +545,10 @@ def test_a_damaged_results_file_stops_the_tables_naming_it(tmp_path):
             tables.main(["--results", str(results), "--docs", str(docs)])
         assert str(stopped.value.code).startswith(f"error: {results / 'erc-meld-dialogxl.json'}: {message}"), stopped.value.code
         assert not any(docs.iterdir())  # nothing written
+    (tmp_path / "results" / "erc-meld-dialogxl.json").write_text(json.dumps({**good, "machine": "seed one: x"}))
+    with pytest.raises(SystemExit) as stopped:  # what only the renderer reads: the file named all the same
+        tables.main(["--results", str(tmp_path / "results"), "--docs", str(docs)])
+    assert str(stopped.value.code).startswith(f"error: {tmp_path / 'results' / 'erc-meld-dialogxl.json'}: cannot be tabled")
     write_result(good, tmp_path / "results")
     tables.main(["--results", str(tmp_path / "results"), "--docs", str(docs)])
     assert "51.00 ± 1.41" in (docs / "results-all.md").read_text()
