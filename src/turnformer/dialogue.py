@@ -68,6 +68,12 @@ def text_to_read(text: str, max_tokens: int, keep: str = "start") -> tuple[str, 
     return (text[:limit] if keep == "start" else text[-limit:]), True
 
 
+def texts_to_read(texts: Iterable[str], max_tokens: int) -> tuple[list[str], list[bool]]:
+    """`text_to_read` of each text: the texts to tokenise, and which of them were cut."""
+    pairs = [text_to_read(text, max_tokens) for text in texts]
+    return [text for text, _ in pairs], [cut for _, cut in pairs]
+
+
 def _where(source: str | None, field_name: str) -> str:
     return f"{source}: {field_name}" if source else field_name
 

@@ -31,7 +31,7 @@ from safetensors import SafetensorError, safe_open
 
 from turnformer.backbones.loading import BackboneLoadError, load_auto_encoder, resolve_backbone
 from turnformer.cache import cache_root, write_safetensors
-from turnformer.dialogue import text_to_read
+from turnformer.dialogue import texts_to_read
 
 logger = logging.getLogger(__name__)
 
@@ -117,15 +117,15 @@ class SentenceEncoder:
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """The encoder's input ids of each text, special tokens included, cut to `Pooling.max_length` (a huge text cut
         before it is tokenised, `text_to_read`)."""
-        read = [text_to_read(text, self.pooling.max_length)[0] for text in texts]
+        read, _ = texts_to_read(texts, self.pooling.max_length)
         return self.tokenizer(read, truncation=True, max_length=self.pooling.max_length, verbose=False)["input_ids"]
 
     def truncated(self, texts: Sequence[str]) -> int:
         """How many of the texts are longer than the encoder reads."""
         if not texts:
             return 0
-        read, cut = zip(*(text_to_read(text, self.pooling.max_length) for text in texts))
-        lengths = self.tokenizer(list(read), verbose=False)["input_ids"]
+        read, cut = texts_to_read(texts, self.pooling.max_length)
+        lengths = self.tokenizer(read, verbose=False)["input_ids"]
         return sum(len(ids) > self.pooling.max_length or was_cut for ids, was_cut in zip(lengths, cut))
 
     @torch.no_grad()

@@ -14,7 +14,7 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Seque
 
 from turnformer.data import DATASETS, load_split, parse_split_spec, read_jsonl
 from turnformer.data.jsonl import iter_jsonl, refuse_selection_item, refuse_selection_items
-from turnformer.dialogue import Dialogue, DialogueError, output_names, text_to_read
+from turnformer.dialogue import Dialogue, DialogueError, output_names, texts_to_read
 from turnformer.tasks.base import ModelBuilder, Predictions
 from turnformer.training import LABEL_MAP_FILE, MODEL_FILE
 
@@ -457,8 +457,8 @@ def mark_cut(per_turn: Sequence[Sequence[dict]], dialogues: Sequence[Dialogue], 
     """Predictions (per dialogue, per turn) with ``truncated``: whether the utterance is longer than the model reads
     (its first `max_tokens` word pieces, counted with the special tokens where `with_specials`); and ``no_tokens``
     where the tokenizer keeps nothing of it (a combining mark alone, say): the model read no word of it."""
-    texts, cut = zip(*(text_to_read(t.text, max_tokens) for d in dialogues for t in d.turns)) if dialogues else ((), ())
-    lengths = tokenizer(list(texts), add_special_tokens=with_specials, verbose=False)["input_ids"] if texts else []
+    texts, cut = texts_to_read((t.text for d in dialogues for t in d.turns), max_tokens)
+    lengths = tokenizer(texts, add_special_tokens=with_specials, verbose=False)["input_ids"] if texts else []
     read = iter((len(ids), was_cut) for ids, was_cut in zip(lengths, cut))
     specials = tokenizer.num_special_tokens_to_add() if with_specials else 0
     return [[{**p, "truncated": n > max_tokens or was_cut, **({"no_tokens": True} if n <= specials else {})}

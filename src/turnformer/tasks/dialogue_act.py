@@ -29,7 +29,7 @@ import torch
 
 from turnformer.backbones.sentence_vectors import SentenceEncoder, sentence_vectors
 from turnformer.backbones.word_vectors import Word2VecSettings, word2vec_table
-from turnformer.dialogue import Dialogue, DialogueError, is_blank, label_names, text_to_read
+from turnformer.dialogue import Dialogue, DialogueError, is_blank, label_names, texts_to_read
 from turnformer.models.lc_attention import (CONTEXTS, LCAttentionModel, LCConfig, LocalContextAttention, WindowBatch, build_frozen_lc_model,
                                             build_lc_model)
 from turnformer.recipes import recipe_train_config
@@ -136,8 +136,8 @@ def word_pieces(texts: Sequence[str], tokenizer, max_tokens: int) -> tuple[list[
     `text_to_read`; a text with no word piece becomes [UNK]), and a report that counts both cases."""
     report = {"truncated_utterances": 0, "unlabelled_utterances": 0, "empty_utterances": 0}
     token_ids = []
-    read, cut = zip(*(text_to_read(text, max_tokens) for text in texts)) if len(texts) else ((), ())
-    for ids, was_cut in zip(tokenizer(list(read), add_special_tokens=False, verbose=False)["input_ids"] if read else [], cut):
+    read, cut = texts_to_read(texts, max_tokens)
+    for ids, was_cut in zip(tokenizer(read, add_special_tokens=False, verbose=False)["input_ids"] if read else [], cut):
         if not ids:
             report["empty_utterances"] += 1
             ids = [tokenizer.pad_token_id if tokenizer.unk_token_id is None else tokenizer.unk_token_id]  # byte-level BPE: no unknown

@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 
 from turnformer.backbones import load_backbone
-from turnformer.dialogue import Dialogue, DialogueError, as_dialogue, text_to_read
+from turnformer.dialogue import Dialogue, DialogueError, as_dialogue, texts_to_read
 from turnformer.models.baselines import build_baseline
 from turnformer.models.dialogxl import ConversationBatch, DialogXL, DialogXLConfig, DialogXLSession
 from turnformer.plots import HEAD_TYPES, AttentionView
@@ -57,8 +57,8 @@ def encode_conversations(
     before it is tokenised, `text_to_read`)."""
     label_to_id = {label: i for i, label in enumerate(labels)}
     special = set(getattr(tokenizer, "all_special_ids", []))
-    texts, cut = zip(*(text_to_read(t.text, max_utterance_tokens) for d in dialogues for t in d.turns)) if dialogues else ((), ())
-    full = tokenizer(list(texts), add_special_tokens=True, verbose=False)["input_ids"] if texts else []
+    texts, cut = texts_to_read((t.text for d in dialogues for t in d.turns), max_utterance_tokens)
+    full = tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"] if texts else []
     report = EncodeReport()
     encoded, k = [], 0
     for d in dialogues:
