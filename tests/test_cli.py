@@ -79,6 +79,15 @@ def test_plot_masks_query_utterance_is_dialogxl_view(conversation_file):
     assert payload["kinds"]["local(0)"][1] == [0] * 11 + [1] * 2
 
 
+@pytest.mark.parametrize("index", ["4", "-1"])
+def test_plot_masks_query_utterance_out_of_range_names_the_option(conversation_file, index):
+    result = runner.invoke(
+        app, ["plot", "masks", "--input", str(conversation_file), "--dialogue", "friends", "--query-utterance", index, "--json"],
+    )
+    assert result.exit_code != 0
+    assert f"--query-utterance {index} out of range: dialogue 'friends' has 4 utterances (0..3)" in result.output
+
+
 def test_plot_masks_wordpiece_tokens(conversation_file):
     result = runner.invoke(
         app, ["plot", "masks", "--input", str(conversation_file), "--dialogue", "short", "--tokenizer", "all-MiniLM-L6-v2",

@@ -221,6 +221,12 @@ def pick_dialogue(dialogues: list[Dialogue], wanted: Optional[str], source: str)
                         f"place that predict names it by; an index 0..{len(dialogues) - 1} works too)")
 
 
+def utterance_in(chosen, utterance: Optional[int], option: str) -> None:
+    """Refuse an utterance index the chosen dialogue has not, naming the option it came from."""
+    if utterance is not None and not 0 <= utterance < len(chosen):
+        raise DialogueError(f"{option} {utterance} out of range: dialogue {chosen.id!r} has {len(chosen)} utterances (0..{len(chosen) - 1})")
+
+
 @plot_app.command("masks")
 def plot_masks_command(
     input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
@@ -246,6 +252,7 @@ def plot_masks_command(
     try:
         out = figure_path(out) if out is not None else None
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
+        utterance_in(chosen, query_utterance, "--query-utterance")
         tok = None
         if tokenizer != "words" and level == "tokens":
             from turnformer.backbones import load_tokenizer  # transformers: loaded only when asked for
@@ -290,8 +297,7 @@ def plot_attention_command(
     try:
         out = figure_path(out) if out is not None else None
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
-        if utterance is not None and not 0 <= utterance < len(chosen):
-            raise DialogueError(f"--utterance {utterance} out of range: dialogue {chosen.id!r} has {len(chosen)} utterances (0..{len(chosen) - 1})")
+        utterance_in(chosen, utterance, "--utterance")
         if checkpoint is not None:
             _, model, tokenizer, _ = load_trained(checkpoint)
             if not isinstance(model, DialogXL):
