@@ -353,3 +353,103 @@ def test_incomplete_dataset_folder(tmp_path):
     (tmp_path / "mutual").mkdir()
     with pytest.raises(DataNotFoundError, match=r"mutual_plus/dev: split folder not found"):
         load_split("mutual-plus", "dev", tmp_path)
+
+
+# ------------------------------------------------------------- copies of the benchmarks a user may have
+def test_meld_two_conversations_under_one_dialogue_id_are_refused(tmp_path):
+    # one split's file appended to another's: Dialogue_IDs start again at 0
+    body = MELD_HEADER + _meld_row(1, "Hello") + _meld_row(2, "Hi", uid=1) + _meld_row(1, "Other scene") + _meld_row(2, "Yes", uid=1)
+    write_meld(tmp_path, body)
+    with pytest.raises(DialogueError, match=r"train_sent_emo\.csv:4: Dialogue_ID 0, Utterance_ID 0 again \(first on line 2\)"):
+        load_split("meld", "train", tmp_path)
+
+
+def test_meld_a_column_named_twice_or_a_negative_id_is_refused(tmp_path):
+    write_meld(tmp_path, MELD_HEADER.replace("\n", ",Emotion\n") + _meld_row(1, "Hello").replace("\n", ",anger\n"))
+    with pytest.raises(DialogueError, match=r"train_sent_emo\.csv:1: header names column\(s\) Emotion twice"):
+        load_split("meld", "train", tmp_path)
+    write_meld(tmp_path, MELD_HEADER + _meld_row(1, "Hello", did=-1))
+    with pytest.raises(DialogueError, match=r"train_sent_emo\.csv:2: Dialogue_ID: expected 0 or more, got '-1'"):
+        load_split("meld", "train", tmp_path)
+
+
+def test_meld_every_kind_of_mojibake_is_repaired_in_utterance_and_speaker(tmp_path):
+    rows = [
+        _meld_row(1, "company\u00e2\x80\x99s", uid=0),  # UTF-8 read as Latin-1
+        _meld_row(2, "caf\u00e9 company\u00e2\u20ac\u2122s", uid=1),  # a real é beside UTF-8 read as cp1252
+        _meld_row(3, "I\x92m fine", uid=2),  # cp1252's byte read as Latin-1, as MELD's first release has
+        _meld_row(4, "Hi", speaker="The Interviewer\u00e2\u20ac\u2122s boss", uid=3),
+        _meld_row(5, "na\u00efve caf\u00e9", uid=4),  # nothing to repair
+    ]
+    write_meld(tmp_path, MELD_HEADER + "".join(rows))
+    ds = load_split("meld", "train", tmp_path)
+    assert [t.text for t in ds[0]] == ["company’s", "café company’s", "I’m fine", "Hi", "naïve café"]
+    assert ds[0][3].speaker == "The Interviewer’s boss"
+    assert ds.report.counts == {"mojibake_repaired": 4}
+    assert "train_sent_emo.csv:5: Speaker:" in ds.report.messages[3]
+
+
+def test_meld_padded_label_is_read_and_reported(tmp_path):
+    write_meld(tmp_path, MELD_HEADER + _meld_row(1, "Hello", emotion=" surprise "))
+    ds = load_split("meld", "train", tmp_path)
+    assert ds[0][0].label("emotion") == "surprise" and ds.report.counts == {"padded_label": 1}
+
+
+def test_line_files_with_lines_ended_by_a_carriage_return_alone_are_refused(tmp_path):
+    # read on \n alone, the whole file would be one conversation of every line's utterances, its labels too
+    write_dailydialog(tmp_path, b"Hi . __eou__ Yo . __eou__\rBye . __eou__\r", "0 0\r0\r", "1 1\r1\r")
+    with pytest.raises(DialogueError, match=r"dialogues_train\.txt:1: a carriage return \(\\r\) inside the line, at byte 26"):
+        load_split("dailydialog", "train", tmp_path)
+    write_swda(tmp_path, b"A|Hi.|sd\r\nB|Yo.|sd\r\n")  # CRLF reads
+    assert len(load_split("swda", "train", tmp_path)[0]) == 2
+
+
+def test_dailydialog_line_count_mismatch_counts_blank_lines(tmp_path):
+    write_dailydialog(tmp_path, "Hi . __eou__\n\n", "0\n", "1\n")
+    with pytest.raises(DialogueError, match=r"dialogues_train\.txt: 2 lines, but .* has 1 \(blank lines among them: 1, 0 and 0\)"):
+        load_split("dailydialog", "train", tmp_path)
+
+
+def test_a_split_without_conversations_is_refused_before_any_work(tmp_path):
+    write_meld(tmp_path, MELD_HEADER)
+    with pytest.raises(DialogueError, match=r"meld train at .*meld: no conversations in its files"):
+        load_split("meld", "train", tmp_path)
+    write_emory(tmp_path, [])
+    with pytest.raises(DialogueError, match=r"emorynlp train at .*: no conversations in its files"):
+        load_split("emorynlp", "train", tmp_path)
+    write_swda(tmp_path, b"A|Hi.|sd\n", convs=("",))  # an empty list: every file unlisted, said why
+    with pytest.raises(DialogueError, match=r"swda train at .*: no conversations in its files \(swda/train: unlisted_conversation_file: 1\)"):
+        load_split("swda", "train", tmp_path)
+
+
+def test_swda_a_tag_field_starting_with_a_space_is_refused(tmp_path):
+    write_swda(tmp_path, b"B|Hi.|sd\nA|Yes | no\n")  # no tag field; "| no" is the text's
+    with pytest.raises(DialogueError, match=r"2001\.txt:2: tag field ' no' starts with a space"):
+        load_split("swda", "train", tmp_path)
+    write_swda(tmp_path, b"B|Hi.|sd  \n")  # spaces after the tag are an editor's
+    assert load_split("swda", "train", tmp_path)[0][0].label("act") == "sd"
+
+
+def test_emorynlp_field_types_two_names_and_padded_labels(tmp_path):
+    cases = [
+        ({"text": 5, "speaker": "Joey", "label": "Mad"}, r"scenes\[0\]\[0\]\.text: expected a string, got 5"),
+        ({"text": "Hi", "speaker": 5, "label": "Mad"}, r"scenes\[0\]\[0\]\.speaker: expected a string or a list of names, got 5"),
+        ({"text": "Hi", "transcript": "Yo", "speaker": "Joey", "label": "Mad"}, r"scenes\[0\]\[0\]: both 'text' and 'transcript', differing"),
+        ({"text": "Hi", "speaker": "Joey", "label": "Mad", "emotion": "Sad"}, r"scenes\[0\]\[0\]: both 'label' and 'emotion', differing"),
+    ]
+    for utterance, pattern in cases:
+        write_emory(tmp_path, [[utterance]])
+        with pytest.raises(DialogueError, match=r"train_data\.json: " + pattern):
+            load_split("emorynlp", "train", tmp_path)
+    write_emory(tmp_path, [[{"text": "Hi", "transcript": "Hi", "speaker": "Joey", "label": "Joyful "}]])
+    ds = load_split("emorynlp", "train", tmp_path)
+    assert ds[0][0].label("emotion") == "Joyful" and ds.report.counts == {"padded_label": 1}
+
+
+def test_mutual_an_id_twice_is_refused_and_a_hidden_answer_outside_test_counted(tmp_path):
+    write_mutual(tmp_path, {"dev_1.txt": _item(1), "dev_2.txt": _item(1)})
+    with pytest.raises(DialogueError, match=r"dev_2\.txt: id 'dev_1' is also dev_1\.txt's"):
+        load_split("mutual", "dev", tmp_path)
+    write_mutual(tmp_path, {"dev_2.txt": _item(2, answers=" ")})
+    ds = load_split("mutual", "dev", tmp_path)
+    assert [it.answer for it in ds] == [1, None] and ds.report.counts == {"hidden_answer": 1}

@@ -89,6 +89,15 @@ def test_empathetic_dialogues_malformed_line_names_file_and_line(tmp_path, line,
     assert str(info.value).startswith(f"{folder / 'train.csv'}:7: ")
 
 
+def test_empathetic_dialogues_a_comma_left_in_the_utterance_is_refused(tmp_path):
+    # read on every comma, the utterance would end at it and its rest go into selfeval
+    line = "hit:5_conv:9,1,proud,A prompt.,3,Was this a friend, or just a best friend?,5|5|5_2|2|5,\n"
+    folder = write_ed(tmp_path, train=ED_TRAIN + line)
+    with pytest.raises(DialogueError, match=r":7: utterance: a comma not written _comma_ \(after 'Was this a friend'\)"):
+        load_split("empathetic-dialogues", "train", tmp_path)
+    assert (folder / "train.csv").is_file()
+
+
 @pytest.mark.parametrize(
     ("indices", "bad_line", "message"),
     [((1, 3), 8, r"hit:5_conv:9: utterance_idx 3, expected 2"),  # a gap

@@ -95,6 +95,15 @@ def test_selection_tsv_groups_lines_and_names_bad_lines(tmp_path):
             read_selection_tsv(path)
 
 
+def test_selection_tsv_a_label_written_as_a_number_is_not_called_a_header(tmp_path):
+    from turnformer.data.selection_tsv import read_selection_tsv
+
+    path = tmp_path / "items.tsv"
+    path.write_text("1.0\thi\tthere\n", encoding="utf-8")
+    with pytest.raises(DialogueError, match=r":1: label: expected 0 or 1 in the first column, got '1\.0'; write it 0 or 1$"):
+        read_selection_tsv(path)
+
+
 def test_selection_tsv_repairs_and_uneven_items_are_reported_and_said(tmp_path, caplog):
     """The removed __eou__ marks and blank lines are counted and logged once the file is read, as JSON Lines' repairs
     are; an item made of two identical consecutive contexts (4 candidates where the others have 2) is named by line."""

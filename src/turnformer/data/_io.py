@@ -239,6 +239,15 @@ def read_bytes(path: Path) -> bytes:
     return raw
 
 
+def text_files(folder: Path) -> list[Path]:
+    """The ``*.txt`` files of `folder`; a folder that cannot be read is an error (a glob would find none in it)."""
+    try:
+        names = os.listdir(folder)
+    except PermissionError:
+        raise DialogueError(f"{folder}: Permission denied") from None
+    return [folder / name for name in names if name.endswith(".txt")]
+
+
 def first_line(path: Path) -> str:
     """The first line that is not blank (a byte-order mark removed, gzip decompressed), to tell a file's format
     without reading all of it; "" for a file of blank lines."""
@@ -279,7 +288,8 @@ def iter_lines(path: Path, report: LoadReport | None = None) -> Iterator[tuple[i
     """Yield ``(line_number, line)`` with line numbers from 1, splitting on ``\\n`` only, a line at a time (a file
     of any size is never held whole; a gzip-compressed one, told by its first bytes, is decompressed as it is read).
 
-    A trailing ``\\r`` is removed (CRLF files). The empty piece after a final newline is not a line.
+    A trailing ``\\r`` is removed (CRLF files); a ``\\r`` anywhere else is an error naming the line (the lines of a
+    file whose lines end in ``\\r`` alone would be read as one). The empty piece after a final newline is not a line.
     Other separators (U+2028, form feed...) stay inside lines: ``str.splitlines`` would split on them.
     """
     path = Path(path)
@@ -296,6 +306,11 @@ def iter_lines(path: Path, report: LoadReport | None = None) -> Iterator[tuple[i
         try:
             for i, piece in enumerate(fh):  # binary lines end at b"\n" only
                 piece = piece.removesuffix(b"\n").removesuffix(b"\r")
+                if (cr := piece.find(b"\r")) >= 0:
+                    raise DialogueError(
+                        f"{path}:{i + 1}: a carriage return (\\r) inside the line, at byte {cr + 1}: lines end in \\n or "
+                        "\\r\\n (a file whose lines end in \\r alone: convert its line ends)"
+                    )
                 try:
                     line = piece.decode("utf-8")
                 except UnicodeDecodeError as err:

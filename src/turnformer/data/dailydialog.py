@@ -105,9 +105,11 @@ def load(root: Path, split: str) -> DatasetSplit:
     emotions = list(iter_lines(emo_path, report))
     acts = list(iter_lines(act_path, report))
     if not (len(texts) == len(emotions) == len(acts)):
+        blank = [sum(not line.strip() for _, line in lines) for lines in (texts, emotions, acts)]
+        blanks = f" (blank lines among them: {blank[0]}, {blank[1]} and {blank[2]})" if any(blank) else ""
         raise DialogueError(
             f"{text_path}: {len(texts)} lines, but {emo_path.name} has {len(emotions)} and {act_path.name} has "
-            f"{len(acts)}: the three files must have one line per dialogue"
+            f"{len(acts)}{blanks}: the three files must have one line per dialogue"
         )
 
     dialogues: list[Dialogue] = []

@@ -11,8 +11,10 @@ Bing", "Joey Tribbiani"]``) are joined with one space, as the widely used proces
 (so both give the same speaker strings); each join is counted as ``speaker_list_joined``. The
 processed files here have a plain string everywhere.
 
-Malformed JSON raises `DialogueError` with file, line and column; a bad field raises it with the field
-path, e.g. ``train_data.json: scenes[3][5].speaker: missing speaker``.
+A label with spaces at its ends is read without them (counted, ``padded_label``). Malformed JSON raises
+`DialogueError` with file, line and column; a bad field raises it with the field path, e.g.
+``train_data.json: scenes[3][5].speaker: missing speaker``, and so does an utterance giving one field under
+both its names with different values (``text`` and ``transcript``, ``label`` and ``emotion``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from turnformer.data._io import display, load_json
 from turnformer.data.report import DatasetSplit, LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank
+from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank, trim_invisible
 
 NAME = "emorynlp"
 FILE_SPLITS = {"train": "train", "validation": "dev", "test": "test"}
@@ -30,11 +32,13 @@ EMOTIONS = ["Neutral", "Joyful", "Peaceful", "Powerful", "Scared", "Mad", "Sad"]
 LABEL_SETS = {"emotion": EMOTIONS}
 
 
-def _field(utt: dict, *names: str) -> tuple[str | None, Any]:
-    for name in names:
-        if name in utt:
-            return name, utt[name]
-    return None, None
+def _field(utt: dict, names: tuple[str, str], path: Path, at: str) -> tuple[str | None, Any]:
+    """The field's name and value, under the processed files' name or the official release's; both, differing, is
+    an error (which one is meant cannot be told)."""
+    present = [name for name in names if name in utt]
+    if len(present) == 2 and utt[present[0]] != utt[present[1]]:
+        raise DialogueError(f"{path}: {at}: both {present[0]!r} and {present[1]!r}, differing: give one")
+    return (present[0], utt[present[0]]) if present else (None, None)
 
 
 def _scenes(data: Any, path: Path) -> list[tuple[str, Any]]:
@@ -71,12 +75,14 @@ def read_file(path: Path, report: LoadReport, split: str, base: Path | None = No
             at = f"{where}[{j}]"
             if not isinstance(utt, dict):
                 raise DialogueError(f"{path}: {at}: expected an object with text, speaker and label")
-            key, text = _field(utt, "text", "transcript")
+            key, text = _field(utt, ("text", "transcript"), path, at)
             if key is None:
                 raise DialogueError(f"{path}: {at}.text: missing text")
-            if not isinstance(text, str) or is_blank(text):
+            if not isinstance(text, str):
+                raise DialogueError(f"{path}: {at}.{key}: expected a string, got {text!r}")
+            if is_blank(text):
                 raise DialogueError(f"{path}: {at}.{key}: empty text ({text!r})")
-            key, speaker = _field(utt, "speaker", "speakers")
+            key, speaker = _field(utt, ("speaker", "speakers"), path, at)
             if isinstance(speaker, list):
                 names = [s.strip() for s in speaker if isinstance(s, str) and not is_blank(s)]
                 if len(names) != len(speaker):
@@ -84,13 +90,18 @@ def read_file(path: Path, report: LoadReport, split: str, base: Path | None = No
                 if len(names) > 1:
                     report.add("speaker_list_joined", f"{shown}: {at}.{key}: {names} joined as {' '.join(names)!r}")
                 speaker = " ".join(names)
-            if not isinstance(speaker, str) or is_blank(speaker):
+            if speaker is not None and not isinstance(speaker, str):
+                raise DialogueError(f"{path}: {at}.{key}: expected a string or a list of names, got {speaker!r}")
+            if speaker is None or is_blank(speaker):
                 raise DialogueError(f"{path}: {at}.{key or 'speaker'}: missing speaker")
-            key, label = _field(utt, "label", "emotion")
+            key, label = _field(utt, ("label", "emotion"), path, at)
             if key is None:
                 raise DialogueError(f"{path}: {at}.label: missing label")
-            if label not in EMOTIONS:
+            if (trimmed := trim_invisible(label) if isinstance(label, str) else label) not in EMOTIONS:
                 raise DialogueError(f"{path}: {at}.{key}: unknown label {label!r}; allowed: {', '.join(EMOTIONS)}")
+            if trimmed != label:
+                report.add("padded_label", f"{shown}: {at}.{key}: {label!r} read as {trimmed!r}")
+                label = trimmed
             turn_id = utt.get("utterance_id")
             turns.append(Turn(speaker=speaker.strip(), text=text, labels={"emotion": label},
                               id=turn_id if isinstance(turn_id, str) else None))

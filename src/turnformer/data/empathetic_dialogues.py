@@ -20,8 +20,9 @@ turns carry no labels. ``selfeval`` and ``tags`` are not read.
 The known defect, and what is done about it: some lines have more than 8 comma-separated fields (stray
 commas in the trailing ``selfeval``/``tags`` columns). Only the first 8 fields are used (the fields
 read, ``conv_id`` to ``utterance``, come before those columns; ParlAI's loader reads the same leading
-fields), and each such line is counted in the load report as ``extra_fields`` with file and line. Also reported, not
-changed: ``conversation_rows_not_contiguous``, ``utterances_reordered`` and
+fields), and each such line is counted in the load report as ``extra_fields`` with file and line; where the
+seventh field is no ``selfeval`` (digits, ``|`` and ``_``, as ``5|5|5_2|2|5``), the stray comma is in the
+utterance, which would be read cut short, and the line is an error. Also reported, not changed: ``conversation_rows_not_contiguous``, ``utterances_reordered`` and
 ``conversation_field_differs`` (a row whose ``context`` or ``prompt`` differs from its conversation's
 first row; the first row's value is kept).
 
@@ -32,6 +33,7 @@ sequence raises `DialogueError` naming the file and line.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from turnformer.data._io import display, iter_lines
@@ -44,6 +46,7 @@ FILE_SPLITS = {"train": "train", "validation": "valid", "test": "test"}
 HEADER = ("conv_id", "utterance_idx", "context", "prompt", "speaker_idx", "utterance", "selfeval", "tags")
 N_FIELDS = len(HEADER)
 COMMA = "_comma_"
+SELFEVAL = re.compile(r"[\d|_ ]*")  # "5|5|5_2|2|5", or empty
 EMOTIONS = [
     "afraid", "angry", "annoyed", "anticipating", "anxious", "apprehensive", "ashamed", "caring", "confident",
     "content", "devastated", "disappointed", "disgusted", "embarrassed", "excited", "faithful", "furious",
@@ -88,6 +91,11 @@ def read_csv(path: Path, report: LoadReport, base: Path | None = None) -> list[D
         if len(fields) < N_FIELDS:
             raise DialogueError(
                 f"{path}:{lineno}: expected {N_FIELDS} comma-separated fields ({','.join(HEADER)}), got {len(fields)}"
+            )
+        if len(fields) > N_FIELDS and not SELFEVAL.fullmatch(fields[6]):
+            raise DialogueError(
+                f"{path}:{lineno}: utterance: a comma not written {COMMA} (after {fields[5][-40:]!r}): "
+                f"{len(fields)} comma-separated fields, the seventh {fields[6][:40]!r} no selfeval"
             )
         if len(fields) > N_FIELDS:
             report.add(

@@ -14,13 +14,20 @@ Reported, not changed:
 * ``utterance_id_gap``: a dialogue whose ``Utterance_ID`` values are not 0, 1, 2... without holes
   (MELD's authors removed some utterances; the official files have such gaps in 72 train, 2 dev
   and 2 test dialogues). Counted per dialogue.
-* ``duplicate_utterance_id``, ``utterances_reordered``, ``dialogue_rows_not_contiguous``.
+* ``utterances_reordered``, ``dialogue_rows_not_contiguous``.
 
-Repaired and reported: ``mojibake_repaired``: text that was UTF-8 decoded as cp1252 (``â€™`` for ``’``)
-is decoded back, only where that round trip succeeds. The official CSVs here have none.
+Repaired and reported:
 
-Malformed rows (wrong number of fields, non-integer ids), unknown labels and empty text raise
-`DialogueError` naming the file and line.
+* ``mojibake_repaired``: an utterance's or a speaker's text that was UTF-8 decoded a byte a character, as
+  cp1252 or as Latin-1 (``â€™`` or ``â\x80\x99`` for ``’``), is decoded back, each such run alone (a real
+  ``é`` beside it stays); a C1 control character left (``\x92``: cp1252's byte read as Latin-1, as MELD's
+  first release has eight of) becomes cp1252's character (``’``). The official CSVs here have none.
+* ``padded_label``: an Emotion or Sentiment with spaces at its ends.
+
+Malformed rows (wrong number of fields, non-integer or negative ids), a header naming a column twice, a
+row whose Dialogue_ID and Utterance_ID an earlier row has (two conversations under one Dialogue_ID, as
+when one split's file is appended to another's), unknown labels and empty text raise `DialogueError`
+naming the file and line.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from pathlib import Path
 
 from turnformer.data._io import decode_utf8, display, read_bytes
 from turnformer.data.report import DatasetSplit, LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank
+from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank, trim_invisible
 
 NAME = "meld"
 FILE_SPLITS = {"train": "train", "validation": "dev", "test": "test"}
@@ -40,31 +47,63 @@ EMOTIONS = ["neutral", "surprise", "fear", "sadness", "joy", "disgust", "anger"]
 SENTIMENTS = ["neutral", "positive", "negative"]
 LABEL_SETS = {"emotion": EMOTIONS, "sentiment": SENTIMENTS}
 REQUIRED = ("Utterance", "Speaker", "Emotion", "Sentiment", "Dialogue_ID", "Utterance_ID")
-_MOJIBAKE = re.compile("[\u00c2\u00c3\u00e2][\u0080-\u00bf\u0152-\u2122]")
+# A byte 0x80-0xFF as the character it was read as: Latin-1's, and cp1252's where cp1252 has one.
+_BYTE_OF = {chr(b): b for b in range(0x80, 0x100)} | {
+    bytes([b]).decode("cp1252"): b for b in range(0x80, 0xA0) if b not in (0x81, 0x8D, 0x8F, 0x90, 0x9D)
+}
+_CONTINUATION = "[" + re.escape("".join(c for c, b in _BYTE_OF.items() if b < 0xC0)) + "]"
+# One UTF-8 sequence read a byte a character: a lead byte's character, then as many continuation bytes' as it takes.
+_MOJIBAKE = re.compile(
+    f"[\u00c2-\u00df]{_CONTINUATION}|[\u00e0-\u00ef]{_CONTINUATION}{{2}}|[\u00f0-\u00f4]{_CONTINUATION}{{3}}"
+)
+_C1 = re.compile("[\u0080-\u009f]")
+
+
+def _decoded_back(match: re.Match) -> str:
+    try:
+        return bytes(_BYTE_OF[c] for c in match.group()).decode("utf-8")
+    except UnicodeDecodeError:
+        return match.group()
+
+
+def _c1_as_cp1252(match: re.Match) -> str:
+    try:
+        return bytes([ord(match.group())]).decode("cp1252")
+    except UnicodeDecodeError:  # one of the five bytes cp1252 leaves undefined
+        return match.group()
 
 
 def repair_mojibake(text: str) -> str | None:
-    """Text that was UTF-8 read as cp1252, decoded back; None if `text` does not look like that."""
-    if not _MOJIBAKE.search(text):
-        return None
-    try:
-        fixed = text.encode("cp1252").decode("utf-8")
-    except (UnicodeEncodeError, UnicodeDecodeError):
-        return None
+    """`text` with each run of UTF-8 read a byte a character (as cp1252 or Latin-1) decoded back, and each C1
+    control character (cp1252's byte read as Latin-1) as cp1252's character; None if nothing changed."""
+    fixed = _C1.sub(_c1_as_cp1252, _MOJIBAKE.sub(_decoded_back, text))
     return fixed if fixed != text else None
+
+
+def _repaired(value: str, column: str, where: str, report: LoadReport) -> str:
+    fixed = repair_mojibake(value)
+    if fixed is None:
+        return value
+    report.add("mojibake_repaired", f"{where}: {column}: {value!r} decoded back to {fixed!r}")
+    return fixed
 
 
 def _int(value: str, path: Path, line: int, column: str) -> int:
     try:
-        return int(value.strip())
+        number = int(value.strip())
     except ValueError:
         raise DialogueError(f"{path}:{line}: {column}: expected an integer, got {value!r}") from None
+    if number < 0:
+        raise DialogueError(f"{path}:{line}: {column}: expected 0 or more, got {value!r}")
+    return number
 
 
-def _label(value: str, allowed: list[str], path: Path, line: int, column: str) -> str:
-    label = value.strip()
+def _label(value: str, allowed: list[str], path: Path, line: int, column: str, report: LoadReport, shown: str) -> str:
+    label = trim_invisible(value)
     if label not in allowed:
         raise DialogueError(f"{path}:{line}: {column}: unknown label {value!r}; allowed: {', '.join(allowed)}")
+    if label != value:
+        report.add("padded_label", f"{shown}:{line}: {column}: {value!r} read as {label!r}")
     return label
 
 
@@ -82,10 +121,14 @@ def read_csv(path: Path, report: LoadReport, base: Path | None = None) -> list[D
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise DialogueError(f"{path}:1: header lacks column(s) {', '.join(missing)}; found: {', '.join(header)}")
+    twice = sorted({h for h in header if h and header.count(h) > 1})
+    if twice:  # which of the two holds the data cannot be told
+        raise DialogueError(f"{path}:1: header names column(s) {', '.join(twice)} twice")
     col = {name: i for i, name in enumerate(header)}
     shown = display(path, base)
 
     groups: dict[int, list[tuple[int, int, Turn]]] = {}
+    first_line: dict[tuple[int, int], int] = {}  # (Dialogue_ID, Utterance_ID): the line that has it
     meta: dict[int, dict] = {}
     last_did: int | None = None
     while True:
@@ -103,20 +146,21 @@ def read_csv(path: Path, report: LoadReport, base: Path | None = None) -> list[D
             raise DialogueError(f"{path}:{line}: expected {len(header)} fields ({', '.join(header)}), got {len(row)}")
         did = _int(row[col["Dialogue_ID"]], path, line, "Dialogue_ID")
         uid = _int(row[col["Utterance_ID"]], path, line, "Utterance_ID")
-        utterance = row[col["Utterance"]]
-        fixed = repair_mojibake(utterance)
-        if fixed is not None:
-            report.add("mojibake_repaired", f"{shown}:{line}: Utterance: {utterance!r} decoded back to {fixed!r}")
-            utterance = fixed
+        utterance = _repaired(row[col["Utterance"]], "Utterance", f"{shown}:{line}", report)
         if is_blank(utterance):
             raise DialogueError(f"{path}:{line}: Utterance: empty text")
-        speaker = row[col["Speaker"]].strip()
+        speaker = _repaired(row[col["Speaker"]], "Speaker", f"{shown}:{line}", report).strip()
         if is_blank(speaker):
             raise DialogueError(f"{path}:{line}: Speaker: missing speaker")
         labels = {
-            "emotion": _label(row[col["Emotion"]], EMOTIONS, path, line, "Emotion"),
-            "sentiment": _label(row[col["Sentiment"]], SENTIMENTS, path, line, "Sentiment"),
+            "emotion": _label(row[col["Emotion"]], EMOTIONS, path, line, "Emotion", report, shown),
+            "sentiment": _label(row[col["Sentiment"]], SENTIMENTS, path, line, "Sentiment", report, shown),
         }
+        if (earlier := first_line.setdefault((did, uid), line)) != line:
+            raise DialogueError(
+                f"{path}:{line}: Dialogue_ID {did}, Utterance_ID {uid} again (first on line {earlier}): two conversations "
+                "under one Dialogue_ID (one split's file appended to another's?) or a row written twice"
+            )
         turn = Turn(speaker=speaker, text=utterance, labels=labels, id=f"dia{did}_utt{uid}")
         if did not in groups:
             groups[did] = []
@@ -134,10 +178,6 @@ def read_csv(path: Path, report: LoadReport, base: Path | None = None) -> list[D
         if ordered != rows:
             report.add("utterances_reordered", f"{shown}: Dialogue_ID {did}: rows not in Utterance_ID order; sorted")
         uids = [r[0] for r in ordered]
-        dups = sorted({u for u in uids if uids.count(u) > 1})
-        if dups:
-            lines = [r[1] for r in ordered if r[0] in dups]
-            report.add("duplicate_utterance_id", f"{shown}: Dialogue_ID {did}: Utterance_ID {dups} repeated (lines {lines}); all kept")
         missing = sorted(set(range(max(uids) + 1)) - set(uids))
         if missing:
             report.add(

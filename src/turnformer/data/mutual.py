@@ -25,8 +25,9 @@ Irregularities of the official files, handled and counted in the load report:
   accepted and counted.
 * ``spaced_speaker_marker``: MuTual-plus train items 5005 and 5015 write ``M :`` once instead of ``M:``.
 
-Anything else (no marker, text before the first marker, empty turn, not 4 options, an answer other
-than A-D or blank) raises `DialogueError` naming the file and field.
+A hidden answer outside the test split is read as no answer and counted (``hidden_answer``). Anything else (no
+marker, text before the first marker, empty turn, not 4 options, an answer other than A-D or blank, an id that
+another file of the split has) raises `DialogueError` naming the file and field.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from turnformer.data._io import display, load_json
+from turnformer.data._io import display, load_json, text_files
 from turnformer.data.report import DataNotFoundError, DatasetSplit, LoadReport
 from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank
 
@@ -134,10 +135,17 @@ def load(root: Path, split: str, name: str = "mutual") -> DatasetSplit:
     folder = root / NAMES[name] / FILE_SPLITS[split]
     if not folder.is_dir():
         raise DataNotFoundError(f"{folder}: split folder not found")
-    files = sorted(folder.glob("*.txt"), key=lambda p: natural_key(p.name))
+    files = sorted(text_files(folder), key=lambda p: natural_key(p.name))
     if not files:
         raise DialogueError(f"{folder}: no item files (*.txt)")
-    items = [read_item(p, report, base=root.parent) for p in files]
+    items, first_file = [], {}
+    for path in files:
+        item = read_item(path, report, base=root.parent)
+        if (earlier := first_file.setdefault(item.id, path)) != path:  # scores and submissions are keyed by id
+            raise DialogueError(f"{path}: id {item.id!r} is also {earlier.name}'s: one id an item")
+        if item.answer is None and split != "test":
+            report.add("hidden_answer", f"{display(path, root.parent)}: answers: hidden (' '), in a {split} split")
+        items.append(item)
     return DatasetSplit(
         name=name, split=split, items=items, report=report, label_kinds=("answer",),
         label_sets={k: list(v) for k, v in LABEL_SETS.items()},

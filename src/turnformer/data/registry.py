@@ -181,6 +181,10 @@ def load_split(name: str, split: str, data_dir: str | os.PathLike[str] | None = 
             f"{err} ({info.name} at {root} looks incomplete; run `turnformer data verify {info.name}{there}` to check it, "
             f"or `turnformer data download {info.name} --force{there}` to replace it)"
         ) from None
+    if not loaded.items:  # a header-only file, an empty list of conversations: nothing to train or score on
+        what = "items" if info.task == "response_selection" else "conversations"
+        skipped = f" ({loaded.report.summary()})" if loaded.report else ""
+        raise DialogueError(f"{info.name} {canonical} at {root}: no {what} in its files{skipped}")
     if loaded.report:  # what the loader repaired or skipped, in one line (every command that reads data shows it)
         logging.getLogger(__name__).info("%s %s: %s", info.name, canonical, loaded.report.summary())
     return loaded

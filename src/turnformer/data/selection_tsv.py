@@ -40,6 +40,14 @@ def _clean(text: str, where: str, report: LoadReport) -> str:
     return cleaned
 
 
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def read_selection_tsv(path: str | Path, report: LoadReport | None = None, summary: bool = True) -> list[ResponseSelectionItem]:
     """The items of a file in this format, in file order; ids are ``FILESTEM-LINE`` of each group's first line."""
     items = list(iter_selection_tsv(path, report, summary))
@@ -75,6 +83,7 @@ def iter_selection_tsv(path: str | Path, report: LoadReport | None = None, summa
             # a JSON document (a whole-file array or object) has no tab-separated label: say which format was expected
             hint = ("; this looks like JSON: give items as JSON Lines, one object a line (with meta.candidates)"
                     if group is None and line.lstrip()[:1] in ("[", "{") else
+                    "; write it 0 or 1" if _number(label) else
                     "; a header line is not part of the format: remove it" if group is None and len(utterances) >= 2 else "")
             raise DialogueError(f"{where}: label: expected 0 or 1 in the first column, got {label[:40]!r}{hint}")
         if len(utterances) < 2:

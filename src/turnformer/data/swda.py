@@ -11,8 +11,9 @@ merged by that processing. One conversation is one `Dialogue` (id = conversation
 ``"A"``/``"B"``, one ``act`` label a turn.
 
 A line is split on its first and its last ``|``: the speaker is before the first, the tag after the
-last, and the text, which may itself contain ``|``, in between. Lines with fewer than two ``|``, empty
-text, an empty speaker or a tag outside the 41 raise `DialogueError` naming the file and line. Blank
+last, and the text, which may itself contain ``|``, in between. Lines with fewer than
+two ``|``, empty text, an empty speaker, a tag outside the 41 or a tag field starting with a space (``A|Yes | no``:
+no tag field, a ``|`` in the text read as one) raise `DialogueError` naming the file and line. Blank
 lines are skipped and counted (``blank_line``). If a split list is missing, the split folder's files
 are read in name order and this is reported (``conversation_list_missing``); files in the folder but
 not on the list are not read and are reported (``unlisted_conversation_file``). A conversation listed twice, or in
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from turnformer.data._io import display, iter_lines
+from turnformer.data._io import display, iter_lines, text_files
 from turnformer.data.report import DataNotFoundError, DatasetSplit, LoadReport
 from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank
 
@@ -74,7 +75,7 @@ def _conversations(root: Path, fsplit: str, report: LoadReport) -> list[str]:
     folder = root / fsplit
     if not folder.is_dir():
         raise DataNotFoundError(f"{folder}: split folder not found")
-    on_disk = sorted(p.stem for p in folder.glob("*.txt"))
+    on_disk = sorted(p.stem for p in text_files(folder))
     list_path = root / "metadata" / f"{fsplit}_split.txt"
     if not list_path.is_file():
         report.add("conversation_list_missing", f"{display(list_path, root.parent)}: not found; read all {len(on_disk)} files in {fsplit}/")
@@ -112,7 +113,10 @@ def read_conversation(path: Path, report: LoadReport, conv_id: str, base: Path |
         last = line.rfind("|")
         if first < 0 or first == last:
             raise DialogueError(f"{path}:{lineno}: expected Speaker|Text|tag, got {line!r}")
-        speaker, text, tag = line[:first].strip(), line[first + 1 : last], line[last + 1 :].strip()
+        speaker, text, tag = line[:first].strip(), line[first + 1 : last], line[last + 1 :].rstrip()
+        if tag[:1].isspace():  # "A|Yes | no": no tag field, and a "|" inside the text read as its start
+            raise DialogueError(f"{path}:{lineno}: tag field {tag!r} starts with a space: a '|' inside the text and no tag "
+                                f"field? expected Speaker|Text|tag, got {line!r}")
         if is_blank(speaker):
             raise DialogueError(f"{path}:{lineno}: missing speaker")
         if is_blank(text):
