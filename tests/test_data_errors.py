@@ -453,3 +453,17 @@ def test_mutual_an_id_twice_is_refused_and_a_hidden_answer_outside_test_counted(
     write_mutual(tmp_path, {"dev_2.txt": _item(2, answers=" ")})
     ds = load_split("mutual", "dev", tmp_path)
     assert [it.answer for it in ds] == [1, None] and ds.report.counts == {"hidden_answer": 1}
+
+
+def test_mutual_a_marker_of_a_speaker_it_has_not_is_refused(tmp_path):
+    # read as text, "w :" and its words would be the man's turn
+    write_mutual(tmp_path, {"dev_1.txt": _item(1, article="m : hello . w : hi , at 10 : 30 ?")})
+    with pytest.raises(DialogueError, match=r"dev_1\.txt: article: 'w :' at character 13 stands as a speaker marker does"):
+        load_split("mutual", "dev", tmp_path)
+
+
+def test_swda_a_conversation_that_is_a_folder_is_named_so(tmp_path):
+    write_swda(tmp_path, b"A|Hi.|sd\n", convs=("2001", "2002"))
+    (tmp_path / "swda" / "train" / "2002.txt").mkdir()
+    with pytest.raises(DialogueError, match=r"2002\.txt: is a directory, expected a file"):
+        load_split("swda", "train", tmp_path)

@@ -26,7 +26,8 @@ Irregularities of the official files, handled and counted in the load report:
 * ``spaced_speaker_marker``: MuTual-plus train items 5005 and 5015 write ``M :`` once instead of ``M:``.
 
 A hidden answer outside the test split is read as no answer and counted (``hidden_answer``). Anything else (no
-marker, text before the first marker, empty turn, not 4 options, an answer other than A-D or blank, an id that
+marker, text before the first marker, a letter other than m or f where a marker stands (``w :``), empty turn,
+not 4 options, an answer other than A-D or blank, an id that
 another file of the split has) raises `DialogueError` naming the file and field.
 """
 
@@ -49,6 +50,8 @@ AMBIGUOUS = "m;f"
 # A speaker marker: m / f / the ambiguous "m ; f", either case, then an optional space and ":".
 MARKER = re.compile(r"(?:^|(?<=\s)|(?<=[.?!]))([mM]\s?;\s?[fF]|[mMfF])( ?):(?=\s|$)")
 _NATURAL = re.compile(r"(\d+)")
+# Where a marker stands, another letter: a speaker MuTual has not, whose turn would be read into the one before.
+OTHER_MARKER = re.compile(r"(?:^|(?<=\s)|(?<=[.?!]))(?![mMfF])[a-zA-Z] ?:(?=\s|$)")
 
 
 def natural_key(name: str) -> list:
@@ -68,6 +71,9 @@ def split_turns(text: str, path: Path, field: str, report: LoadReport | None = N
         raise DialogueError(f"{path}: {field}: no speaker marker ('m :' / 'f :' or 'M:' / 'F:') in {text[:60]!r}")
     if text[: matches[0].start()].strip():
         raise DialogueError(f"{path}: {field}: text before the first speaker marker: {text[: matches[0].start()]!r}")
+    if other := OTHER_MARKER.search(text):
+        raise DialogueError(f"{path}: {field}: {other.group(0)!r} at character {other.start() + 1} stands as a speaker "
+                            "marker does, but MuTual's speakers are m and f ('m :' / 'f :' or 'M:' / 'F:')")
     turns = []
     shown = shown or str(path)
     for k, m in enumerate(matches):

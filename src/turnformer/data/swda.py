@@ -137,7 +137,7 @@ def load(root: Path, split: str) -> DatasetSplit:
     dialogues = []
     for conv in _conversations(root, fsplit, report):
         path = root / fsplit / f"{conv}.txt"
-        if not path.is_file():
+        if not path.exists():  # a folder of that name is named as one when read
             raise DataNotFoundError(f"{path}: conversation {conv} is listed in metadata/{fsplit}_split.txt but its file is missing")
         d = read_conversation(path, report, conv, base=root.parent)
         if d is not None:
