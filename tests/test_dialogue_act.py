@@ -319,3 +319,31 @@ def test_special_token_strings_in_a_users_text_are_text(tiny_backbone_dir):
         assert all(math.isfinite(x) for p in predictions for x in p["probabilities"].values())
     session = DialogueActSession(model, tokenizer, ["a", "b"], padding=1)
     assert all(math.isfinite(x) for x in session.add("B", "[PAD]")["probabilities"].values())
+
+
+@pytest.mark.parametrize("online", [False, True])
+def test_training_batches_leave_out_sub_dialogues_without_a_labelled_target(online):
+    """A batch whose targets were all unlabelled gave a NaN loss (cross entropy over no target), written into the
+    epoch lines and result.json: training leaves such sub-dialogues out; evaluation keeps every one."""
+    ids, labels = synthetic([6, 4, 5])
+    labels[1] = [-100] * 4  # a conversation without labels
+    labels[2][:3] = [-100] * 3  # one labelled at its end only
+    model = tiny("lc-attention", 3, vocab=5000)
+    every = make_batches(ids, labels, 2, 1, 1, 0, online=online)
+    kept = make_batches(ids, labels, 2, 1, 1, 0, online=online, labelled_only=True)
+    assert any(torch.isnan(model.loss(b)) for b in every)  # what training met
+    assert kept and all((b.labels[b.target] != -100).any() for b in kept)
+    assert all(torch.isfinite(model.loss(b)) for b in kept)
+    labelled = lambda batches: sorted((w, int(b.labels[b.target][i])) for b in batches for i, w in enumerate(b.where)
+                                      if b.labels[b.target][i] != -100)
+    assert labelled(kept) == labelled(every)  # every labelled target still trained on
+
+
+def test_session_refuses_a_turn_without_a_speaker(tokenizer):
+    from turnformer.dialogue import DialogueError
+
+    session = DialogueActSession(tiny("lc-attention", 2), tokenizer, ["a", "b"], padding=1)
+    for speaker in ("", "   ", None, ["a"]):
+        with pytest.raises(DialogueError, match="utterance 0: speaker"):
+            session.add(speaker, "hello")
+    assert session.add("A", "hello")["speaker"] == "A" and session.added == 1

@@ -468,3 +468,22 @@ def test_the_encoder_decoders_cached_steps_give_the_logits_of_decoding_the_whole
         patch.setattr(type(model), "stepper", lambda self, state: WholeSteps(self, state))
         assert [model.generate(batch, beam_size=beam) for beam in (1, 3)] == cached
     assert any(len(reply) > 3 for reply in cached[0]) and cached[1] != cached[0]
+
+
+def test_replies_that_reach_the_last_step_without_ending_are_said(vocab_and_batch, tmp_path, monkeypatch):
+    """A reply cut at the decoder's last step (max_response_words words and one, no end of turn) was written as if the
+    model had ended it: generate says which."""
+    from turnformer.tasks.generation import ResponseGenerator, generate_replies
+
+    vocab = vocab_and_batch[0]
+    conversations = tmp_path / "c.jsonl"
+    write_jsonl(DIALOGUES, conversations)
+    model = tiny(vocab, max_response_words=3)
+    bot = ResponseGenerator(model, vocab)
+    assert [bot.unfinished(["you"] * n) for n in (1, 3, 4)] == [False, False, True]  # 4: the last step's word
+    # what greedy decoding gives when [EOU] never wins: max_response_words + 1 words
+    monkeypatch.setattr(ResponseGenerator, "reply_words", lambda self, dialogues, speakers=None: [["you"] * 4, ["fine", "."]])
+    replies = generate_replies(model, vocab, {"recipe": {}}, str(conversations))
+    assert [r["response"] for r in replies.rows()] == ["You you you you", "Fine."]
+    assert replies.notes == ["note: 1 reply(ies) reached the model's last step (3 words and one) without ending, cut "
+                             "there: d1"]

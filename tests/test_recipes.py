@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from turnformer.cli import app
 from turnformer.dialogue import DialogueError
 from turnformer.recipes import RECIPES_DIR, find_recipe, load_recipe, recipe_path
-from turnformer.tasks.common import RUN_FORMAT, SETTINGS_IMPLIED_BY_ID, upgrade_run
+from turnformer.tasks.common import RUN_FORMAT, SETTINGS_IMPLIED_BY_ID, run_description, upgrade_run
 from turnformer.tasks.registry import MODELS, TASKS, get_model_builder, get_task
 
 runner = CliRunner()
@@ -169,3 +169,38 @@ def test_a_setting_the_model_takes_from_its_data_is_refused_in_a_recipe_unless_i
     assert "vocab_size" not in str(caught.value).split("known:")[1]  # not offered as a setting
     with pytest.raises(DialogueError, match="model_config.context = 'bogus'; known: lc-attention"):
         build_act_model({"context": "bogus"}, ["a", "b"])
+
+
+def test_run_description_says_what_the_model_reads_only_part_of(caplog):
+    """Training recorded cut inputs in run.json alone; predict and evaluate said theirs on the terminal."""
+    reports = {"train": {"truncated_utterances": 2, "unlabelled_utterances": 1},
+               "validation": {"truncated_sequences": 4, "dropped_turns": 11924, "dropped_tokens": 0},
+               "test": {"truncated_utterances": 0, "cut_utterances": 0}}
+    with caplog.at_level("INFO", logger="turnformer"):
+        run = run_description({"task": "erc"}, 1, None, ["a"], reports)
+    notes = [r.getMessage() for r in caplog.records]
+    assert notes == ["note: train: the model reads only part of some inputs (truncated utterances: 2; run.json's encode_reports)",
+                     "note: validation: the model reads only part of some inputs (truncated sequences: 4, dropped turns: "
+                     "11924; run.json's encode_reports)"]
+    assert run["encode_reports"] == reports
+
+
+def test_a_label_no_training_turn_carries_is_warned_of(tmp_path, caplog):
+    from turnformer.tasks.common import load_labelled_data
+
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"id": f"c{i}", "turns": [{"speaker": "A", "text": "so happy", "labels": {"emotion": "joy"}},
+                                                                 {"speaker": "B", "text": "so sad", "labels": {"emotion": "sadness"}}]}) + "\n"
+                             for i in range(2)))
+    recipe = {"dataset": "file", "train_file": str(train), "validation_file": str(train), "test_file": str(train),
+              "labels": ["joy", "sadness", "fear", "anger"]}
+    with caplog.at_level("WARNING", logger="turnformer"):
+        splits, labels = load_labelled_data(recipe, "emotion")
+    assert labels == ["joy", "sadness", "fear", "anger"] and len(splits["train"]) == 2
+    assert [r.getMessage() for r in caplog.records] == [f"{train}: no training turn is labelled 'anger', 'fear': the model "
+                                                        "cannot learn to predict them"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="turnformer"):
+        load_labelled_data({**recipe, "labels": ["joy", "sadness"]}, "emotion")
+        load_labelled_data({**recipe, "labels": []}, "emotion")  # the labels the training file has
+    assert not caplog.records

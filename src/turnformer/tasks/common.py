@@ -135,6 +135,9 @@ def load_labelled_data(recipe: dict, kind: str, data_dir=None, only: Sequence[st
         for split in only:
             warn_unlabelled(splits[split], kind, recipe[f"{split}_file"])
             refuse_selection_items(splits[split], recipe[f"{split}_file"], f"a model that labels every utterance with {kind_label(kind)}")
+        if "train" in only and (unseen := sorted(set(labels) - {lab for d in splits["train"] for lab in d.labels(kind)})):
+            logger.warning("%s: no training turn is labelled %s: the model cannot learn to predict %s",
+                           recipe["train_file"], ", ".join(map(repr, unseen)), "them" if len(unseen) > 1 else "it")
         return {split: splits[split] for split in only}, labels or None
     loaded = {split: load_split(recipe["dataset"], split, data_dir) for split in only}
     return {s: list(ds.dialogues) for s, ds in loaded.items()}, next(iter(loaded.values())).label_set(kind)
@@ -280,10 +283,20 @@ def run_task(run: dict) -> str:
     return run["recipe"].get("task", "erc")
 
 
+# What the encoders count of inputs the model reads only part of (utterances cut to their start, contexts cut to
+# their end), by task: said when training starts, as predict and evaluate say theirs.
+CUT_COUNTS = ("truncated_utterances", "cut_utterances", "truncated_sequences", "dropped_turns", "dropped_tokens",
+              "truncated_responses")
+
+
 def run_description(recipe: dict, seed: int, limits: dict[str, int] | None, labels: list[str], encode_reports: dict,
                     **more) -> dict:
     """What run.json says about a training run: how to rebuild its model and read its data (``limits`` is recorded so
-    that no result of a cut run is mistaken for a full one)."""
+    that no result of a cut run is mistaken for a full one). What the model reads only part of is said here too."""
+    for split, report in encode_reports.items():
+        if cut := [f"{key.replace('_', ' ')}: {report[key]}" for key in CUT_COUNTS if report.get(key)]:
+            logger.info("note: %s: the model reads only part of some inputs (%s; run.json's encode_reports)",
+                        split, ", ".join(cut))
     return {"run_format": RUN_FORMAT, "recipe": recipe, "seed": seed, "limits": limits, "labels": labels,
             "encode_reports": encode_reports, **more}
 

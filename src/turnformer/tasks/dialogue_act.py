@@ -20,6 +20,7 @@ appears below, such a model has that `SentenceEncoder` instead.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from itertools import accumulate
 from pathlib import Path
@@ -29,7 +30,7 @@ import torch
 
 from turnformer.backbones.sentence_vectors import SentenceEncoder, sentence_vectors
 from turnformer.backbones.word_vectors import Word2VecSettings, word2vec_table
-from turnformer.dialogue import Dialogue, DialogueError, is_blank, label_names, texts_to_read
+from turnformer.dialogue import Dialogue, DialogueError, as_turn, is_blank, label_names, texts_to_read
 from turnformer.models.lc_attention import (CONTEXTS, LCAttentionModel, LCConfig, LocalContextAttention, WindowBatch, build_frozen_lc_model,
                                             build_lc_model)
 from turnformer.recipes import recipe_train_config
@@ -39,6 +40,8 @@ from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoi
                                      run_description, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import accuracy
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
+
+logger = logging.getLogger(__name__)
 
 TITLE = "dialogue-act"
 DEFAULT_BACKBONE = "all-MiniLM-L6-v2"
@@ -172,10 +175,18 @@ def encode_labels(dialogues: Sequence[Dialogue], labels: Sequence[str], label_ki
 
 
 def make_batches(token_ids: Sequence[Sequence], label_ids: list[list[int]], window: int, padding: int,
-                 batch_size: int, pad_id: int, online: bool = False) -> list[WindowBatch]:
+                 batch_size: int, pad_id: int, online: bool = False, labelled_only: bool = False) -> list[WindowBatch]:
     """All sub-dialogues of the dialogues, in order, ``batch_size`` per batch. ``token_ids``: per dialogue, per turn
-    its WordPiece ids, or its sentence vector [D] (what `encode_for` gives)."""
+    its WordPiece ids, or its sentence vector [D] (what `encode_for` gives). With `labelled_only` (training), a
+    sub-dialogue none of whose targets has a label is left out: it teaches nothing, and a batch of such alone would
+    give a NaN loss."""
     spans = [(d, span) for d, turns in enumerate(token_ids) for span in make_windows(len(turns), window, padding, online)]
+    if labelled_only:
+        kept = [(d, span) for d, span in spans if any(y != -100 for y in label_ids[d][span[2] : span[3]])]
+        if len(kept) < len(spans):
+            logger.warning("%d of %d training sub-dialogues predict only unlabelled utterances: left out, nothing to "
+                           "learn from them", len(spans) - len(kept), len(spans))
+        spans = kept
     return [_batch(spans[i : i + batch_size], token_ids, label_ids, pad_id) for i in range(0, len(spans), batch_size)]
 
 
@@ -238,8 +249,8 @@ def prepare_dialogue_act(recipe: dict, data_dir=None, limits: dict[str, int] | N
         if split == "train" and pretrained and model.config.word_vectors == "word2vec":
             start_from_word2vec(model, ids, f"{recipe.get('backbone', DEFAULT_BACKBONE)}-{recipe['dataset']}-train")
         settings = [("online" if online else "offline")] if split == "train" else ["offline", "online"]
-        batches[split] = {s: make_batches(ids, ys, window, padding, batch_size, model.config.pad_id, online=s == "online")
-                          for s in settings}
+        batches[split] = {s: make_batches(ids, ys, window, padding, batch_size, model.config.pad_id, online=s == "online",
+                                          labelled_only=split == "train") for s in settings}
     return model, tokenizer, labels, batches, reports
 
 
@@ -342,10 +353,11 @@ class DialogueActSession:
         self.added = 0  # utterances so far, to name one in an error
 
     @torch.no_grad()
-    def add(self, speaker: str | None, text: str) -> dict:
-        """The act of the next utterance (the speaker is echoed back; the model does not use it)."""
+    def add(self, speaker: str, text: str) -> dict:
+        """The act of the next utterance (the speaker is echoed back; the model does not use it, but a turn has one)."""
         if not isinstance(text, str) or is_blank(text):
             raise DialogueError(f"utterance {self.added}: text: expected a non-empty string, got {text!r:.40}")
+        speaker = as_turn((speaker, text), f"utterance {self.added}").speaker  # a DialogueError naming the field
         self.added += 1
         inputs, report = utterance_inputs(self.model, self.tokenizer, [text])
         device = next(self.model.parameters()).device

@@ -436,10 +436,20 @@ class ResponseGenerator:
             parts.append(self.model.unread(instance))
         return "; ".join(p for p in parts if p) or None
 
-    def respond_all(self, dialogues, speakers=None) -> list[str]:
+    def respond_all(self, dialogues, speakers=None, unfinished: list[bool] | None = None) -> list[str]:
         """One reply per dialogue (a Dialogue or a list of turns), spoken by ``speakers[i]`` (None: `next_speaker`), as
-        ordinary text: the model's lower-cased words with punctuation glued back and sentences capitalised."""
-        return [detokenize(reply) for reply in self.reply_words(dialogues, speakers)]
+        ordinary text: the model's lower-cased words with punctuation glued back and sentences capitalised. `unfinished`,
+        if given, is extended with whether each reply reached the decoder's last step without ending (`unfinished`)."""
+        replies = self.reply_words(dialogues, speakers)
+        if unfinished is not None:
+            unfinished.extend(self.unfinished(reply) for reply in replies)
+        return [detokenize(reply) for reply in replies]
+
+    def unfinished(self, reply: list[str]) -> bool:
+        """Whether a reply (`reply_words`') reached a word decoder's last step without ending: cut there. (A sub-word
+        decoder's replies end at its `max_new_tokens` and are not told apart.)"""
+        limit = getattr(self.model.config, "max_response_words", None)
+        return limit is not None and len(reply) > limit
 
     def reply_words(self, dialogues, speakers=None) -> list[list[str]]:
         """`respond_all`'s replies as the model's words (what the metrics score)."""
@@ -463,11 +473,13 @@ def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=
     a block of conversations at a time (`conversation_blocks`)."""
     blocks = conversation_blocks(source, data_dir)
     generator = ResponseGenerator.from_run(model, vocab, run, beam)
-    cut = Tally()
+    cut, unfinished = Tally(), Tally()
 
     def blocks_made() -> Iterator[tuple[list[dict], list[tuple[str, ...]]]]:
         for names, dialogues in blocks:
-            replies = generator.respond_all(dialogues, [speaker] * len(dialogues))
+            at_last_step = []
+            replies = generator.respond_all(dialogues, [speaker] * len(dialogues), unfinished=at_last_step)
+            unfinished.add(str(name) for name, last in zip(names, at_last_step) if last)
             unread = [generator.unread(d, speaker) for d in dialogues]
             rows = [{"id": name, "speaker": replier(d, speaker), "response": r, "truncated": u is not None}
                     for name, d, r, u in zip(names, dialogues, replies, unread)]
@@ -476,8 +488,12 @@ def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=
                          for d, r in zip(dialogues, rows)]
         if cut.count:
             predictions.notes.append(f"note: the model read only part of {cut.count} conversation(s): {cut}")
+        if unfinished.count:
+            predictions.notes.append(f"note: {unfinished.count} reply(ies) reached the model's last step "
+                                     f"({model.config.max_response_words} words and one) without ending, cut there: {unfinished}")
 
-    predictions = Predictions(blocks_made(), "replies", ("conversation", "last turn", "reply"), source=blocks, state={"cut": cut})
+    predictions = Predictions(blocks_made(), "replies", ("conversation", "last turn", "reply"), source=blocks,
+                              state={"cut": cut, "unfinished": unfinished})
     return predictions
 
 
