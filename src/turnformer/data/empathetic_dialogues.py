@@ -22,9 +22,9 @@ commas in the trailing ``selfeval``/``tags`` columns). Only the first 8 fields a
 read, ``conv_id`` to ``utterance``, come before those columns; ParlAI's loader reads the same leading
 fields), and each such line is counted in the load report as ``extra_fields`` with file and line; where the
 seventh field is no ``selfeval`` (digits, ``|`` and ``_``, as ``5|5|5_2|2|5``), the stray comma is in the
-utterance, which would be read cut short, and the line is an error. Also reported, not changed: ``conversation_rows_not_contiguous``, ``utterances_reordered`` and
-``conversation_field_differs`` (a row whose ``context`` or ``prompt`` differs from its conversation's
-first row; the first row's value is kept).
+utterance, which would be read cut short, and the line is an error. Also reported, not changed:
+``conversation_rows_not_contiguous``, ``utterances_reordered`` and ``conversation_field_differs`` (a row whose
+``context`` or ``prompt`` differs from its conversation's first row; the first row's value is kept).
 
 A line with fewer than 8 fields, a non-integer ``utterance_idx`` or ``speaker_idx``, an unknown
 emotion, an empty utterance, a repeated ``utterance_idx`` or a gap in a conversation's ``utterance_idx``
