@@ -108,6 +108,20 @@ def test_annotate_and_rank_say_when_the_model_read_only_part_of_the_input(client
     assert ranked["truncated"] is True and "tokens dropped" in ranked["note"], ranked
 
 
+def test_generate_says_when_a_reply_reached_the_models_last_step(client, models, monkeypatch):
+    """/v1/generate returned a reply cut at the decoder's last step (no end of turn) as if the model had ended it;
+    `generate` on a file says so in a note: the server says it in ``unfinished``, only where it is so."""
+    from turnformer.tasks.generation import ResponseGenerator
+
+    limit = models["generation"].model.config.max_response_words
+    monkeypatch.setattr(ResponseGenerator, "reply_words", lambda self, dialogues, speakers=None: [["you"] * (limit + 1)])
+    cut = client.post("/v1/generate", json={"turns": TURNS}).json()
+    assert cut["reply"] == "You" + " you" * limit and cut["truncated"] is False
+    assert cut["unfinished"] == f"the reply reached the model's last step ({limit} words and one) without ending: cut there"
+    monkeypatch.setattr(ResponseGenerator, "reply_words", lambda self, dialogues, speakers=None: [["you"] * limit])
+    assert "unfinished" not in client.post("/v1/generate", json={"turns": TURNS}).json()  # as long as it may be, ended
+
+
 def test_concurrent_sessions_are_answered_once_in_order_with_the_in_process_labels(client, models):
     sessions = [client.post("/v1/sessions", json={"models": ["emotion"]}).json()["session"] for _ in range(6)]
     results: dict[str, list] = {}

@@ -301,7 +301,8 @@ def stateless_routes(models: dict[str, LoadedModel], limits: Limits) -> APIRoute
     @router.post("/generate")
     def generate(body: GenerateIn) -> dict:
         """A reply to the conversation, spoken by ``speaker`` (default: the speaker before the last one); ``truncated``:
-        whether the model read less than all of the conversation (``note`` then says what it read)."""
+        whether the model read less than all of the conversation (``note`` then says what it read); ``unfinished``,
+        only where so: the reply reached the model's last step without ending, cut there."""
         generator = pick_model(models, body.model, GENERATE)
         dialogue = conversation(body.turns, limits)
         if body.beam > limits.max_beam:
@@ -309,9 +310,10 @@ def stateless_routes(models: dict[str, LoadedModel], limits: Limits) -> APIRoute
         speaker = checked_speaker(body.speaker, "speaker", limits)
         truncation: dict = {}
         reply = generator.respond(dialogue, speaker, body.beam, truncation)
-        note = truncation.get("note")
+        note, cut = truncation.get("note"), truncation.get("unfinished")
         return {"model": generator.name, "speaker": speaker or next_speaker(dialogue), "reply": reply,
-                "truncated": note is not None, **({"note": note} if note else {})}
+                "truncated": note is not None, **({"note": note} if note else {}),
+                **({"unfinished": cut} if cut else {})}
 
     @router.post("/attention")
     def attention(body: AttentionIn) -> dict:

@@ -121,7 +121,7 @@ class Task(Protocol):
     def respond(self, model: Any, tokenizer: Any, run: dict, dialogue: Any, speaker: str | None = None,
                 beam: int = 1, truncation: dict | None = None) -> str:
         """GENERATE: a reply to `dialogue`, spoken by `speaker` (None: the speaker before the last one); ``truncation``,
-        as `rank`'s."""
+        as `rank`'s, and ``unfinished`` a line where the reply reached the decoder's last step without ending."""
 
     def attention(self, model: Any, tokenizer: Any, run: dict, dialogue: Any, utterance: int) -> dict:
         """ATTENTION: what each head type attends to from `utterance`'s query, as JSON

@@ -529,7 +529,12 @@ class Generation:
         generator = self.session(model, vocab, run, beam)
         if truncation is not None and (unread := generator.unread(dialogue, speaker)) is not None:
             truncation["note"] = f"the model read {unread}"
-        return generator.respond(dialogue, speaker)
+        at_last_step: list[bool] = []
+        reply = generator.respond_all([dialogue], [speaker], unfinished=at_last_step)[0]
+        if truncation is not None and at_last_step[0]:
+            truncation["unfinished"] = (f"the reply reached the model's last step ({model.config.max_response_words} "
+                                        "words and one) without ending: cut there")
+        return reply
 
 
 TASK = Generation()
