@@ -95,6 +95,21 @@ def test_selection_tsv_groups_lines_and_names_bad_lines(tmp_path):
             read_selection_tsv(path)
 
 
+def test_prediction_rows_keep_the_candidates_relevance(tmp_path):
+    """predict's rows on items labelled by relevance (a TSV's 0/1 lines, several right candidates, no single answer)
+    left the labels out: a user scoring the rows had only the item's id to find them again."""
+    from turnformer.tasks.response_selection import prediction_rows, read_selection_file
+
+    path = tmp_path / "items.tsv"
+    path.write_text("1\thi\tyes\n1\thi\tsure\n0\thi\tthe printer\n0\tbye\tok\n1\tbye\tsee you\n", encoding="utf-8")
+    rows = prediction_rows(read_selection_file(path), [[0.3, 0.2, 0.1], [0.1, 0.9]])
+    assert [row["relevance"] for row in rows] == [[1, 1, 0], [0, 1]] and "answer" not in rows[0]
+    assert rows[1]["best"] == 1 and rows[1]["scores"] == [0.1, 0.9]
+    jsonl = tmp_path / "items.jsonl"
+    jsonl.write_text(json.dumps({"turns": [{"speaker": "A", "text": "hi"}], "meta": {"candidates": ["a", "b"], "answer": 0}}) + "\n")
+    assert "relevance" not in prediction_rows(read_selection_file(jsonl), [[0.1, 0.2]])[0]  # an answer alone
+
+
 def test_selection_tsv_a_label_written_as_a_number_is_not_called_a_header(tmp_path):
     from turnformer.data.selection_tsv import read_selection_tsv
 

@@ -418,14 +418,16 @@ def truncation_note(report: dict, config) -> str | None:
 
 def prediction_rows(items: Sequence[ResponseSelectionItem], scores: Sequence[Sequence[float]],
                     names: Sequence[str] | None = None) -> list[dict]:
-    """A row per item: its scores, the candidates best first, the best one's text (and the answer where known);
-    `names`, the items' names in the output (default: their ids, or, where none, their place in `items`)."""
+    """A row per item: its scores, the candidates best first, the best one's text (and the answer, and the candidates'
+    0/1 relevance, where known); `names`, the items' names in the output (default: their ids, or, where none, their
+    place in `items`)."""
     rows = []
     for item_id, item, s in zip(names or output_names([item.id for item in items]), items, scores):
         shown = shown_scores(s)
         order = rank_candidates(shown)  # the scores shown: equal texts, whose scores differ by rounding noise, tie
         rows.append({"id": item_id, "scores": shown, "ranking": order, "best": order[0],
-                     "best_text": item.candidates[order[0]].text, **({"answer": item.answer} if item.answer is not None else {})})
+                     "best_text": item.candidates[order[0]].text, **({"answer": item.answer} if item.answer is not None else {}),
+                     **({"relevance": list(item.relevance)} if item.relevance is not None else {})})
     return rows
 
 
