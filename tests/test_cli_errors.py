@@ -470,6 +470,21 @@ def test_a_data_file_changed_since_the_run_read_it_is_warned_about(tiny_backbone
     assert f"train_file {own['train'].resolve()}: its content changed since" in resumed.output
 
 
+def test_generation_says_the_one_turn_conversations_it_leaves_out(tmp_path):
+    """A conversation of one turn gives no (context, response) pair: training and evaluation left it out without a word."""
+    mixed = _write(tmp_path, "mixed.jsonl", [*[_dialogue(i, turns=2) for i in range(3)], _dialogue(9, turns=1)])
+    tiny = ["model_config.d_model=16", "model_config.ff=32", "model_config.layers=1", "train.epochs=1", "train.warmup_steps=0"]
+    out = tmp_path / "generator"
+    result = runner.invoke(app, ["train", "--task", "generation", "--model", "transformer", "--train-file", str(mixed),
+                                 "--validation-file", str(mixed), "--test-file", str(mixed), "--out", str(out),
+                                 *[arg for s in tiny for arg in ("--set", s)]])
+    said = "split: 1 conversation(s) of one turn give no (context, response) pair (dialogue 'd9': one turn)"
+    assert result.exit_code == 0 and all(f"{split} {said}" in result.output for split in ("train", "validation", "test"))
+    assert json.loads((out / "run.json").read_text())["encode_reports"]["train"]["one_turn_dialogues"] == 1
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(mixed)])
+    assert result.exit_code == 0 and f"test {said}" in result.output, result.output
+
+
 def test_generation_needs_two_turn_conversations(tmp_path):
     one_turn = _write(tmp_path, "one.jsonl", [_dialogue(i, turns=1) for i in range(4)])
     two_turns = _write(tmp_path, "two.jsonl", [_dialogue(i, turns=2) for i in range(4)])

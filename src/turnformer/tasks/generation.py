@@ -59,7 +59,20 @@ class GenerationReport:
     instances: int = 0
     cut_utterances: int = 0  # longer than max_words
     empty_utterances: int = 0  # no word at all (e.g. only symbols the word pattern skips)
+    one_turn_dialogues: int = 0  # a conversation of one turn: no (context, response) pair
     messages: list[str] = field(default_factory=list)
+
+    def said(self, split: str) -> str | None:
+        """What a user should hear of `split`'s conversations that the model reads as less than they hold, or None."""
+        parts = []
+        if self.one_turn_dialogues:
+            parts.append(f"{self.one_turn_dialogues} conversation(s) of one turn give no (context, response) pair")
+        if self.empty_utterances:
+            parts.append(f"{self.empty_utterances} utterance(s) have no words and are read as [UNK]")
+        if not parts:
+            return None
+        shown = "; ".join(self.messages[:3]) + ("; ..." if len(self.messages) > 3 else "")
+        return f"{split} split: " + ", ".join(parts) + (f" ({shown})" if shown else "")
 
 
 def make_instances(dialogues: Iterable[Dialogue], max_context_turns: int = 4, max_words: int = 50,
@@ -70,6 +83,9 @@ def make_instances(dialogues: Iterable[Dialogue], max_context_turns: int = 4, ma
     out: list[GenerationInstance] = []
     for d_index, dialogue in enumerate(dialogues):
         name = dialogue.id if dialogue.id is not None else str(d_index)
+        if len(dialogue.turns) == 1:
+            report.one_turn_dialogues += 1
+            report.messages.append(f"dialogue {name!r}: one turn")
         cut = [cut_words(turn.text, max_words, report, f"dialogue {name!r} turn {t}") for t, turn in enumerate(dialogue.turns)]
         spoken: dict = {}  # speaker -> utterances so far
         for t, turn in enumerate(dialogue.turns):
@@ -312,7 +328,10 @@ def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | Non
         size = int(settings.get("batch_size", 64)) if split == "train" else int(settings.get("eval_batch_size", 128))
         batches[split] = instance_batches(model, instances, vocab, size)
         reports[split] = {"dialogues": len(convs), "instances": report.instances, "cut_utterances": report.cut_utterances,
-                          "empty_utterances": report.empty_utterances, "unknown_rate": vocab.unknown_rate(instances)}
+                          "empty_utterances": report.empty_utterances, "one_turn_dialogues": report.one_turn_dialogues,
+                          "unknown_rate": vocab.unknown_rate(instances)}
+        if said := report.said(split):
+            logger.warning("%s", said)
         if split != "train" and reports[split]["unknown_rate"] > UNKNOWN_RATE_WARNING:
             logger.warning("%s split: %.0f%% of its response words are not in the training vocabulary (%d words, "
                            "data.min_count %s): each counts as [UNK], one cheap word, so its perplexity says little",
@@ -359,9 +378,11 @@ def split_instances(run: dict, split: str, data_dir=None, limit: int | None = No
     recipe = run["recipe"]
     check_split(split)
     convs = load_generation_data(recipe, data_dir, [split])[split][:limit]
-    data = recipe.get("data", {})
-    instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)))
+    data, report = recipe.get("data", {}), GenerationReport()
+    instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)), report)
     require_pairs(instances, split, recipe)
+    if said := report.said(split):
+        logger.warning("%s", said)
     return instances
 
 
