@@ -1,7 +1,8 @@
-"""What the speed benchmarks share."""
+"""What the speed benchmarks share: timing, and argument types that refuse sizes below 1 before anything runs."""
 
 from __future__ import annotations
 
+import argparse
 import time
 
 
@@ -21,3 +22,22 @@ def spread(items, n: int) -> list:
     if n >= len(items):
         return list(items)
     return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)] if n > 1 else [items[len(items) // 2]]
+
+
+def count(text: str) -> int:
+    """An argparse type: a whole number of 1 or more (sizes, repeats, batches), refused with the value named."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of 1 or more") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of 1 or more")
+    return value
+
+
+def counts(text: str) -> list[int]:
+    """An argparse type: whole numbers of 1 or more, separated by commas (lengths to sweep)."""
+    try:
+        return [count(part) for part in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers of 1 or more, separated by commas") from None

@@ -18,19 +18,21 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from turnformer.cli import load_any_trained
 from turnformer.data import load_split
-from turnformer.results import make_result, write_result
+from turnformer.dialogue import DialogueError
+from turnformer.errors import CheckpointError
+from turnformer.results import RESULTS_DIR, make_result, write_result
 from turnformer.tasks.dialogue_act import encode_dialogues
+from turnformer.tasks.registry import load_trained
 
 
 @torch.no_grad()
-def bias_statistics(run: Path, dataset: str, split: str) -> dict:
-    task, model, tokenizer, record = load_any_trained(run)
-    if task != "dialogue-act" or record["recipe"]["model"] != "lc-attention":
-        raise SystemExit(f"{run}: not an lc-attention dialogue-act run")
+def bias_statistics(run: Path, dataset: str, split: str, data_dir=None) -> dict:
+    task, model, tokenizer, record = load_trained(run)
+    if task.name != "dialogue-act" or record["recipe"]["model"] != "lc-attention":
+        raise SystemExit(f"error: {run}: not an lc-attention dialogue-act run (a {record['recipe']['model']} run)")
     size = record["recipe"]["window"] + 2 * record["recipe"]["context_padding"]
-    dialogues = load_split(dataset, split).items
+    dialogues = load_split(dataset, split, data_dir).items
     model.eval()
     shifts, widths = [], []
     for dialogue in tqdm(dialogues, desc=run.name, leave=False):
@@ -52,15 +54,20 @@ def bias_statistics(run: Path, dataset: str, split: str) -> dict:
             "seed": record["seed"]}
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="Run folders of lc-attention (one per seed).")
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--split", default="validation")
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    stats = [bias_statistics(run, args.dataset, args.split) for run in args.runs]
+    try:
+        stats = [bias_statistics(run, args.dataset, args.split, args.data_dir) for run in args.runs]
+    except (DialogueError, CheckpointError) as e:  # not a run folder, no checkpoint, one that does not load, no data
+        raise SystemExit(f"error: {e}") from None
     for s in stats:
         print(f"{s['run']}: shift c_i - i mean {s['mean_shift']:+.2f} (|.| {s['mean_abs_shift']:.2f}, C = {s['max_shift']}), "
               f"width mean {s['mean_width']:.2f} (D = {s['max_width']}), quantiles {s['width_quantiles']}")
@@ -68,7 +75,7 @@ def main() -> None:
                          model="lc-attention", metric="mean_gaussian_width", scores=[s["mean_width"] for s in stats],
                          seeds=[s["seed"] for s in stats], backbone="all-MiniLM-L6-v2 (vocabulary and embeddings)",
                          extra={"runs": stats})
-    print(f"-> {write_result(record)}")
+    print(f"-> {write_result(record, args.results_dir)}")
 
 
 if __name__ == "__main__":

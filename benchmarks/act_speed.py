@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from _timing import timed_train_step
+from _timing import count, counts, timed_train_step
 from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, LCConfig
 from turnformer.results import make_result, write_result
 
@@ -146,10 +146,10 @@ def throughput(n_batches: int, n_utterances: int, data_dir=None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=("timing", "throughput"))
-    parser.add_argument("--lengths", default="10,25,50,100,200,400")
-    parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--batches", type=int, default=12)
-    parser.add_argument("--utterances", type=int, default=60)
+    parser.add_argument("--lengths", type=counts, default="10,25,50,100,200,400")
+    parser.add_argument("--repeats", type=count, default=30)
+    parser.add_argument("--batches", type=count, default=12)
+    parser.add_argument("--utterances", type=count, default=60)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
@@ -157,7 +157,7 @@ def main() -> None:
     common = {"task": "dialogue-act", "split": "-", "seeds": [0], "backbone": "all-MiniLM-L6-v2 (vocabulary and embeddings)"}
 
     if args.what == "timing":
-        lengths = [int(x) for x in args.lengths.split(",")]
+        lengths = args.lengths
         result = timing(lengths, args.repeats)
         plot(lengths, result, PLOT)
         ratio = result["lstm-blstm"]["online_ms"][-1] / result["lc-attention"]["online_ms"][-1]

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import torch
 
-from turnformer.dialogue import Dialogue
+from turnformer.dialogue import Dialogue, DialogueError
+from turnformer.errors import CheckpointError
+from _timing import count, counts
 from turnformer.models.dialogxl import DialogXL
 from turnformer.results import make_result, write_result
 from turnformer.tasks import erc
@@ -38,18 +40,21 @@ def stepped_memory(model, batch, end: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--turns", default="50,200")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--turns", type=counts, default="50,200")
+    parser.add_argument("--repeats", type=count, default=3)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model, tokenizer, run = erc.load_trained(args.checkpoint)
+    try:
+        model, tokenizer, run = erc.load_trained(args.checkpoint)
+    except (DialogueError, CheckpointError) as e:  # not a run folder, no checkpoint, one that does not load
+        parser.error(f"--checkpoint {args.checkpoint}: {e}")
     if not isinstance(model, DialogXL):
         parser.error(f"--checkpoint {args.checkpoint}: a {type(model).__name__} run; the attention view needs a DialogXL run")
     test = erc.EmotionRecognition().load_data(run["recipe"], only=["test"])["test"]
     turns = [turn for dialogue in test for turn in dialogue.turns]
     rows = []
-    for n in (int(x) for x in args.turns.split(",")):
+    for n in args.turns:
         dialogue = Dialogue(tuple(turns[:n]), id=f"joined-{n}")
         times = {"one_at_a_time": [], "chunks": []}
         views = {}

@@ -48,8 +48,11 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
     recipe = None
     partial_runs = []
     for run in runs:
-        info = json.loads((run / "run.json").read_text())
-        result = json.loads((run / "result.json").read_text())
+        try:
+            info = json.loads((run / "run.json").read_text())
+            result = json.loads((run / "result.json").read_text())
+        except (OSError, ValueError) as e:  # no such folder, no finished epoch yet, a damaged file
+            raise SystemExit(f"error: {run}: not a trained run ({e})") from None
         best, cut_short = best_entry(result, max_epoch)
         if cut_short or info.get("limits"):
             if not allow_partial:

@@ -17,6 +17,9 @@ import time
 
 import torch
 
+from _timing import count
+from turnformer.dialogue import DialogueError
+from turnformer.errors import CheckpointError
 from turnformer.models.generator_base import GeneratorBase, WholeSteps
 from turnformer.results import make_result, write_result
 from turnformer.tasks.generation import eval_batch_size, instance_batches, load_trained, split_instances
@@ -25,13 +28,16 @@ from turnformer.tasks.generation import eval_batch_size, instance_batches, load_
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="a run folder of a word generator that decodes with a cache")
-    parser.add_argument("--instances", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--instances", type=count, default=512)
+    parser.add_argument("--repeats", type=count, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model, vocab, run = load_trained(args.checkpoint)
+    try:
+        model, vocab, run = load_trained(args.checkpoint)
+    except (DialogueError, CheckpointError) as e:  # not a run folder, no checkpoint, one that does not load
+        parser.error(f"--checkpoint {args.checkpoint}: {e}")
     kind = type(model)
     if not isinstance(model, GeneratorBase) or kind.stepper is GeneratorBase.stepper:
         raise SystemExit(f"{args.checkpoint}: a {kind.__name__}, which decodes without a cache")

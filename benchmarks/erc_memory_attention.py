@@ -17,6 +17,8 @@ import argparse
 import torch
 from tqdm import tqdm
 
+from turnformer.dialogue import DialogueError
+from turnformer.errors import CheckpointError
 from turnformer.models.dialogxl import DialogXL
 from turnformer.recipes import load_recipe
 from turnformer.results import make_result, write_result
@@ -89,7 +91,10 @@ def main() -> None:
         parser.error(f"--conversations {args.conversations}: give 1 or more")
     groups: dict[str, list[tuple[int | None, str, dict]]] = {}
     for source in args.sources:
-        shares = memory_shares(source, args.dataset, args.conversations)
+        try:
+            shares = memory_shares(source, args.dataset, args.conversations)
+        except (DialogueError, CheckpointError) as e:  # not a run folder or recipe, no checkpoint, no data
+            raise SystemExit(f"error: {e}") from None
         print(f"{source}: [CLS] share on memory per layer {[round(x, 3) for x in shares['cls']]}, "
               f"all tokens {[round(x, 3) for x in shares['tokens']]}")
         label = "pretrained" if shares["seed"] is None else shares["model"]

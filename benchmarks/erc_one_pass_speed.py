@@ -56,6 +56,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from _timing import count, counts
 from turnformer.results import make_result, write_result
 
 BACKBONE = "all-MiniLM-L6-v2"
@@ -254,7 +255,7 @@ def memory_child(args) -> None:
 
 def memory(args) -> dict:
     rows = []
-    for length in [int(x) for x in args.lengths.split(",")]:
+    for length in args.lengths:
         command = [sys.executable, __file__, "memory-child", "--length", str(length), "--threads", str(args.threads),
                    "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--model", args.model,
                    *(["--no-checkpoint"] if args.no_checkpoint else [])] + (["--data-dir", args.data_dir] if args.data_dir else [])
@@ -271,13 +272,13 @@ def memory(args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("part", choices=["training", "encoder", "memory", "memory-child"])
-    parser.add_argument("--batches", type=int, default=24)
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batches", type=count, default=24)
+    parser.add_argument("--batch-size", type=count, default=4)
+    parser.add_argument("--repeats", type=count, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--lengths", default="50,200")
-    parser.add_argument("--length", type=int, default=50)
+    parser.add_argument("--lengths", type=counts, default="50,200")
+    parser.add_argument("--length", type=count, default=50)
     parser.add_argument("--steps", type=int, default=4, help="memory: training steps at each length")
     parser.add_argument("--model", default="dialogxl", choices=["dialogxl", "concat-context", "segment-recurrence"],
                         help="memory: the model whose MELD recipe trains (the baselines too)")

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import spread  # noqa: E402
+from _timing import count, counts, spread  # noqa: E402
 from turnformer.backbones import load_backbone  # noqa: E402
 from turnformer.dialogue import Dialogue  # noqa: E402
 from turnformer.models.baselines import ConcatContext, ConcatContextConfig  # noqa: E402
@@ -283,8 +283,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("part", choices=["training", "streaming"])
     parser.add_argument("--batches", type=int, default=16, help="training: batches evenly spaced over the epoch")
-    parser.add_argument("--lengths", default="10,50,200,1000", help="streaming: conversation lengths")
-    parser.add_argument("--repeats", type=int, default=None, help="default: 3 (training), 5 (streaming)")
+    parser.add_argument("--lengths", type=counts, default="10,50,200,1000", help="streaming: conversation lengths")
+    parser.add_argument("--repeats", type=count, default=None, help="default: 3 (training), 5 (streaming)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default=None)
@@ -320,7 +320,7 @@ def main() -> None:
               f"(forward+backward only {result['forward_backward_overhead']:.2f}) -> {write_result(record)}")
         return
 
-    lengths = [int(x) for x in args.lengths.split(",")]
+    lengths = args.lengths
     turns = chain_turns(split.dialogues, max(lengths))
     result = streaming_latency(dialogxl, concat, tokenizer, labels, turns, lengths, args.repeats or 5)
     result["speakers_in_chain"] = len({s for s, _ in turns})

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from turnformer.dialogue import DialogueError
 from turnformer.errors import CheckpointError
-from turnformer.results import make_result, write_result
+from turnformer.results import make_result, run_experiment, write_result
 from turnformer.tasks.generation import eval_batch_size, evaluate_perplexity, instance_batches, load_trained, split_instances
 
 GROUPS = ("turn 1", "turn 2", "turn 3", "turn 4", "turns 5+")
@@ -70,11 +70,10 @@ def main(argv=None) -> None:
             groups = by_context(model, vocab, run, args.split, args.data_dir, args.limit)
         except (DialogueError, CheckpointError) as e:  # not a run folder, no checkpoint, a checkpoint that does not load, no data
             raise SystemExit(f"error: {e}") from None
-        seed = run_dir.name.removeprefix("seed")
-        name = run_dir.parent.name.removeprefix("generation-dailydialog-")
+        name, seed = run_experiment(run_dir, run, "generation-dailydialog-")
         record = make_result(f"generation-by-context-{name}-seed{seed}", task="generation", dataset=run["recipe"]["dataset"],
                              split=args.split, model=run["recipe"]["model"], metric="perplexity",
-                             scores=[groups["all"]["perplexity"]], seeds=[int(seed)] if seed.isdigit() else [0],
+                             scores=[groups["all"]["perplexity"]], seeds=[seed],
                              config=run["recipe"].get("model_config", {}), extra={"groups": groups, "limit": args.limit})
         shown = ", ".join(f"{g} {v['perplexity']:.2f} ({v['instances']})" for g, v in groups.items())
         print(f"{run_dir}: {shown} -> {write_result(record)}", flush=True)

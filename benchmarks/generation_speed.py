@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from _timing import timed_train_step
+from _timing import count, timed_train_step
 from turnformer.data import load_split
 from turnformer.parsing import DependencyParser
 from turnformer.results import make_result, write_result
@@ -36,8 +36,8 @@ SETTINGS = {"dialogbert-dra": {"dra": True}}  # what makes the model its id name
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", type=int, default=6)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batches", type=count, default=6)
+    parser.add_argument("--repeats", type=count, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from turnformer.backbones import load_tokenizer
 from turnformer.data import load_split
+from turnformer.dialogue import DialogueError
 from turnformer.models.baselines import (
     WasteStats,
     segment_recurrence_waste_counts,
@@ -133,7 +134,10 @@ def main() -> None:
     split = args.split or ("test" if args.dataset == "swda" else "train")
 
     start = time.perf_counter()
-    dialogues = list(load_split(args.dataset, split, args.data_dir).dialogues)
+    try:
+        dialogues = list(load_split(args.dataset, split, args.data_dir).dialogues)
+    except DialogueError as e:  # an unknown dataset, no data
+        parser.error(f"--dataset {args.dataset}: {e}")
     tokenizer = load_tokenizer(BACKBONE)
     conversations = tokenize(dialogues, tokenizer, args.max_utterance_tokens)
     if args.mem_lens:  # the sweep of DialogXL's Figure 4: both memories at each length, one file each

@@ -35,7 +35,7 @@ import torch
 from turnformer.dialogue import DialogueError
 from turnformer.errors import CheckpointError
 from turnformer.models.phaed import PHAED, RESPONDER
-from turnformer.results import make_result, write_result
+from turnformer.results import make_result, run_experiment, write_result
 from turnformer.tasks.generation import evaluate_perplexity, load_trained, split_batches
 
 VARIANTS = ("trained", "response", "none", "farther", "no-memory")
@@ -104,11 +104,11 @@ def main() -> None:
             scores = memory_perplexities(run, args.split, args.data_dir, args.limit)
         except (DialogueError, CheckpointError) as e:  # not a run folder, no checkpoint, a checkpoint that does not load, no data
             raise SystemExit(f"error: {e}") from None
-        recipe, seed = json.loads((run / "run.json").read_text())["recipe"], run.name.removeprefix("seed")
-        name = run.parent.name.removeprefix("generation-dailydialog-")
+        description = json.loads((run / "run.json").read_text())
+        recipe, (name, seed) = description["recipe"], run_experiment(run, description, "generation-dailydialog-")
         record = make_result(f"generation-phaed-memory-turns-{name}-seed{seed}", task="generation", dataset="dailydialog",
                              split=args.split, model=recipe["model"], metric="perplexity", scores=[scores["trained"]],
-                             seeds=[int(seed)] if seed.isdigit() else [0], config=recipe.get("model_config", {}),
+                             seeds=[seed], config=recipe.get("model_config", {}),
                              extra={"perplexity": scores, "limit": args.limit})
         print(f"{run}: {scores} -> {write_result(record)}", flush=True)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from safetensors import safe_open
 
 from turnformer.data import load_split
-from turnformer.results import make_result, write_result
+from turnformer.results import make_result, run_experiment, write_result
 from turnformer.tasks.generation import make_instances
 
 
@@ -61,12 +61,11 @@ def main() -> None:
         if not (run / "run.json").is_file():
             raise SystemExit(f"{run}: not a run folder (no run.json)")
         description = json.loads((run / "run.json").read_text())
-        recipe, seed = description["recipe"], run.name.removeprefix("seed")
+        recipe, (name, seed) = description["recipe"], run_experiment(run, description, "generation-dailydialog-")
         measured = turn_embedding_norms(run)
-        name = run.parent.name.removeprefix("generation-dailydialog-")
         record = make_result(f"generation-turn-embeddings-{name}-seed{seed}", task="generation",
                              dataset="dailydialog", split="train", model=recipe["model"], metric="turn_embedding_norm_max",
-                             scores=[max(measured["row_norms"])], seeds=[int(seed)] if seed.isdigit() else [0],
+                             scores=[max(measured["row_norms"])], seeds=[seed],
                              config=recipe.get("model_config", {}), extra=measured)
         print(f"{run}: turn-embedding rows {measured['row_norms']}, inputs {measured['input_norm_mean']} -> {write_result(record)}")
     shares = response_turn_shares(args.data_dir)

@@ -41,7 +41,8 @@ import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from turnformer.dialogue import Turn
+from turnformer.dialogue import DialogueError, Turn
+from turnformer.errors import CheckpointError
 from turnformer.results import make_result, write_result
 from turnformer.serve.models import LoadedModel, load_models
 from turnformer.tasks.base import STREAM
@@ -274,7 +275,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    models = load_models(args.checkpoint)
+    try:
+        models = load_models(args.checkpoint)
+    except (DialogueError, CheckpointError) as e:  # not a run folder, no checkpoint, one that does not load
+        parser.error(f"--checkpoint: {e}")
     first = next(m for m in models.values() if STREAM in m.serves)
     conversations = conversations_of(first, args.sessions, args.utterances)
     process, url = start_server(args.checkpoint, args.threads, max(1000, args.sessions))

@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from _timing import count
 from turnformer.results import make_result, write_result
 from turnformer.structure import TokenMeta, dialogxl_layout
 from turnformer.structure.reference import reference_dialogxl_masks
@@ -42,9 +43,9 @@ def synthetic_meta(batch: int, length: int, seed: int) -> TokenMeta:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--length", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--batch", type=count, default=32)
+    parser.add_argument("--length", type=count, default=512)
+    parser.add_argument("--repeats", type=count, default=20)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(2)

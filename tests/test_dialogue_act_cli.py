@@ -113,3 +113,25 @@ def test_plot_utterance_attention(data_dir, tmp_path):
     refused = runner.invoke(app, ["plot", "act-attention", "--checkpoint", str(tmp_path / "lstm"), "--input", "dailydialog:test",
                                   "--out", str(tmp_path / "g.png"), *common])
     assert refused.exit_code == 2 and "no attention over utterances" in refused.output
+
+
+def test_the_bias_measure_reads_what_lc_attention_learned(data_dir, tmp_path):
+    """benchmarks/act_bias.py imported a function the command line no longer has: it could not start."""
+    from _benchmark_scripts import load_benchmark_script
+
+    measure = load_benchmark_script("act_bias")
+    out, lstm = tmp_path / "run" / "seed1", tmp_path / "lstm"
+    for model, folder in (("lc-attention", out), ("lstm", lstm)):
+        trained = runner.invoke(app, ["train", "--task", "dialogue-act", "--model", model, "--dataset", "dailydialog", "--seed", "1",
+                                      "--limit-dialogues", "2", "--set", "train.epochs=1", "--out", str(folder), "--data-dir", str(data_dir)])
+        assert trained.exit_code == 0, trained.output
+    common = ["--dataset", "dailydialog", "--data-dir", str(data_dir), "--results-dir", str(tmp_path / "results")]
+    measure.main([str(out), *common])
+    record = json.loads((tmp_path / "results" / "dialogue-act-lc-bias-dailydialog.json").read_text())
+    (stats,) = record["extra"]["runs"]
+    assert record["seeds"] == [1] and stats["utterances"] == sum(map(len, load_split("dailydialog", "validation", data_dir).dialogues))
+    assert 0 < stats["mean_width"] < stats["max_width"] and abs(stats["mean_shift"]) <= stats["max_shift"]
+    with pytest.raises(SystemExit, match="not an lc-attention dialogue-act run"):
+        measure.main([str(lstm), *common])
+    with pytest.raises(SystemExit, match="error: .*nothing"):
+        measure.main([str(tmp_path / "nothing"), *common])

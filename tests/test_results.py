@@ -552,3 +552,38 @@ def test_a_damaged_results_file_stops_the_tables_naming_it(tmp_path):
     write_result(good, tmp_path / "results")
     tables.main(["--results", str(tmp_path / "results"), "--docs", str(docs)])
     assert "51.00 ± 1.41" in (docs / "results-all.md").read_text()
+
+
+def test_a_results_files_commit_and_folder_are_the_checkouts_wherever_a_script_starts(tmp_path, monkeypatch):
+    """Started from another folder a benchmark script wrote ./benchmarks/results and the commit of that folder ("unknown"
+    outside a git repository, another repository's inside one); a run folder outside run.py's layout was recorded under
+    a garbled name and seed 0; a time of day was not recorded."""
+    import datetime
+    import subprocess
+
+    from turnformer import results
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TURNFORMER_COMMIT", raising=False)
+    assert results.RESULTS_DIR == Path(results.__file__).resolve().parents[2] / "benchmarks" / "results"
+    expected = (subprocess.run(["git", "-C", str(results.CHECKOUT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                               text=True).stdout.strip() if (results.CHECKOUT / ".git").exists() else "unknown")
+    record = make_result("x", task="erc", dataset="meld", split="test", model="dialogxl", metric="weighted_f1", scores=[1.0],
+                         seeds=[1])
+    assert record["commit"] == expected and expected != ""
+    assert datetime.datetime.fromisoformat(record["time"]).date().isoformat() == record["date"]
+    for folder, seed, name in (("generation-dailydialog-phaed/seed2", 2, "phaed"), ("dra_plain", 1, "dra_plain"),
+                               ("generation-dailydialog-x/seed7", 1, "seed7")):  # a seedN folder of another seed is no seed folder
+        assert results.run_experiment(tmp_path / folder, {"seed": seed}, "generation-dailydialog-") == (name, seed)
+
+
+def test_the_speed_scripts_refuse_sizes_below_one_before_they_run():
+    import argparse
+
+    timing = load_benchmark_script("_timing")
+    assert timing.count("3") == 3 and timing.counts("10,200") == [10, 200]
+    for bad in ("0", "-5", "abc", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"'{bad}': give a whole number of 1 or more"):
+            timing.count(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="'10,-5': give whole numbers of 1 or more, separated by commas"):
+        timing.counts("10,-5")

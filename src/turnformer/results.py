@@ -19,7 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-RESULTS_DIR = Path("benchmarks/results")
+# The checkout this package runs from (src/turnformer/ under it) where there is one: its benchmarks/results and its
+# commit are a result's, wherever the command starts; an installed copy writes ./benchmarks/results
+CHECKOUT = Path(__file__).resolve().parents[2]
+RESULTS_DIR = CHECKOUT / "benchmarks" / "results" if (CHECKOUT / "benchmarks").is_dir() else Path("benchmarks/results")
 
 # The score each paper reports for the row a recipe reproduces: (task, dataset, model) -> score, in the paper's metric
 # (the results files' "metric"). A recipe's variant that no paper ran (DialogXL's memory bias, MuTual-plus) has none.
@@ -100,11 +103,15 @@ def paper_score(task: str, dataset: str, model: str, window: int | None = None, 
 
 
 def git_commit() -> str:
-    """The checkout's short commit; ``TURNFORMER_COMMIT`` names it where the code runs from a copy without git."""
+    """The short commit of the checkout this package runs from (not of the folder the command starts in);
+    ``TURNFORMER_COMMIT`` names it where the code runs from a copy without git."""
     if os.environ.get("TURNFORMER_COMMIT"):
         return os.environ["TURNFORMER_COMMIT"]
+    if not (CHECKOUT / ".git").exists():
+        return "unknown"
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(["git", "-C", str(CHECKOUT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -133,8 +140,18 @@ def make_result(
         "backbone": backbone, "config": config or {}, "metric": metric, "seeds": list(seeds),
         "scores": list(scores), "mean": mean, "std": std, "paper": paper, "extra": extra or {},
         "command": command or " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "commit": git_commit(), "date": _dt.date.today().isoformat(), "machine": machine(),
+        "commit": git_commit(), "date": _dt.date.today().isoformat(),
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
     }
+
+
+def run_experiment(run_dir: Path, run: dict, prefix: str = "") -> tuple[str, int]:
+    """A trained run's experiment name (without `prefix`) and seed, as a measurement's results file names them: the
+    seed its run.json records; the name of the folder holding it where it is ``seedN`` (the layout `benchmarks/run.py`
+    trains into), else the run folder's own name."""
+    seed = int(run.get("seed", 0))
+    name = run_dir.resolve().parent.name if run_dir.resolve().name == f"seed{seed}" else run_dir.resolve().name
+    return name.removeprefix(prefix), seed
 
 
 def write_result(record: dict[str, Any], results_dir: Path = RESULTS_DIR) -> Path:
