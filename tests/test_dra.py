@@ -1,6 +1,8 @@
 """Dependency parses (spaCy, cached), Transformer + DRA and DialogBERT (+ DRA), at tiny sizes."""
 
+import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 import torch
@@ -192,3 +194,49 @@ def test_the_loss_projects_only_the_targets_with_the_full_logits_loss_and_gradie
     model = tiny(model_id, vocab)
     _, (batch,) = batches(model, vocab, parser)
     assert_loss_projects_only_the_targets_as_the_full_logits_would(model, batch)
+
+
+def test_a_damaged_or_read_only_cache_never_stops_a_run(tmp_path, caplog, monkeypatch):
+    """A cache file that was no database, damaged or read-only ended every DRA command in a traceback that did not name
+    it; a cached parse that did not fit its utterance was used as it was (heads into the next utterance leaked the
+    dependency mask across utterances; a wrong count failed deep in the masks)."""
+    path = tmp_path / "cache.sqlite"
+    see = ("see", "you", "later", ".")
+    parser = DependencyParser(cache_path=path)
+    heads = parser.parse_many([SENTENCE, see])
+    parser.close()
+
+    with sqlite3.connect(path) as db:  # a row pointing past its utterance, a row of the wrong length, a row not JSON
+        db.execute("UPDATE parses SET heads = '[5, 5, 5, 5]' WHERE text = 'see you later .'")
+        db.execute("INSERT INTO parses VALUES ('hello there', '[-1]'), ('ok .', 'not json')")
+    db.close()
+    caplog.clear()
+    again = DependencyParser(cache_path=path)
+    assert again.parse_many([see, ("hello", "there"), ("ok", ".")])[0] == heads[1] and again.parsed_utterances == 3
+    assert "3 cached parse(s) do not fit their utterance" in caplog.text
+    again.close()
+    with sqlite3.connect(path) as db:  # parsed again and kept
+        assert json.loads(db.execute("SELECT heads FROM parses WHERE text = 'see you later .'").fetchone()[0]) == heads[1]
+    db.close()
+
+    # a read-only file (as a user without write access opens it; root writes through file modes, so opened read-only
+    # here) holding what is asked: read without a write; a new parse is kept in memory, and said
+    connect = sqlite3.connect
+    monkeypatch.setattr("turnformer.parsing.sqlite3.connect",
+                        lambda where, **kw: connect(f"{Path(where).resolve().as_uri()}?mode=ro", uri=True))
+    caplog.clear()
+    readonly = DependencyParser(cache_path=path)
+    assert readonly.parse_many([SENTENCE, see]) == heads and readonly.parsed_utterances == 0 and caplog.text == ""
+    assert readonly(("new", "words", ".")) == readonly(("new", "words", ".")) and readonly.parsed_utterances == 1
+    assert "readonly database; parses are kept in memory only from here" in caplog.text
+    readonly.close()
+    monkeypatch.undo()
+
+    for damage in (b"not a database at all" * 100, path.read_bytes()[: len(path.read_bytes()) // 2]):
+        path.write_bytes(damage)
+        caplog.clear()
+        fresh = DependencyParser(cache_path=path)
+        assert fresh.parse_many([SENTENCE]) == heads[:1] and fresh.parsed_utterances == 1
+        fresh.close()
+        assert (tmp_path / "cache.sqlite.damaged").read_bytes() == damage and "moved to cache.sqlite.damaged" in caplog.text
+        assert DependencyParser(cache_path=path).parse_many([SENTENCE]) == heads[:1]  # the new cache holds it

@@ -9,7 +9,10 @@ Parsing DailyDialog takes minutes on a CPU, so parses are kept in a sqlite file 
 utterance's text (``" ".join(words)``): ``~/.cache/turnformer/parses/<model>.sqlite``, or under
 ``$TURNFORMER_CACHE/parses/``, or the ``cache_path`` given (``False`` / ``":memory:"``: no file). Each
 batch of new parses is written in one transaction, so an interrupted run loses at most that batch. The
-file remembers the spaCy model's version and is emptied when another version opens it.
+file remembers the spaCy model's version and is emptied when another version opens it. A cache never stops a
+run: a parse read from it that does not fit its utterance (one head per word, each inside the utterance) is
+parsed again; a file that is no sqlite database or is damaged is moved aside (``.damaged``) and started again;
+one that cannot be written (read-only) is read, and new parses are kept in memory; each said in a warning.
 ``parse_seconds`` / ``parsed_utterances`` count the time spent parsing (the DRA paper's Table 4
 reports it per dialogue).
 """
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import os
 import sqlite3
 import time
 from importlib import metadata
@@ -27,6 +32,8 @@ from typing import Iterable, Sequence
 from tqdm.auto import tqdm
 
 from turnformer.cache import cache_root
+
+logger = logging.getLogger(__name__)
 
 # The parser needs only spaCy's tok2vec and parser; the rest would cost time and change no head.
 _UNUSED = ("tagger", "attribute_ruler", "lemmatizer", "ner", "senter")
@@ -66,30 +73,64 @@ class DependencyParser:
         self._nlp = None  # loaded on the first utterance not in the cache
         self._memory: dict[str, list[int]] = {}
         self.parse_seconds, self.parsed_utterances = 0.0, 0
-        if cache_path is False or cache_path == ":memory:":
-            self._db = None
-        else:
-            path = Path(cache_path) if cache_path not in (None, True) else default_cache_path(model)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, timeout=60)
-            self._open_cache()
+        self.path: Path | None = None
+        self._db: sqlite3.Connection | None = None
+        if cache_path is not False and cache_path != ":memory:":
+            self.path = Path(cache_path) if cache_path not in (None, True) else default_cache_path(model)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = self._connect()
 
-    def _open_cache(self) -> None:
-        """Empty the cache when another version of the model opens it. Without the model installed the cache is read
-        as it is (its parses are those of the version it records; a new utterance then needs the model)."""
+    def _connect(self) -> sqlite3.Connection | None:
+        """The cache file, opened (see the module docstring for what a damaged or read-only one does)."""
+        try:
+            return self._open_cache(sqlite3.connect(self.path, timeout=60))
+        except sqlite3.OperationalError as e:  # read-only, or locked past the timeout: read it as it is
+            try:
+                db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+                db.execute("SELECT text, heads FROM parses LIMIT 1")
+            except sqlite3.Error:
+                logger.warning("parse cache %s: %s; parses are kept in memory only", self.path, e)
+                return None
+            logger.warning("parse cache %s: %s; its parses are read, new ones kept in memory only", self.path, e)
+            return db
+        except sqlite3.DatabaseError as e:  # no sqlite file, or a damaged one: kept aside, started again
+            aside = self.path.with_name(self.path.name + ".damaged")
+            try:
+                os.replace(self.path, aside)
+                db = self._open_cache(sqlite3.connect(self.path, timeout=60))
+            except (OSError, sqlite3.Error) as again:
+                logger.warning("parse cache %s: %s (%s); parses are kept in memory only", self.path, e, again)
+                return None
+            logger.warning("parse cache %s: %s; moved to %s and started again", self.path, e, aside.name)
+            return db
+
+    def _open_cache(self, db: sqlite3.Connection) -> sqlite3.Connection:
+        """Empty the cache when another version of the model opens it (written only then: a cache that holds every
+        parse is read without a write). Without the model installed the cache is read as it is (its parses are those
+        of the version it records; a new utterance then needs the model)."""
         try:
             version = metadata.version(self.model)
         except metadata.PackageNotFoundError:
             version = None
-        with self._db:
-            self._db.execute("CREATE TABLE IF NOT EXISTS parses (text TEXT PRIMARY KEY, heads TEXT NOT NULL)")
-            self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        with db:
+            if not {"parses", "meta"} <= tables:
+                db.execute("CREATE TABLE IF NOT EXISTS parses (text TEXT PRIMARY KEY, heads TEXT NOT NULL)")
+                db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             if version is None:
-                return
-            row = self._db.execute("SELECT value FROM meta WHERE key = 'model_version'").fetchone()
+                return db
+            row = db.execute("SELECT value FROM meta WHERE key = 'model_version'").fetchone()
             if row is not None and row[0] != version:
-                self._db.execute("DELETE FROM parses")  # another model version: its parses may differ
-            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('model_version', ?)", (version,))
+                db.execute("DELETE FROM parses")  # another model version: its parses may differ
+            if row is None or row[0] != version:
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('model_version', ?)", (version,))
+        return db
+
+    def _cache_failed(self, error: sqlite3.Error) -> None:
+        """A cache that fails while in use (damaged past its first pages, made read-only): the run goes on without it."""
+        logger.warning("parse cache %s: %s; parses are kept in memory only from here (delete the file to start it "
+                       "again)", self.path, error)
+        self.close()
 
     @property
     def nlp(self):
@@ -114,11 +155,21 @@ class DependencyParser:
     def _load_cached(self, texts: set[str]) -> None:
         if self._db is None or not texts:
             return
-        texts = list(texts)
-        for start in range(0, len(texts), 900):  # sqlite's limit on query parameters
-            chunk = texts[start : start + 900]
-            query = f"SELECT text, heads FROM parses WHERE text IN ({','.join('?' * len(chunk))})"
-            self._memory.update((t, json.loads(h)) for t, h in self._db.execute(query, chunk))
+        texts, unfit = list(texts), 0
+        try:
+            for start in range(0, len(texts), 900):  # sqlite's limit on query parameters
+                chunk = texts[start : start + 900]
+                query = f"SELECT text, heads FROM parses WHERE text IN ({','.join('?' * len(chunk))})"
+                for text, stored in self._db.execute(query, chunk):
+                    if (heads := fitting_heads(text, stored)) is None:
+                        unfit += 1
+                    else:
+                        self._memory[text] = heads
+        except sqlite3.DatabaseError as e:
+            self._cache_failed(e)
+        if unfit:
+            logger.warning("parse cache %s: %d cached parse(s) do not fit their utterance (a head per word, each inside "
+                           "it): parsed again", self.path, unfit)
 
     def _parse(self, utterances: list[tuple[str, ...]], texts: list[str], progress: bool) -> None:
         from spacy.tokens import Doc  # spaCy: loaded with the pipeline, see `load_pipeline`
@@ -138,8 +189,12 @@ class DependencyParser:
                 self.parsed_utterances += len(chunk)
                 self._memory.update(rows)
                 if self._db is not None:
-                    with self._db:  # one transaction per batch
-                        self._db.executemany("INSERT OR REPLACE INTO parses VALUES (?, ?)", [(t, json.dumps(h)) for t, h in rows])
+                    try:
+                        with self._db:  # one transaction per batch
+                            self._db.executemany("INSERT OR REPLACE INTO parses VALUES (?, ?)",
+                                                 [(t, json.dumps(h)) for t, h in rows])
+                    except sqlite3.DatabaseError as e:
+                        self._cache_failed(e)
                 if bar is not None:
                     bar.update(len(chunk))
         finally:
@@ -150,6 +205,20 @@ class DependencyParser:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def fitting_heads(text: str, stored: str) -> list[int] | None:
+    """The heads a cache row holds for `text` (words joined by spaces) where they fit it: one per word, each -1 (a root)
+    or another word of the utterance; else None."""
+    try:
+        heads = json.loads(stored)
+    except (TypeError, ValueError):
+        return None
+    n = len(text.split(" ")) if text else 0
+    if (not isinstance(heads, list) or len(heads) != n
+            or any(type(h) is not int or h == i or not -1 <= h < n for i, h in enumerate(heads))):
+        return None
+    return heads
 
 
 __all__ = ["DependencyParser", "ParserUnavailable", "default_cache_path", "load_pipeline"]
