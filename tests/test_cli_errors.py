@@ -828,3 +828,22 @@ def test_data_commands_name_the_data_folder_given(tmp_path):
     with pytest.raises(DialogueError) as caught:
         load_split("dailydialog", "test", copy)
     assert f"turnformer data verify dailydialog --data-dir {copy}" in str(caught.value)
+
+
+def test_a_setting_that_contradicts_the_model_id_is_refused(tmp_path):
+    """`--model dialogbert-dra --set model_config.dra=false` (or a recipe of that id without `dra`) trained DialogBERT
+    without DRA and filed it as dialogbert-dra; an ablation id with its part switched back on was the full model."""
+    from turnformer.tasks.common import model_id_settings
+
+    two_turns = _write(tmp_path, "two.jsonl", [_dialogue(i, turns=2) for i in range(4)])
+    files = ["--train-file", str(two_turns), "--validation-file", str(two_turns), "--test-file", str(two_turns)]
+    for model, setting, message in (("dialogbert-dra", "dra=false", "model_config.dra = False: the model 'dialogbert-dra' is the one with dra = True"),
+                                    ("dialogbert", "dra=true", "model_config.dra = True: the model 'dialogbert' is the one with dra = False"),
+                                    ("phaed-no-turn-emb", "turn_embeddings=true", "the model 'phaed-no-turn-emb' is the one with turn_embeddings = False")):
+        result = runner.invoke(app, ["train", "--task", "generation", "--model", model, *files, "--out", str(tmp_path / model),
+                                     "--set", f"model_config.{setting}"])
+        assert result.exit_code == 2 and message in result.output.replace("\n", ""), result.output
+        assert not (tmp_path / model).exists()
+    recipe = {"task": "generation", "model": "dialogbert-dra", "model_config": {"d_model": 16}}
+    assert model_id_settings(recipe, "r.toml")["model_config"] == {"d_model": 16, "dra": True}  # left out: the id's
+    assert model_id_settings({"task": "erc", "model": "dialogxl"}, "r.toml")["model_config"] == {}  # ERC's ids name none

@@ -615,7 +615,9 @@ def training_recipe(task: str, model: str, dataset: Optional[str], recipe: Optio
         if recipe is None:
             err.print(f"no recipe {task}-{retarget}-{model}.toml: using {path.name} with dataset = {retarget!r} "
                       "(its settings)", highlight=False, soft_wrap=True)
-    loaded = load_recipe(path, overrides)
+    from turnformer.tasks.common import model_id_settings  # torch: loaded only when the command runs
+
+    loaded = model_id_settings(load_recipe(path, overrides), f"{path.name}{' with --set' if overrides else ''}")
     if loaded["dataset"] == "file":  # what the files held when the run read them (checked on resume and by evaluate)
         loaded["file_sha256"] = file_digests(loaded)
     return loaded

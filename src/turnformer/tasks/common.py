@@ -258,8 +258,10 @@ def model_builder(models: Mapping[str, ModelBuilder], model_id: str, title: str)
 # let some model ids imply settings; `upgrade_run` supplies them.
 RUN_FORMAT = 2
 
-# The settings model ids implied before recipes wrote them out, over the recipe's own values (the rules as they were;
-# read only to load runs written then). Emotion recognition's ids implied none: its recipes always named the heads.
+# The settings model ids implied before recipes wrote them out, over the recipe's own values (the rules as they were,
+# to load runs written then). They are still what each id names: a recipe of the id that sets one otherwise is refused,
+# one that leaves it out gets it (`model_id_settings`). Emotion recognition's ids implied none: its recipes always
+# named the heads.
 SETTINGS_IMPLIED_BY_ID: dict[str, dict[str, dict]] = {
     "dialogue-act": {
         **{context: {"context": context} for context in ("lc-attention", "lstm-attention", "lstm-blstm", "lstm")},
@@ -276,6 +278,20 @@ SETTINGS_IMPLIED_BY_ID: dict[str, dict[str, dict]] = {
         "phaed-no-turn-attn": {"turn_attention": False}, "phaed-no-recurrence": {"c_max": 0},
     },
 }
+
+
+def model_id_settings(recipe: dict, source: str) -> dict:
+    """`recipe` with the settings its model id names (`SETTINGS_IMPLIED_BY_ID`) in its model_config where it leaves them
+    out; one it sets otherwise is refused, naming `source`: the run would train one model and be filed under another's
+    name (``--model dialogbert-dra --set model_config.dra=false`` trained DialogBERT without DRA)."""
+    implied = SETTINGS_IMPLIED_BY_ID.get(recipe.get("task", "erc"), {}).get(recipe["model"], {})
+    config = recipe.setdefault("model_config", {})
+    for key, value in implied.items():
+        if config.get(key, value) != value:
+            raise DialogueError(f"{source}: model_config.{key} = {config[key]!r}: the model {recipe['model']!r} is the one "
+                                f"with {key} = {value!r}; leave the setting out, or train the model that has it")
+        config.setdefault(key, value)
+    return recipe
 
 
 def run_task(run: dict) -> str:
