@@ -235,3 +235,23 @@ def test_a_context_over_max_tokens_keeps_its_newest_sub_words(tokenizer, vocab, 
     dialogue = [("A", "hi , how are you ?"), ("B", blob)]
     assert isinstance(chat.respond(dialogue), str)
     assert chat.unread(dialogue) == "0 of the 2 turns it reads whole, to fit its 100 sub-words"
+
+
+def test_what_smollm2_cannot_do_is_said_before_the_work_and_names_the_split(tokenizer, vocab, caplog, monkeypatch):
+    """evaluate --beam 2 on a SmolLM2 run was refused after the whole perplexity pass; a response too long for
+    max_tokens named neither its file nor the setting; max_tokens past the model's positions was taken silently."""
+    from turnformer.tasks import generation
+
+    model = generator(tokenizer, vocab, max_tokens=20)
+    batches = generator(tokenizer, vocab).make_batches(make_instances(DIALOGUES), 8)
+    monkeypatch.setattr(generation, "evaluate_perplexity", lambda *a: pytest.fail("the perplexity pass ran first"))
+    with pytest.raises(DialogueError, match="--beam 2: SmolLM2Generator replies greedily"):
+        generation.evaluate_generation(model, batches, vocab, beam_size=2)
+    monkeypatch.undo()
+    with pytest.raises(DialogueError, match=r"^conversations.jsonl: test split: dialogue 'd1' turn 1: its response alone .*"
+                                            r"over max_tokens = 20 \(model_config.max_tokens; data.max_words"):
+        generation.split_named(lambda: model.make_batches(make_instances(LONGER), 8), "test",
+                               {"dataset": "file", "test_file": "conversations.jsonl"})
+    caplog.clear()
+    generator(tokenizer, vocab, max_tokens=500, max_new_tokens=13)  # the tiny model's 512 positions: 513
+    assert "max_tokens = 500 and max_new_tokens = 13: a prompt and its reply take up to their sum, over the 512" in caplog.text

@@ -257,6 +257,11 @@ class SmolLM2Generator(nn.Module):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
         self.stop_ids = torch.tensor([self.end_id] + [i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])])
         lm_config = lm.config
+        window = getattr(lm_config, "max_position_embeddings", None)
+        if window is not None and config.max_tokens + config.max_new_tokens > window:  # rotary positions run on, untrained
+            logger.warning("model_config.max_tokens = %d and max_new_tokens = %d: a prompt and its reply take up to their "
+                           "sum, over the %d positions the model was trained on", config.max_tokens, config.max_new_tokens,
+                           window)
         self.turn_bias = (nn.Parameter(torch.zeros(lm_config.num_hidden_layers, lm_config.num_attention_heads, config.r_max + 1))
                           if config.turn_attention else None)
 
@@ -301,7 +306,8 @@ class SmolLM2Generator(nn.Module):
         if room < 0:
             raise DialogueError(f"dialogue {instance.dialogue_id!r} turn {instance.turn}: its response alone takes "
                                 f"{len(target)} tokens, {len(system) + len(header)} more with the system message and its "
-                                f"header: over max_tokens = {self.config.max_tokens}")
+                                f"header: over max_tokens = {self.config.max_tokens} (model_config.max_tokens; data.max_words "
+                                "cuts a response's words, not a long word's sub-words)")
         kept, whole = self.fit_context(instance, context, room)
         if whole < len(context):
             self.cut_contexts += 1

@@ -274,6 +274,9 @@ def evaluate_perplexity(model, batches) -> dict:
 def evaluate_generation(model, batches, vocab: Vocabulary, decode: bool = True, word_vectors=None, beam_size: int = 1) -> dict:
     """Perplexity, and with `decode` the BLEU-1..4 and Distinct-1/2 of the responses (greedy, or beam search
     with ``beam_size > 1``; and the embedding metrics with `word_vectors`); ``primary`` is minus the perplexity."""
+    if decode and beam_size > 1 and hasattr(model, "generate_words"):  # refused before the perplexity pass, not after it
+        raise DialogueError(f"--beam {beam_size}: {type(model).__name__} replies greedily; beam search is for the word "
+                            "generators")
     metrics = evaluate_perplexity(model, batches)
     if decode:
         references, hypotheses = generate_responses(model, batches, vocab, beam_size)
@@ -326,7 +329,7 @@ def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | Non
         instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)), report)
         require_pairs(instances, split, recipe)
         size = int(settings.get("batch_size", 64)) if split == "train" else int(settings.get("eval_batch_size", 128))
-        batches[split] = instance_batches(model, instances, vocab, size)
+        batches[split] = split_named(lambda: instance_batches(model, instances, vocab, size), split, recipe)
         reports[split] = {"dialogues": len(convs), "instances": report.instances, "cut_utterances": report.cut_utterances,
                           "empty_utterances": report.empty_utterances, "one_turn_dialogues": report.one_turn_dialogues,
                           "unknown_rate": vocab.unknown_rate(instances)}
@@ -390,7 +393,17 @@ def split_batches(model, vocab: Vocabulary, run: dict, split: str, data_dir=None
     """(evaluation batches, number of instances) of a split of the run's data (`split_instances`), batched as the
     run batched them."""
     instances = split_instances(run, split, data_dir, limit)
-    return instance_batches(model, instances, vocab, eval_batch_size(run)), len(instances)
+    return split_named(lambda: instance_batches(model, instances, vocab, eval_batch_size(run)), split, run["recipe"]), len(instances)
+
+
+def split_named(make, split: str, recipe: dict):
+    """``make()``, a DialogueError from it naming the split and, where it comes from one, its file (an instance is
+    named by its conversation's id and turn alone)."""
+    try:
+        return make()
+    except DialogueError as e:
+        where = recipe.get(f"{split}_file") if recipe.get("dataset") == "file" else recipe.get("dataset")
+        raise DialogueError(f"{where + ': ' if where else ''}{split} split: {e}") from None
 
 
 def eval_batch_size(run: dict) -> int:
