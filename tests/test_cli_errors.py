@@ -847,3 +847,16 @@ def test_a_setting_that_contradicts_the_model_id_is_refused(tmp_path):
     recipe = {"task": "generation", "model": "dialogbert-dra", "model_config": {"d_model": 16}}
     assert model_id_settings(recipe, "r.toml")["model_config"] == {"d_model": 16, "dra": True}  # left out: the id's
     assert model_id_settings({"task": "erc", "model": "dialogxl"}, "r.toml")["model_config"] == {}  # ERC's ids name none
+
+
+def test_an_interrupted_output_of_a_benchmark_split_goes_on_only_from_the_same_data_folder(trained_run, tmp_path, monkeypatch):
+    """The resume key of predict / generate named a benchmark split alone: stopped on one copy of the data and run again
+    with --data-dir on another, the output would have gone on from the first copy's replies."""
+    from turnformer.cli import work_key
+
+    monkeypatch.setenv("TURNFORMER_DATA", str(tmp_path / "a"))
+    first = work_key("generate", trained_run, "dailydialog:test", None, beam=1)
+    assert work_key("generate", trained_run, "dailydialog:test", str(tmp_path / "a"), beam=1) == first  # the same folder
+    assert work_key("generate", trained_run, "dailydialog:test", str(tmp_path / "b"), beam=1) != first
+    monkeypatch.setenv("TURNFORMER_DATA", str(tmp_path / "b"))
+    assert work_key("generate", trained_run, "dailydialog:test", None, beam=1) != first

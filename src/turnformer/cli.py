@@ -739,7 +739,7 @@ def predict(
         given = {"submission": (submission, submission is not None), "online": (online, online)}
         options = task_options(task, checkpoint, given)
         predictions = task.predict(model, tokenizer, run, input, data_dir, **options)
-        key = work_key("predict", checkpoint, input, **options)
+        key = work_key("predict", checkpoint, input, data_dir, **options)
     except USER_ERRORS as e:
         fail(describe(e))
     show(predictions, out, key)
@@ -815,9 +815,11 @@ def write_going_on(predictions, out: Path, key: dict, blocks: Iterator[tuple[byt
     return kept
 
 
-def work_key(command: str, checkpoint: Path, source: str, **options) -> dict:
+def work_key(command: str, checkpoint: Path, source: str, data_dir=None, **options) -> dict:
     """What the output of `command` (predict, generate) depends on, for an interrupted output to go on from: the model's
-    files and the input's (each by path, size and modification time; a benchmark split by its name), the options."""
+    files and the input's (each by path, size and modification time; a benchmark split by its name and the data folder
+    it is read from), the options."""
+    from turnformer.data.locate import resolve_data_dir  # with the tasks, below
     from turnformer.tasks.common import checkpoint_paths  # torch: loaded only when the command runs
 
     def files(path: Path) -> list:
@@ -825,7 +827,7 @@ def work_key(command: str, checkpoint: Path, source: str, **options) -> dict:
         return [[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in found]
 
     return {"command": command, "checkpoint": files(checkpoint_paths(checkpoint)[0]),
-            "input": files(Path(source)) if Path(source).exists() else source,
+            "input": files(Path(source)) if Path(source).exists() else [source, str(resolve_data_dir(data_dir).resolve())],
             "options": {name: None if value is None else str(value) for name, value in options.items()}}
 
 
@@ -863,7 +865,7 @@ def generate(
             raise DialogueError(f"{checkpoint} is a model for {task.name}, not a generation model")
         model, vocab, run = task.load_trained(checkpoint)
         replies = task.predict(model, vocab, run, input, data_dir, speaker=speaker, beam=beam) if input is not None else None
-        key = work_key("generate", checkpoint, input, speaker=speaker, beam=beam) if input is not None else {}
+        key = work_key("generate", checkpoint, input, data_dir, speaker=speaker, beam=beam) if input is not None else {}
     except USER_ERRORS as e:
         fail(describe(e))
     if replies is None:
