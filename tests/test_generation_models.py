@@ -484,6 +484,8 @@ def test_replies_that_reach_the_last_step_without_ending_are_said(vocab_and_batc
     # what greedy decoding gives when [EOU] never wins: max_response_words + 1 words
     monkeypatch.setattr(ResponseGenerator, "reply_words", lambda self, dialogues, speakers=None: [["you"] * 4, ["fine", "."]])
     replies = generate_replies(model, vocab, {"recipe": {}}, str(conversations))
-    assert [r["response"] for r in replies.rows()] == ["You you you you", "Fine."]
+    rows = replies.rows()  # made once: the rows come as the blocks are made
+    assert [r["response"] for r in rows] == ["You you you you", "Fine."]
+    assert [r["unfinished"] for r in rows] == [True, False]  # in the rows written too, not only in the note
     assert replies.notes == ["note: 1 reply(ies) reached the model's last step (3 words and one) without ending, cut "
                              "there: d1"]

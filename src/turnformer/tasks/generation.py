@@ -515,8 +515,8 @@ def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=
             replies = generator.respond_all(dialogues, [speaker] * len(dialogues), unfinished=at_last_step)
             unfinished.add(str(name) for name, last in zip(names, at_last_step) if last)
             unread = [generator.unread(d, speaker) for d in dialogues]
-            rows = [{"id": name, "speaker": replier(d, speaker), "response": r, "truncated": u is not None}
-                    for name, d, r, u in zip(names, dialogues, replies, unread)]
+            rows = [{"id": name, "speaker": replier(d, speaker), "response": r, "truncated": u is not None, "unfinished": last}
+                    for name, d, r, u, last in zip(names, dialogues, replies, unread, at_last_step)]
             cut.add(f"{name} ({u})" for name, u in zip(names, unread) if u is not None)
             yield rows, [(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")
                          for d, r in zip(dialogues, rows)]
