@@ -20,7 +20,20 @@ def test_words_keep_contractions_and_split_punctuation():
     assert words("it 's fine .") == ["it", "'s", "fine", "."]
 
 
-def test_every_turn_after_the_first_is_a_target_with_at_most_four_turns_of_context():
+def test_words_read_accents_typed_apart_as_their_letter_and_skip_invisible_characters():
+    """An accent typed as a mark of its own (NFD) split its word ("nai", "̈", "ve": two vocabulary entries and two
+    parses for one word); zero-width joiners, soft hyphens and direction marks became words of their own."""
+    import unicodedata
+
+    assert words(unicodedata.normalize("NFD", "Naïve café")) == words("Naïve café") == ["naïve", "café"]
+    assert words("soft\u00adware \u200fمرحبا 👨\u200d👩") == ["software", "مرحبا", "👨", "👩"]
+    assert words("one\u200btwo") == ["one", "two"] and words("\u200b\u200d") == []  # a zero-width space parts words
+    # marks with no precomposed letter stay on their word, in every script (Python's re read them as punctuation)
+    assert words("x" + "\u0301" * 2 + " y", limit=1) == ["x\u0301\u0301"]
+    assert words("हिन्दी भाषा") == ["हिन्दी", "भाषा"] and words("مَرْحَبًا !") == ["مَرْحَبًا", "!"]
+
+
+
     d = Dialogue.from_turns([("A" if i % 2 == 0 else "B", f"turn {i}") for i in range(7)], id="d")
     instances = make_instances([d], max_context_turns=4)
     assert [x.turn for x in instances] == [1, 2, 3, 4, 5, 6]

@@ -12,21 +12,33 @@ The vocabulary (DRA): the special tokens first, then the words of the training c
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from itertools import islice
 from typing import Iterable, Sequence
 
+import regex
+
 from turnformer.dialogue import Dialogue, DialogueError
 
 PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R = "[PAD]", "[UNK]", "[SOU]", "[EOU]", "[SPEAKER-Q]", "[SPEAKER-R]"
 SPECIALS = (PAD, UNK, SOU, EOU, SPEAKER_Q, SPEAKER_R)
-_WORDS = re.compile(r"[\w']+|[^\w\s]")
+# A word: letters, digits, apostrophes and the marks written on them (Devanagari's vowel signs, Arabic's harakat, an
+# accent no precomposed letter has), which Python's re reads as punctuation of their own; else one punctuation mark
+_WORDS = regex.compile(r"(?:[\w']|\p{M})+|[^\w\s]")
+# Invisible format characters (joiners, soft hyphens, direction marks, byte-order marks): no word and no mark of their
+# own; a zero-width space parts words as a space does
+_INVISIBLE = regex.compile("[\u00ad\u061c\u180e\u200c-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
 def words(text: str, limit: int | None = None) -> list[str]:
     """Lower-cased words and punctuation marks: ``"Don't go, Jim!"`` -> ``["don't", "go", ",", "jim", "!"]``; with
-    `limit`, the first `limit` of them, the rest of the text not read (a huge text costs what a long one does)."""
+    `limit`, the first `limit` of them, the rest of the text not read (a huge text costs what a long one does). Text
+    is read in its composed form (NFC: an accent typed as a mark of its own stays in its word), without invisible
+    format characters."""
+    if not text.isascii():
+        text = _INVISIBLE.sub("", unicodedata.normalize("NFC", text).replace("\u200b", " "))
     if limit is None:
         return _WORDS.findall(text.lower())
     return [match.group() for match in islice(_WORDS.finditer(text.lower()), limit)]
