@@ -68,11 +68,15 @@ def add_embedding_metrics(experiment: str, seeds: list[int], scored: list[dict],
         raise SystemExit(f"{path}: seeds {record['seeds']}, rescored {seeds}")
     for name in REPLY_METRICS:
         again = [m[name] for m in scored]
-        if any(abs(a - b) > 1e-6 for a, b in zip(record["extra"][name], again)):
+        if len(again) != len(record["extra"][name]) or any(abs(a - b) > 1e-6 for a, b in zip(record["extra"][name], again)):
             raise SystemExit(f"{experiment}: {name} rescored {again}, recorded {record['extra'][name]}: not the runs' checkpoints or data")
     record["extra"].update({k: [m[k] for m in scored] for k in EMBEDDING_METRICS})
     record["extra"]["embedding_metrics"] = ("rescored from the same best checkpoints on the same test conversations "
                                             "(benchmarks/generation_rescore.py --split test)")
+    # the record's command, commit and time stay the training's; the rescoring's own are kept beside them
+    rescoring = make_result(experiment, task=record["task"], dataset=record["dataset"], split=record["split"],
+                            model=record["model"], metric=record["metric"], scores=record["scores"], seeds=seeds)
+    record["extra"]["embedding_metrics_by"] = {key: rescoring.get(key) for key in ("command", "commit", "date", "time", "machine")}
     return record
 
 

@@ -587,3 +587,20 @@ def test_the_speed_scripts_refuse_sizes_below_one_before_they_run():
             timing.count(bad)
     with pytest.raises(argparse.ArgumentTypeError, match="'10,-5': give whole numbers of 1 or more, separated by commas"):
         timing.counts("10,-5")
+
+
+def test_rescored_metrics_keep_the_trainings_provenance_and_say_their_own(tmp_path):
+    """benchmarks/generation_rescore.py added embedding metrics to a record under the training's command, commit and
+    date alone, and compared the rescored reply metrics with the recorded ones without checking their number."""
+    rescore = load_benchmark_script("generation_rescore")
+    replies = {name: [1.0, 2.0] for name in rescore.REPLY_METRICS}
+    record = make_result("generation-dailydialog-x-cpu", task="generation", dataset="dailydialog", split="test", model="x",
+                         metric="perplexity", scores=[80.0, 82.0], seeds=[1, 2], extra=dict(replies), command="run.py --plan x")
+    record["commit"] = "0000000"
+    write_result(record, tmp_path)
+    scored = [{**{k: v[i] for k, v in replies.items()}, **dict.fromkeys(rescore.EMBEDDING_METRICS, 60.0 + i)} for i in range(2)]
+    added = rescore.add_embedding_metrics("generation-dailydialog-x-cpu", [1, 2], scored, tmp_path)
+    assert (added["command"], added["commit"]) == ("run.py --plan x", "0000000") and added["extra"]["embedding_average"] == [60.0, 61.0]
+    assert set(added["extra"]["embedding_metrics_by"]) == {"command", "commit", "date", "time", "machine"}
+    with pytest.raises(SystemExit, match="bleu_1 rescored"):
+        rescore.add_embedding_metrics("generation-dailydialog-x-cpu", [1, 2], scored[:1], tmp_path)
