@@ -306,12 +306,17 @@ def load_generation_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLI
     return {split: list(load_split(recipe["dataset"], split, data_dir).dialogues) for split in only}
 
 
+def split_where(split: str, recipe: dict) -> str:
+    """A split as an error names it: after its file, or its benchmark, where the recipe gives one."""
+    where = recipe.get(f"{split}_file") if recipe.get("dataset") == "file" else recipe.get("dataset")
+    return f"{where + ': ' if where else ''}{split} split"
+
+
 def require_pairs(instances: Sequence, split: str, recipe: dict) -> None:
     """A split that gives no instance is refused, named by its file where it comes from one."""
     if not instances:
-        where = recipe.get(f"{split}_file") if recipe.get("dataset") == "file" else None
-        raise DialogueError(f"{where + ': ' if where else ''}{split} split: no (context, response) pairs: a conversation "
-                            "needs two turns or more")
+        raise DialogueError(f"{split_where(split, recipe)}: no (context, response) pairs: a conversation needs two "
+                            "turns or more")
 
 
 def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | None = None):
@@ -402,8 +407,7 @@ def split_named(make, split: str, recipe: dict):
     try:
         return make()
     except DialogueError as e:
-        where = recipe.get(f"{split}_file") if recipe.get("dataset") == "file" else recipe.get("dataset")
-        raise DialogueError(f"{where + ': ' if where else ''}{split} split: {e}") from None
+        raise DialogueError(f"{split_where(split, recipe)}: {e}") from None
 
 
 def eval_batch_size(run: dict) -> int:
