@@ -31,9 +31,9 @@ import torch
 
 from _timing import count, counts, timed_train_step
 from turnformer.models.lc_attention import MODEL_IDS, LCAttentionModel, LCConfig
-from turnformer.results import make_result, write_result
+from turnformer.results import DOCS_DIR, make_result, shown_path, write_result
 
-PLOT = Path("docs/dialogue-act-prediction-time.png")
+PLOT = DOCS_DIR / "dialogue-act-prediction-time.png"
 TIMED = ("lstm-blstm", "lstm-attention", "lc-attention")
 
 
@@ -165,7 +165,7 @@ def main() -> None:
             "dialogue-act-prediction-time", dataset="synthetic utterance vectors", model="lc-attention",
             metric=f"online_time_ratio_blstm_vs_lc_attention_at_{lengths[-1]}", scores=[ratio],
             config={"lengths": lengths, "repeats": args.repeats, "threads": args.threads, "hidden": 256, "heads": 4},
-            extra={"lengths": lengths, **{f"{m}_{k}": v for m, r in result.items() for k, v in r.items()}, "plot": str(PLOT)}, **common,
+            extra={"lengths": lengths, **{f"{m}_{k}": v for m, r in result.items() for k, v in r.items()}, "plot": shown_path(PLOT)}, **common,
         )
         for m, r in result.items():
             print(f"{m}: offline {[round(x, 2) for x in r['offline_ms']]} ms, online {[round(x, 2) for x in r['online_ms']]} ms")

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from turnformer.plots import write_figure
+from turnformer.results import DOCS_DIR
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WASTE_CURVES = {  # label -> where the rate is in a memory-waste record
@@ -81,7 +82,7 @@ def main() -> None:
     parser.add_argument("--prefix", default="first30-dialogxl-memory-bias", help="The sweep's experiment ids between "
                         "'erc-swda-' and '-memN' (the figure4 plan's: dialogxl).")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
-    parser.add_argument("--out", type=Path, default=Path("docs/dialogxl-memory-length.png"))
+    parser.add_argument("--out", type=Path, default=DOCS_DIR / "dialogxl-memory-length.png")
     args = parser.parse_args()
     sweep, waste = load_sweep(args.prefix, results_dir=args.results_dir), load_waste(results_dir=args.results_dir)
     for length, values in sweep.items():

@@ -44,7 +44,7 @@ from turnformer.dialogue import Dialogue  # noqa: E402
 from turnformer.models.baselines import ConcatContext, ConcatContextConfig  # noqa: E402
 from turnformer.models.dialogxl import ConversationBatch, DialogXL, DialogXLConfig, DialogXLSession  # noqa: E402
 from turnformer.plots import save_figure  # noqa: E402
-from turnformer.results import make_result, write_result  # noqa: E402
+from turnformer.results import DOCS_DIR, make_result, shown_path, write_result  # noqa: E402
 from turnformer.structure import pack_token_ids  # noqa: E402
 from turnformer.training import build_optimizer  # noqa: E402
 
@@ -288,7 +288,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--plot", default="docs/erc-streaming-latency.png")
+    parser.add_argument("--plot", default=str(DOCS_DIR / "erc-streaming-latency.png"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     recipe = load_recipe(find_recipe("erc", "dialogxl", "meld"))
@@ -330,7 +330,7 @@ def main() -> None:
     record = make_result(
         "erc-streaming-latency", metric="streaming_speedup_vs_concat", scores=[result["speedup"][-1]],
         config={**config, "concat_max_length": concat.config.max_length, "lengths": lengths, "repeats": result["repeats"]},
-        extra={"at_length": max(lengths), "latency_ms_dialogxl_vs_concat": curve, "plot": str(plot), **result}, **common,
+        extra={"at_length": max(lengths), "latency_ms_dialogxl_vs_concat": curve, "plot": shown_path(plot), **result}, **common,
     )
     print(f"DialogXL vs ConcatContext per new utterance (ms): {curve}; speedup at {max(lengths)}: "
           f"{result['speedup'][-1]:.1f}x -> {write_result(record)}, {plot}")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from turnformer.dialogue import Dialogue
 from turnformer.plots import plot_utterance_attention
+from turnformer.results import DOCS_DIR
 from turnformer.tasks.generation import (GENERATION_MODELS, ResponseGenerator, encode_instances, make_generation_batches,
                                          reply_instance, words)
 
@@ -40,7 +41,7 @@ def main() -> None:
     parser.add_argument("--suffix", action="append", help="Experiment suffix (repeatable; default -cpu).")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--smollm2", action="store_true", help="Also SmolLM2-135M-Instruct's zero-shot replies.")
-    parser.add_argument("--out", type=Path, default=Path("docs"))
+    parser.add_argument("--out", type=Path, default=DOCS_DIR)
     args = parser.parse_args()
 
     dialogues = [Dialogue.from_turns([(s, " ".join(words(t))) for s, t in e["turns"]]) for e in EXAMPLES]

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+DOCS_DIR = Path(__file__).resolve().parents[1] / "docs"  # the figure's default place, wherever the command starts
 METRICS = ("perplexity", "bleu_1", "bleu_2", "distinct_1", "distinct_2")
 
 
@@ -64,7 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suffix", default="", help="Experiment suffix of the sweep: '' (GPU plan) or '-cpu'.")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
-    parser.add_argument("--out", type=Path, default=Path("docs/generation-phaed-memory-length.png"))
+    parser.add_argument("--out", type=Path, default=DOCS_DIR / "generation-phaed-memory-length.png")
     args = parser.parse_args()
     sweep = load_sweep(args.suffix, args.results_dir)
     for c_max, values in sweep.items():

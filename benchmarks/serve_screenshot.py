@@ -24,6 +24,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from turnformer.serve.app import create_app
 from turnformer.serve.models import load_models
+from turnformer.results import DOCS_DIR
 from turnformer.serve.server import BackgroundServer
 from turnformer.tasks.common import load_conversations
 
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--input", default="meld:test")
     parser.add_argument("--dialogue", type=int, default=3)
     parser.add_argument("--utterance", type=int, default=-1, help="The utterance whose attention is shown (-1: the last).")
-    parser.add_argument("--out", type=Path, default=Path("docs/serve-page.png"))
+    parser.add_argument("--out", type=Path, default=DOCS_DIR / "serve-page.png")
     args = parser.parse_args(argv)
     models = load_models(args.checkpoint)
     dialogue = load_conversations(args.input)[args.dialogue]

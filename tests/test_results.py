@@ -604,3 +604,47 @@ def test_rescored_metrics_keep_the_trainings_provenance_and_say_their_own(tmp_pa
     assert set(added["extra"]["embedding_metrics_by"]) == {"command", "commit", "date", "time", "machine"}
     with pytest.raises(SystemExit, match="bleu_1 rescored"):
         rescore.add_embedding_metrics("generation-dailydialog-x-cpu", [1, 2], scored[:1], tmp_path)
+
+
+def test_a_results_file_lists_the_code_that_differs_from_its_commit(tmp_path, monkeypatch):
+    """A result measured with uncommitted changes carried only the commit, as if the commit alone had made it; the
+    files it names, and the figures' default places, were taken from the folder a script started in."""
+    import subprocess
+
+    from turnformer import results
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                       capture_output=True)
+
+    for name in ("src/a.py", "benchmarks/run.py", "benchmarks/results/x.json", "docs/results.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "x")
+    monkeypatch.setattr(results, "CHECKOUT", tmp_path)
+    monkeypatch.delenv("TURNFORMER_COMMIT", raising=False)
+    assert results.uncommitted_code() == []
+    for name in ("src/a.py", "benchmarks/results/x.json", "docs/results.md", "benchmarks/plans/new.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("2\n")
+    assert results.uncommitted_code() == ["benchmarks/plans/new.py", "src/a.py"]  # results and docs are no code
+    record = make_result("x", task="erc", dataset="meld", split="test", model="dialogxl", metric="weighted_f1",
+                         scores=[1.0], seeds=[1])
+    assert record["uncommitted"] == ["benchmarks/plans/new.py", "src/a.py"]
+    monkeypatch.setattr(results, "CHECKOUT", tmp_path / "nothing")
+    assert results.uncommitted_code() == []
+
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    assert results.shown_path(results.CHECKOUT / "docs" / "f.png") == "docs/f.png"
+    assert results.shown_path(tmp_path / "f.png") == str(tmp_path / "f.png")
+    assert results.DOCS_DIR == results.CHECKOUT / "docs"
+    for script, option, name in (("erc_speed", "--plot", "erc-streaming-latency.png"),
+                                 ("dialogxl_memory_plot", "--out", "dialogxl-memory-length.png"),
+                                 ("phaed_memory_plot", "--out", "generation-phaed-memory-length.png")):
+        source = (results.CHECKOUT / "benchmarks" / f"{script}.py").read_text()
+        assert f"DOCS_DIR / \"{name}\"" in source and f'default=Path("docs/{name}")' not in source, (script, option)
+    monkeypatch.syspath_prepend(str(results.CHECKOUT / "benchmarks"))  # act_speed imports _timing beside it
+    assert load_benchmark_script("act_speed").PLOT == results.CHECKOUT / "docs" / "dialogue-act-prediction-time.png"

@@ -23,6 +23,9 @@ from typing import Any, Sequence
 # commit are a result's, wherever the command starts; an installed copy writes ./benchmarks/results
 CHECKOUT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = CHECKOUT / "benchmarks" / "results" if (CHECKOUT / "benchmarks").is_dir() else Path("benchmarks/results")
+DOCS_DIR = CHECKOUT / "docs" if (CHECKOUT / "docs").is_dir() else Path("docs")  # where the scripts' figures go
+# The code a result depends on: a results file lists those of these paths that differ from its commit
+CODE_PATHS = ("src", "benchmarks/plans", "benchmarks/*.py", "benchmarks/*.sh", "pyproject.toml", "constraints.txt")
 
 # The score each paper reports for the row a recipe reproduces: (task, dataset, model) -> score, in the paper's metric
 # (the results files' "metric"). A recipe's variant that no paper ran (DialogXL's memory bias, MuTual-plus) has none.
@@ -116,6 +119,28 @@ def git_commit() -> str:
         return "unknown"
 
 
+def uncommitted_code() -> list[str]:
+    """The code files (``CODE_PATHS``) of the checkout that differ from its commit: a result measured with them is not
+    the commit's alone. Empty where there is no git checkout."""
+    if os.environ.get("TURNFORMER_COMMIT") or not (CHECKOUT / ".git").exists():
+        return []
+    try:
+        out = subprocess.run(["git", "-C", str(CHECKOUT), "status", "--porcelain", "--untracked-files=all", "--",
+                              *CODE_PATHS], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return sorted(line[3:].split(" -> ")[-1] for line in out.splitlines() if line[3:])
+
+
+def shown_path(path: str | Path) -> str:
+    """A file a result names, as a results file records it: relative to the checkout where it lies inside it (no
+    machine's folders in the results), else as given."""
+    try:
+        return Path(path).resolve().relative_to(CHECKOUT).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def machine() -> str:
     import torch  # loaded only to describe the machine: building the tables reads results files without it
 
@@ -140,7 +165,7 @@ def make_result(
         "backbone": backbone, "config": config or {}, "metric": metric, "seeds": list(seeds),
         "scores": list(scores), "mean": mean, "std": std, "paper": paper, "extra": extra or {},
         "command": command or " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "commit": git_commit(), "date": _dt.date.today().isoformat(),
+        "commit": git_commit(), "uncommitted": uncommitted_code(), "date": _dt.date.today().isoformat(),
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
     }
 
