@@ -418,3 +418,49 @@ def test_the_command_line_starts_without_torch():
         answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
         assert "Usage" in answer.stdout and answer.stderr.strip().splitlines()[-1] == "[]", command
 
+
+
+def test_a_folder_whose_tokenizer_or_config_cannot_serve_its_weights_is_refused_naming_it(tiny_backbone_dir, tmp_path):
+    """A folder without its vocabulary file trained on [UNK] alone (transformers builds a tokenizer of the special
+    tokens from tokenizer_config.json), a tokenizer of a larger vocabulary than the weights crashed in the embeddings,
+    and a config that builds no model, or too few positions for the check's sentences, or a shard index transformers
+    cannot read, ended `backbone check` in a traceback (exit 1, which says "above the tolerance")."""
+    import json as json_module
+    import shutil
+
+    from transformers import BertModel
+
+    def copy(name, drop=(), **config):
+        folder = tmp_path / name
+        shutil.copytree(tiny_backbone_dir, folder)
+        for pattern in drop:
+            for path in folder.glob(pattern):
+                path.unlink()
+        if config:
+            raw = json_module.loads((folder / "config.json").read_text())
+            (folder / "config.json").write_text(json_module.dumps({**raw, **config}))
+        return folder
+
+    runner = CliRunner()
+    no_vocabulary = copy("no-vocabulary", drop=("tokenizer.json", "vocab.txt", "special_tokens_map.json"))
+    with pytest.raises(BackboneLoadError, match="the tokenizer has no vocabulary, only its special tokens"):
+        load_backbone(str(no_vocabulary))
+    small = copy("small-vocabulary", drop=("model.safetensors",))
+    config = tiny_config(vocab_size=100, hidden=32, layers=2, heads=4, intermediate=64)
+    BertModel(config).save_pretrained(small)  # the weights of a 100-word vocabulary beside MiniLM's tokenizer
+    with pytest.raises(BackboneLoadError, match=r"gives ids up to 30521 but the model embeds 100 \(config.json's vocab_size\)"):
+        load_backbone(str(small))
+    assert load_backbone(str(tiny_backbone_dir))[1].vocab_size == 30522
+    short = copy("short", drop=("model.safetensors",))
+    BertModel(tiny_config(vocab_size=30522, hidden=32, layers=2, heads=4, intermediate=64, max_positions=8)).save_pretrained(short)
+    cases = {
+        no_vocabulary: "the tokenizer has no vocabulary",
+        copy("five-heads", num_attention_heads=5): "config.json: hidden_size 32 is not a multiple of num_attention_heads 5",
+        short: "the check's 5 sentences (23 tokens the longest) do not run through it",
+    }
+    for folder, message in cases.items():
+        result = runner.invoke(backbone_app, ["check", str(folder)])
+        assert result.exit_code == 2 and f"error: {folder}" in result.output and message in result.output, result.output
+    for bad in ("nan", "-1", "0", "inf"):
+        result = runner.invoke(backbone_app, ["check", str(tiny_backbone_dir), "--tolerance", bad])
+        assert result.exit_code == 2 and "give a number above 0" in result.output, result.output

@@ -196,3 +196,21 @@ def test_convert_split_to_jsonl(tmp_path, data_dir):
     assert result.exit_code == 0, result.output
     back = read_jsonl(out)
     assert len(back) == 886 and back[0].meta["answer"] is None and len(back[0].meta["candidates"]) == 4
+
+
+def test_convert_refuses_to_write_over_a_file_of_the_dataset_it_reads(tmp_path, data_dir):
+    """`data convert meld --split test --out DATA/meld/test_sent_emo.csv` replaced the benchmark's CSV with its own
+    JSONL (exit 0), and every later read of the split failed."""
+    copy = tmp_path / "data" / "meld"
+    copy.mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        lines = (data_dir / "meld" / f"{split}_sent_emo.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+        (copy / f"{split}_sent_emo.csv").write_text("".join(lines[:4]), encoding="utf-8")
+    original = (copy / "test_sent_emo.csv").read_bytes()
+    result = CliRunner().invoke(data_app, ["convert", "meld", "--split", "test", "--data-dir", str(copy.parent),
+                                           "--out", str(copy / "test_sent_emo.csv")])
+    assert result.exit_code == 2 and "a file of the meld dataset" in result.output and "give a file outside" in result.output
+    assert (copy / "test_sent_emo.csv").read_bytes() == original
+    beside = copy / "test.jsonl"  # a new file in the folder is no file the loader reads
+    result = CliRunner().invoke(data_app, ["convert", "meld", "--split", "test", "--data-dir", str(copy.parent), "--out", str(beside)])
+    assert result.exit_code == 0 and beside.read_text().count("\n") == 1, result.output

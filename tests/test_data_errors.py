@@ -213,6 +213,30 @@ def test_emorynlp_errors(tmp_path):
         load_split("emorynlp", "train", tmp_path)
 
 
+def test_whole_json_files_are_read_as_conversation_lines_are_and_their_turns_errors_name_the_file(tmp_path):
+    """EmoryNLP's and MuTual's JSON files kept the last of a key given twice, read NaN, ended in a RecursionError
+    traceback when nested deeply, and a turn's own refusals (an id twice in a scene, text that is no valid Unicode)
+    named neither the file nor the utterance (the duplicate id only when `data convert` wrote the file)."""
+    good = {"text": "Hi", "speaker": "Ross Geller", "label": "Joyful"}
+    cases = [
+        (b'[[{"text": "a", "text": "b", "speaker": "Ross", "label": "Mad"}]]',
+         r"train_data\.json: the key 'text' appears twice in one object"),
+        (b'[[{"text": "a", "speaker": "Ross", "label": "Mad", "utterance_id": NaN}]]',
+         r"train_data\.json: NaN is not a JSON value"),
+        (b"[" * 100_000 + b"]" * 100_000, r"train_data\.json: JSON nested too deeply to be read"),
+        ([[{**good, "utterance_id": "s1_u1"}, {**good, "utterance_id": "s1_u1"}]],
+         r"train_data\.json: scenes\[0\]\[1\]\.utterance_id: 's1_u1' is already the id of scenes\[0\]\[0\]"),
+        ([[{**good, "text": "a\ud800b"}]], r"train_data\.json: scenes\[0\]\[0\]\.text: not valid Unicode"),
+    ]
+    for data, message in cases:
+        write_emory(tmp_path, data if isinstance(data, bytes) else json.dumps(data).encode())
+        with pytest.raises(DialogueError, match=message):
+            load_split("emorynlp", "train", tmp_path)
+    write_mutual(tmp_path / "deep", {"dev_1.txt": b'{"article": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"})
+    with pytest.raises(DialogueError, match=r"dev_1\.txt: JSON nested too deeply to be read"):
+        load_split("mutual", "validation", tmp_path / "deep")
+
+
 def test_emorynlp_speaker_list_joined_and_reported(tmp_path):
     scene = [{"transcript": "Hey", "speakers": ["Chandler Bing", "Joey Tribbiani"], "emotion": "Joyful"},
              {"transcript": "Hi", "speakers": ["Ross Geller"], "emotion": "Neutral"}]
@@ -234,6 +258,16 @@ def write_swda(root: Path, lines: bytes, convs=("2001",), labels: str | None = N
     path = folder / "train" / f"{convs[0]}.txt"
     path.write_bytes(lines)
     return path
+
+
+def test_a_swda_split_list_naming_a_path_is_refused(tmp_path):
+    """A split list's `../test/1` was read from the test split's folder into the training split (id '../test/1')."""
+    write_swda(tmp_path, b"A|Okay.|sd\n", convs=("2001",))
+    (tmp_path / "swda" / "test").mkdir()
+    (tmp_path / "swda" / "test" / "1.txt").write_bytes(b"A|Hello.|sd\n")
+    (tmp_path / "swda" / "metadata" / "train_split.txt").write_text("2001\n../test/1\n", encoding="utf-8")
+    with pytest.raises(DialogueError, match=r"train_split\.txt:2: '\.\./test/1': a conversation's name, not a path"):
+        load_split("swda", "train", tmp_path)
 
 
 def test_swda_pipes_in_text_and_blank_lines(tmp_path):

@@ -253,3 +253,22 @@ def test_quiet_leaves_out_what_was_written(tiny_backbone_dir, conversation_files
     loud, quiet = runner.invoke(app, command), runner.invoke(app, ["-q", *command])
     assert loud.exit_code == quiet.exit_code == 0
     assert "wrote" in loud.output and "wrote" not in quiet.output
+
+
+def test_a_backbone_folder_named_relatively_is_recorded_whole_and_an_empty_name_is_refused(tiny_backbone_dir,
+                                                                                           conversation_files, tmp_path,
+                                                                                           monkeypatch):
+    """A run trained with `backbone="tiny-bert"` (a folder beside the command) recorded it so, and could not be
+    evaluated or served from any other folder; `backbone=""` trained whatever model folder the command started in."""
+    monkeypatch.chdir(tiny_backbone_dir.parent)
+    out = tmp_path / "run"
+    trained = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir.name, out, "--set", "train.epochs=1"))
+    assert trained.exit_code == 0, trained.output
+    assert json.loads((out / "run.json").read_text())["recipe"]["backbone"] == str(tiny_backbone_dir.resolve())
+    monkeypatch.chdir(tmp_path)
+    evaluated = runner.invoke(app, ["evaluate", "--checkpoint", str(out)])
+    assert evaluated.exit_code == 0, evaluated.output
+    monkeypatch.chdir(tiny_backbone_dir)  # a model folder: an empty name would have been it
+    empty = runner.invoke(app, _train_args(conversation_files, "", tmp_path / "empty", "--set", "train.epochs=1"))
+    assert empty.exit_code == 2 and "backbone '': empty; give a name" in empty.output, empty.output
+    assert not (tmp_path / "empty").exists()

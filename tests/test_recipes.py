@@ -204,3 +204,31 @@ def test_a_label_no_training_turn_carries_is_warned_of(tmp_path, caplog):
         load_labelled_data({**recipe, "labels": ["joy", "sadness"]}, "emotion")
         load_labelled_data({**recipe, "labels": []}, "emotion")  # the labels the training file has
     assert not caplog.records
+
+
+def test_a_setting_of_another_task_a_written_key_or_a_whole_section_is_refused_from_set():
+    """`--set window=3` on an emotion model (model_config.window was meant) was kept in run.json and read by nothing;
+    `--set file_sha256=...` wrote over what the command records; `--set train={}` dropped the recipe's [train]
+    table (its learning rate and epochs) for the defaults, and `--set train=5` replaced it with a number."""
+    for recipe, override, message in (
+        ("erc-meld-dialogxl", "window=3", "window = 3 is a setting of the dialogue-act task; the erc task does not read "
+                                          "it (a model's own settings go under model_config: model_config.window?)"),
+        ("erc-meld-dialogxl", "setting=\"online\"", "setting = 'online' is a setting of the dialogue-act task"),
+        ("erc-meld-dialogxl", "holdout=2", "holdout = 2 is a setting of the response-selection task"),
+        ("erc-meld-dialogxl", "data.min_count=2", "is a setting of the generation task; the erc task does not read it"),
+        ("generation-dailydialog-phaed", 'backbone="all-MiniLM-L6-v2"',
+         "backbone = 'all-MiniLM-L6-v2' is a setting of the erc and dialogue-act and response-selection tasks"),
+        ("response-selection-mutual-mdfn", 'label_kind="emotion"', "is a setting of the erc and dialogue-act tasks"),
+        ("erc-meld-dialogxl", 'file_sha256="x"', "file_sha256 is written by the command itself, not set"),
+        ("erc-meld-dialogxl", 'recipe_path="x"', "recipe_path is written by the command itself, not set"),
+        ("erc-meld-dialogxl", "train=5", "train is a section of settings; set one of them: train.NAME=VALUE"),
+        ("erc-meld-dialogxl", "model_config=3", "model_config is a section of settings"),
+    ):
+        with pytest.raises(DialogueError) as caught:
+            load_recipe(recipe, [override])
+        assert message in str(caught.value), (override, str(caught.value))
+    plain = load_recipe("erc-meld-dialogxl")
+    assert load_recipe("erc-meld-dialogxl", ["train={}"])["train"] == plain["train"]  # a table merges into the section
+    merged = load_recipe("erc-meld-dialogxl", ["train={epochs = 2}"])["train"]
+    assert merged == {**plain["train"], "epochs": 2}
+    assert load_recipe("dialogue-act-dailydialog-lstm", ["window=3"])["window"] == 3

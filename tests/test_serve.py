@@ -408,3 +408,19 @@ def test_a_model_is_named_after_its_run_folder_or_the_link_to_it(tmp_path, monke
     assert [default_name(p) for p in (run, run / "best", tmp_path / "meld", Path("."), Path("best"), Path("../meld-mb/"))] \
         == ["meld-mb", "meld-mb", "meld", "meld-mb", "meld-mb", "meld-mb"]
     assert default_name(tmp_path / "a run (2)") == "a-run-2"
+
+
+def test_an_utterance_with_a_field_no_turn_has_is_refused_and_a_file_turn_is_read(client):
+    """`{"speaker", "text", "models": [...]}` posted to a session was answered 200, `models` silently left out (the
+    session's models are chosen when it starts), while every other endpoint refuses a field it does not read."""
+    from turnformer.dialogue import TURN_KEYS
+    from turnformer.serve.schemas import UtteranceIn
+
+    assert set(UtteranceIn.model_fields) == TURN_KEYS  # a turn of the generic format, as conversation files hold them
+    session = client.post("/v1/sessions", json={"models": ["emotion"]}).json()["session"]
+    path = f"/v1/sessions/{session}/utterances"
+    refused = client.post(path, json={"speaker": "A", "text": "hi", "models": ["acts"]})
+    assert refused.status_code == 422 and refused.json()["error"] == "models: Extra inputs are not permitted", refused.text
+    read = client.post(path, json={"speaker": "A", "text": "hi", "emotion": "joy", "id": "u1", "labels": {"act": "inform"}})
+    assert read.status_code == 200 and read.json()["turn"] == 0, read.text
+    assert [t["text"] for t in client.get(f"/v1/sessions/{session}").json()["turns"]] == ["hi"]

@@ -74,3 +74,24 @@ def test_the_page_shows_each_utterances_labels_as_the_api_gives_them(url, driver
     assert [h.get_attribute("data-head") for h in heads] == ["local", "global", "speaker", "listener"]
     assert "my" in heads[0].text and "exam" in heads[0].text  # earlier tokens and the utterance's own
     assert "error" not in driver.find_element(by.ID, "status").get_attribute("class")
+
+
+def test_a_second_enter_while_an_utterance_is_sent_adds_nothing(url, driver):
+    """Enter pressed twice on the first utterance started two sessions (the utterance went to both, the table showed
+    it twice), and twice on a later one sent it twice: the table was no longer the session's turns, and a click on a
+    row asked for the attention of another utterance."""
+    by = page.By
+    driver.get(url)
+    page.wait_for(driver, lambda d: d.find_element(by.TAG_NAME, "body").get_attribute("data-ready") == "true")
+    driver.find_element(by.ID, "speaker").clear()
+    driver.find_element(by.ID, "speaker").send_keys("Ann")
+    for text in ("hello there", "my dog died"):
+        driver.execute_script("document.getElementById('text').value = arguments[0];"
+                              "const form = document.getElementById('turn-form'); form.requestSubmit(); form.requestSubmit();",
+                              text)
+        page.wait_for(driver, lambda d: not d.find_element(by.ID, "add").get_attribute("disabled"))
+    session = driver.find_element(by.TAG_NAME, "body").get_attribute("data-session")
+    history = httpx.get(f"{url}/v1/sessions/{session}").json()["turns"]
+    assert [h["text"] for h in history] == ["hello there", "my dog died"]
+    assert [[c.text for c in row.find_elements(by.TAG_NAME, "td")[:3]] for row in page.rows(driver)] == [
+        ["0", "Ann", "hello there"], ["1", "Ann", "my dog died"]]

@@ -251,6 +251,24 @@ def test_mixed_precision_runs_the_loss_under_autocast_and_is_recorded(tmp_path, 
         config(tmp_path, mixed_precision="fp8")
 
 
+def test_fp16_without_a_gpu_is_refused_before_the_run_starts(tmp_path, monkeypatch):
+    """accelerate runs fp16 on a CPU as fp32 (no autocast), and the run's run.json said fp16."""
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    if torch.cuda.is_available():
+        pytest.skip("fp16 runs on a GPU")
+    for settings in ({"mixed_precision": "fp16"}, {}):
+        if not settings:
+            monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp16")
+        with pytest.raises(ValueError, match="mixed precision 'fp16' .* needs a GPU"):
+            train(AutocastRecorder(), TRAIN, accuracy_eval(SPLITS), config(tmp_path / "run", epochs=1, **settings),
+                  label_map=LABELS, run_info={"what": "a run"})
+        assert not (tmp_path / "run").exists()
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION")
+    model = AutocastRecorder()  # the next run in the process is as it would be
+    train(model, TRAIN, accuracy_eval(SPLITS), config(tmp_path / "no", epochs=1, mixed_precision="no"), label_map=LABELS)
+    assert model.autocast == [None] * len(TRAIN)
+
+
 class RefusesItsFirstBatch(TinyClassifier):
     def loss(self, batch: dict) -> torch.Tensor:
         raise ValueError("a batch this model cannot read")

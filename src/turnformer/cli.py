@@ -615,9 +615,12 @@ def training_recipe(task: str, model: str, dataset: Optional[str], recipe: Optio
         if recipe is None:
             err.print(f"no recipe {task}-{retarget}-{model}.toml: using {path.name} with dataset = {retarget!r} "
                       "(its settings)", highlight=False, soft_wrap=True)
-    from turnformer.tasks.common import model_id_settings  # torch: loaded only when the command runs
+    from turnformer.backbones.loading import local_backbone_folder  # torch: loaded only when the command runs
+    from turnformer.tasks.common import model_id_settings
 
     loaded = model_id_settings(load_recipe(path, overrides), f"{path.name}{' with --set' if overrides else ''}")
+    if isinstance(loaded.get("backbone"), str) and (folder := local_backbone_folder(loaded["backbone"])):
+        loaded["backbone"] = str(folder)  # absolute, as the files: the run is evaluated and served from any folder
     if loaded["dataset"] == "file":  # what the files held when the run read them (checked on resume and by evaluate)
         loaded["file_sha256"] = file_digests(loaded)
     return loaded

@@ -121,6 +121,15 @@ RECIPE_KEYS = ("task", "model", "dataset", "label_kind", "labels", "backbone", "
                "eval_online", "holdout", "train_file", "validation_file", "test_file", "file_sha256", "recipe_path",
                "model_config", "data")
 SPLIT_FILE_KEYS = ("train_file", "validation_file", "test_file")
+# The top-level keys that only some tasks read (the rest every task reads): one set for another task is refused, not
+# silently ignored (`window=3` for an emotion model, where model_config.window was meant)
+TASK_KEYS = {
+    "erc": ("label_kind", "labels", "backbone"),
+    "dialogue-act": ("label_kind", "labels", "backbone", "window", "context_padding", "setting", "eval_online"),
+    "response-selection": ("backbone", "holdout"),
+    "generation": ("data",),
+}
+WRITTEN_KEYS = ("file_sha256", "recipe_path")  # what the commands write into a run's recipe, never --set
 # Whole-number settings and their least values: top-level (dialogue acts' windows, response selection's held-out
 # items) and [data] of the generation recipes
 WHOLE_SETTINGS = {"window": 1, "context_padding": 0, "holdout": 0}
@@ -128,8 +137,8 @@ DATA_SETTINGS = {"min_count": 1, "max_context_turns": 1, "max_words": 1}
 
 
 def check_recipe_keys(recipe: dict[str, Any], source: str) -> None:
-    """Refuse, naming it, a top-level key no task reads (a typo, or a --set into a section that does not exist), and
-    a bad [data] setting. [model_config] is checked by each model's config, [train] by `check_train_settings`."""
+    """Refuse, naming it, a top-level key no task reads (a typo, or a --set into a section that does not exist), a key
+    that only another task reads, and a bad [data] setting. [model_config] is checked by each model's config, [train] by `check_train_settings`."""
     unknown = [k for k in recipe if k not in (*RECIPE_KEYS, "train")]
     if unknown:
         raise DialogueError(f"{source}: unknown recipe key {unknown[0]!r}; known: {', '.join(sorted(RECIPE_KEYS))}, train")
@@ -155,6 +164,13 @@ def check_recipe_keys(recipe: dict[str, Any], source: str) -> None:
     for name, value, least in settings:
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise DialogueError(f"{source}: {name} = {value!r}; expected a whole number, {least} or more")
+    if (task := recipe.get("task")) in TASK_KEYS:
+        others = {key for keys in TASK_KEYS.values() for key in keys} - set(TASK_KEYS[task])
+        if foreign := sorted(k for k in recipe if k in others):
+            readers = [name for name, keys in TASK_KEYS.items() if foreign[0] in keys]
+            hint = f" (a model's own settings go under model_config: model_config.{foreign[0]}?)" if foreign[0] != "data" else ""
+            raise DialogueError(f"{source}: {foreign[0]} = {recipe[foreign[0]]!r} is a setting of the {' and '.join(readers)} "
+                                f"task{'s' if len(readers) > 1 else ''}; the {task} task does not read it{hint}")
 
 
 # The [train] settings the tasks read: type and least value (official_lr documents the paper's rate, unread).
@@ -247,10 +263,17 @@ def apply_overrides(recipe: dict[str, Any], overrides: list[str]) -> dict[str, A
         if not all(part.strip() for part in (*sections, last)):
             raise DialogueError(f"--set {item!r}: {'empty key' if not key.strip() else f'an empty name in {key.strip()!r}'}; "
                                 "expected KEY=VALUE, e.g. train.epochs=2")
+        if key.strip() in WRITTEN_KEYS:
+            raise DialogueError(f"--set {item!r}: {key.strip()} is written by the command itself, not set")
         node = recipe
         for section in sections:
             node = node.setdefault(section, {})
             if not isinstance(node, dict):
                 raise DialogueError(f"--set {item!r}: {section!r} is not a section")
+        if isinstance(node.get(last), dict):  # a section: its keys are set one by one, never the whole table replaced
+            if not isinstance(value, dict):
+                raise DialogueError(f"--set {item!r}: {key.strip()} is a section of settings; set one of them: "
+                                    f"{key.strip()}.NAME=VALUE")
+            value = {**node[last], **value}
         node[last] = value
     return recipe

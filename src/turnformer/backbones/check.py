@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModel, MPNetModel
 from transformers.utils import logging as hf_logging
 
-from turnformer.backbones.loading import load_backbone, resolve_backbone
+from turnformer.backbones.loading import BackboneLoadError, load_backbone, resolve_backbone
 from turnformer.backbones.mpnet import MPNetStructuredEncoder
 
 __all__ = ["DEFAULT_SENTENCES", "DEFAULT_TOLERANCE", "check_backbone"]
@@ -50,15 +50,22 @@ def check_backbone(
         raise ValueError("check_backbone needs at least one sentence")
     folder = resolve_backbone(name)
     ours, tokenizer = load_backbone(str(folder))
-    reference = _quiet_load(MPNetModel if isinstance(ours, MPNetStructuredEncoder) else AutoModel, folder)
+    try:
+        reference = _quiet_load(MPNetModel if isinstance(ours, MPNetStructuredEncoder) else AutoModel, folder)
+    except Exception as err:  # transformers' own failures are of every kind (KeyError, ValueError, OSError...)
+        raise BackboneLoadError(f"{folder}: transformers cannot load it ({type(err).__name__}: {err})") from err
 
     batch = tokenizer(sentences, padding=True, return_tensors="pt")
     real = batch["attention_mask"].bool()
-    with torch.no_grad():
-        mine = ours(
-            batch["input_ids"], token_type_ids=batch.get("token_type_ids"), attention_mask=real
-        ).last_hidden_state
-        theirs = reference(**batch).last_hidden_state
+    try:
+        with torch.no_grad():
+            mine = ours(
+                batch["input_ids"], token_type_ids=batch.get("token_type_ids"), attention_mask=real
+            ).last_hidden_state
+            theirs = reference(**batch).last_hidden_state
+    except (ValueError, IndexError, RuntimeError) as err:  # a config too small for the sentences (positions)
+        raise BackboneLoadError(f"{folder}: the check's {len(sentences)} sentences ({real.shape[1]} tokens the longest) "
+                                f"do not run through it: {err}") from err
     diff = float((mine - theirs).abs()[real].max())
     return {
         "backbone": name,

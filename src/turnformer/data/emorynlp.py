@@ -102,9 +102,13 @@ def read_file(path: Path, report: LoadReport, split: str, base: Path | None = No
             if trimmed != label:
                 report.add("padded_label", f"{shown}: {at}.{key}: {label!r} read as {trimmed!r}")
                 label = trimmed
-            turn_id = utt.get("utterance_id")
-            turns.append(Turn(speaker=speaker.strip(), text=text, labels={"emotion": label},
-                              id=turn_id if isinstance(turn_id, str) else None))
+            turn_id = utt.get("utterance_id") if isinstance(utt.get("utterance_id"), str) else None
+            if turn_id is not None and (earlier := next((i for i, t in enumerate(turns) if t.id == turn_id), None)) is not None:
+                raise DialogueError(f"{path}: {at}.utterance_id: {turn_id!r} is already the id of {where}[{earlier}]")
+            try:
+                turns.append(Turn(speaker=speaker.strip(), text=text, labels={"emotion": label}, id=turn_id))
+            except DialogueError as err:  # what the turn itself refuses (text that is not valid Unicode...)
+                raise DialogueError(f"{path}: {at}.{err}") from None
         dialogues.append(Dialogue(turns=tuple(turns), id=f"{split}_{len(dialogues)}"))
     return dialogues
 

@@ -31,11 +31,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from turnformer.data._io import check_output_file, iter_lines, write_file
+from turnformer.data._io import check_output_file, iter_lines, read_json, write_file
 from turnformer.data.mutual import item_to_dialogue
 from turnformer.data.report import LoadReport
 from turnformer.dialogue import (CONVENIENCE_LABELS, TURN_KEYS, Dialogue, DialogueError, ResponseSelectionItem, Turn, check_unicode,
@@ -189,33 +188,6 @@ def parse_dialogue(
 TABLE_HINT = ("; the file looks like a table (CSV or tab-separated), not JSON Lines: one conversation a line, "
               '{"turns": [{"speaker": "A", "text": "Hi!", "emotion": "joy"}, ...]} (docs/data-format.md; response selection '
               "also reads tab-separated files: --task response-selection)")
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a JSON value (write null, or a number)")
-
-
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object, refused where a key appears twice: JSON readers keep the last value and lose the first."""
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f"the key {key!r} appears twice in one object (a JSON reader would keep only the last)")
-        obj[key] = value
-    return obj
-
-
-def _int(digits: str) -> int:
-    """An integer, refused (rather than Python's advice on its limits) where it is too long to read."""
-    if len(digits.lstrip("-")) > sys.get_int_max_str_digits():
-        raise ValueError(f"a number of {len(digits.lstrip('-'))} digits is too long to read")
-    return int(digits)
-
-
-def read_json(text: str | bytes) -> Any:
-    """One JSON document, refused (ValueError, json.JSONDecodeError among them) where JSON readers disagree or lose
-    something: a key twice in one object, NaN or Infinity, an integer too long to read."""
-    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_object, parse_int=_int)
 
 
 NUL_HINT = "; the line holds NUL bytes: the file looks like UTF-16 or binary, not UTF-8 text (save it as UTF-8)"

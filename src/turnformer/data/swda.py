@@ -86,6 +86,9 @@ def _conversations(root: Path, fsplit: str, report: LoadReport) -> list[str]:
             continue
         if conv in first_line:
             raise DialogueError(f"{list_path}:{lineno}: conversation {conv} is listed twice (first on line {first_line[conv]})")
+        if Path(conv).name != conv or conv in (".", ".."):  # a path would be read from outside the split's folder
+            raise DialogueError(f"{list_path}:{lineno}: {conv!r}: a conversation's name, not a path (its file is "
+                                f"{fsplit}/NAME.txt)")
         first_line[conv] = lineno
     convs, listed = list(first_line), set(first_line)
     for other in FILE_SPLITS.values():  # a conversation in two splits would be trained on and scored

@@ -100,7 +100,7 @@ class DialogXLConfig(ModelConfig):
     def from_dict(cls, data: dict) -> "DialogXLConfig":
         data = dict(data)
         if data.get("positions", "conversation") not in ("conversation", "utterance"):
-            raise ValueError(f"positions must be 'conversation' or 'utterance', got {data['positions']!r}")
+            raise ValueError(f"model_config.positions = {data['positions']!r}: expected 'conversation' or 'utterance'")
         if isinstance(data.get("heads"), list):
             data["heads"] = tuple(data["heads"])
         return super().from_dict(data)
@@ -230,7 +230,7 @@ class DialogXL(UtteranceClassifier):
         super().__init__()
         heads = encoder.config.num_attention_heads
         if sum(config.heads) != heads:
-            raise ValueError(f"head counts {config.heads} sum to {sum(config.heads)}, but the backbone has {heads} heads")
+            raise ValueError(f"model_config.heads = {list(config.heads)}: the counts sum to {sum(config.heads)}, but the backbone has {heads} heads")
         self.config = config
         self.encoder = encoder
         self.layout = dialogxl_layout(*config.heads, window=config.window, mem_len=config.mem_len)

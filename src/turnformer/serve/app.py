@@ -40,7 +40,7 @@ from turnformer import __version__
 from turnformer.data.jsonl import read_json
 from turnformer.dialogue import DialogueError, next_speaker
 from turnformer.serve.models import LoadedModel, pick_model, pick_models
-from turnformer.serve.schemas import (AnnotateIn, AttentionIn, GenerateIn, Limits, NewSession, RankIn, TurnIn, candidate_turns,
+from turnformer.serve.schemas import (AnnotateIn, AttentionIn, GenerateIn, Limits, NewSession, RankIn, UtteranceIn, candidate_turns,
                                       checked_speaker, checked_turn, conversation)
 from turnformer.serve.sessions import SessionFull, SessionGone, SessionStore
 from turnformer.tasks.base import ANNOTATE, ATTENTION, GENERATE, RANK, STREAM
@@ -248,7 +248,7 @@ def session_routes(models: dict[str, LoadedModel], store: SessionStore, limits: 
         return {"session": session.id, "models": list(session.streams), "evicted_sessions": evicted}
 
     @router.post("/{session_id}/utterances")
-    def add_utterance(session_id: str, turn: TurnIn) -> dict:
+    def add_utterance(session_id: str, turn: UtteranceIn) -> dict:
         """The next utterance: each model's label and probabilities for it, read with the conversation so far."""
         checked = checked_turn(turn, "body", limits)
         session = store.get(session_id)

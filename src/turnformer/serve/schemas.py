@@ -50,6 +50,18 @@ class TurnIn(BaseModel):
     text: StrictStr = Field(examples=["We were on a break!"])
 
 
+class UtteranceIn(TurnIn):
+    """A session's next utterance: a turn of the generic JSONL format (its labels and id read past), nothing else (a
+    request's field sent here, `models` among them, is refused rather than silently left out)."""
+
+    model_config = ConfigDict(extra="forbid")
+    labels: Any = None
+    id: Any = None
+    emotion: Any = None
+    act: Any = None
+    sentiment: Any = None
+
+
 class CandidateIn(BaseModel):
     """A candidate reply: a text (spoken by the next speaker) or a turn."""
 

@@ -79,6 +79,9 @@ def train(
     elif config.mixed_precision is not None and config.mixed_precision != accelerator.mixed_precision:
         raise ValueError(f"TrainConfig.mixed_precision={config.mixed_precision!r} but the Accelerator given runs "
                          f"{accelerator.mixed_precision!r}: set it in one place")
+    if accelerator.mixed_precision == "fp16" and accelerator.device.type == "cpu":  # accelerate would run fp32 there
+        raise ValueError("mixed precision 'fp16' (train.mixed_precision, or ACCELERATE_MIXED_PRECISION) needs a GPU: on "
+                         "a CPU the run would train in fp32 and be recorded as fp16; use 'bf16' or 'no'")
     if accelerator.gradient_accumulation_steps != 1:
         raise ValueError(
             "pass gradient accumulation through TrainConfig.gradient_accumulation_steps, not through the "

@@ -132,8 +132,26 @@ async function addTurn(speaker, text) {
   }
 }
 
-async function submitTurn(event) {
-  event.preventDefault();
+// One change to the conversation at a time: a second Enter (or click) while the first is being sent would start a
+// second session or send the utterance twice, and the table would no longer be the session's turns.
+let busy = false;
+
+function oneAtATime(work) {
+  return async (event) => {
+    if (event) event.preventDefault();
+    if (busy) return;
+    busy = true;
+    for (const id of ["start", "add", "add-all"]) $(id).disabled = true;
+    try {
+      await work();
+    } finally {
+      busy = false;
+      for (const id of ["start", "add", "add-all"]) $(id).disabled = false;
+    }
+  };
+}
+
+async function submitTurn() {
   const speaker = $("speaker").value.trim();
   const text = $("text").value;
   if (!speaker || !text.trim()) return setStatus("Give a speaker and a text.", true);
@@ -200,8 +218,8 @@ function drawAttention(view, first = 0) {
   $("attention").hidden = false;
 }
 
-$("start").addEventListener("click", start);
-$("turn-form").addEventListener("submit", submitTurn);
-$("add-all").addEventListener("click", addAll);
+$("start").addEventListener("click", oneAtATime(start));
+$("turn-form").addEventListener("submit", oneAtATime(submitTurn));
+$("add-all").addEventListener("click", oneAtATime(addAll));
 $("token").addEventListener("change", loadModels);
 loadModels();
