@@ -182,6 +182,8 @@ def test_an_output_file_of_the_run_read_is_refused(trained_run, files, tmp_path)
             message = " ".join(result.output.split())
             assert result.exit_code == 2 and f"{says} of the run {checkpoint}" in message, result.output
             assert out.read_bytes() == before
+    folder = runner.invoke(app, ["predict", "--checkpoint", str(run / "best"), "--input", str(files["test"]), "--out", str(run)])
+    assert folder.exit_code == 2 and f"the folder of the run {run / 'best'}" in " ".join(folder.output.split()), folder.output
     result = runner.invoke(app, ["predict", "--checkpoint", str(run), "--input", str(files["test"]),
                                  "--out", str(run / "predictions.jsonl")])
     assert result.exit_code == 0 and (run / "predictions.jsonl").read_text(), result.output

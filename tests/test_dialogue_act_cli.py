@@ -115,6 +115,35 @@ def test_plot_utterance_attention(data_dir, tmp_path):
     assert refused.exit_code == 2 and "no attention over utterances" in refused.output
 
 
+def test_act_attention_panels_of_models_reading_different_lengths_share_one_sub_dialogue(data_dir, tmp_path, monkeypatch):
+    """Two runs, one reading 4 utterances, drew a 10 x 10 panel beside a 4 x 4 one under the first's 4 labels, both
+    titled lc-attention; --length 0 or --start -1 named neither option."""
+    import turnformer.plots
+
+    common = ["--data-dir", str(data_dir)]
+    runs = {}
+    for name, extra in (("wide", []), ("short", ["--set", "model_config.max_positions=4", "--set", "window=2", "--set", "context_padding=1"])):
+        runs[name] = tmp_path / name
+        trained = runner.invoke(app, ["train", "--task", "dialogue-act", "--model", "lc-attention", "--dataset", "dailydialog",
+                                      "--limit-dialogues", "3", "--set", "train.epochs=1", *extra, "--out", str(runs[name]), *common])
+        assert trained.exit_code == 0, trained.output
+    drawn = {}
+    monkeypatch.setattr(turnformer.plots, "plot_utterance_attention",
+                        lambda panels, labels, out, title: drawn.update(panels=panels, labels=labels, title=title))
+    plotted = runner.invoke(app, ["plot", "act-attention", "--checkpoint", str(runs["wide"]), "--checkpoint", str(runs["short"]),
+                                  "--input", "dailydialog:test", "--dialogue", "1", "--length", "10", "--out",
+                                  str(tmp_path / "f.png"), *common])
+    assert plotted.exit_code == 0, plotted.output
+    assert [(name, tuple(matrix.shape)) for name, matrix in drawn["panels"]] == [
+        ("lc-attention (wide)", (4, 4)), ("lc-attention (short)", (4, 4))]
+    assert len(drawn["labels"]) == 4 and drawn["title"].endswith("utterances 0..3")
+    assert "note: --length 10: 4 utterances shown" in " ".join(plotted.output.split())
+    for option, value in (("--length", "0"), ("--start", "-1")):
+        refused = runner.invoke(app, ["plot", "act-attention", "--checkpoint", str(runs["wide"]), "--input", "dailydialog:test",
+                                      option, value, "--out", str(tmp_path / "g.png"), *common])
+        assert refused.exit_code == 2 and option in refused.output, refused.output
+
+
 def test_the_bias_measure_reads_what_lc_attention_learned(data_dir, tmp_path):
     """benchmarks/act_bias.py imported a function the command line no longer has: it could not start."""
     from _benchmark_scripts import load_benchmark_script

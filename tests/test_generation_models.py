@@ -183,6 +183,13 @@ def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
     from_file = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(five)])
     assert from_file.exit_code == 0, from_file.output
     assert json.loads(from_file.stdout) == metrics
+    # utterances longer than the model reads (data.max_words = 50) are counted and said, as the other tasks' are
+    wordy = tmp_path / "wordy.jsonl"
+    wordy.write_text(json.dumps({"turns": [{"speaker": "A", "text": "hello " * 60}, {"speaker": "B", "text": "yes " * 70},
+                                           {"speaker": "A", "text": "fine ."}]}) + "\n")
+    scored_wordy = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(wordy)])
+    assert scored_wordy.exit_code == 0 and json.loads(scored_wordy.stdout)["truncated_utterances"] == 2, scored_wordy.output
+    assert "2 utterance(s) longer than data.max_words = 50 words are read as their first 50" in " ".join(scored_wordy.output.split())
 
     conversations = tmp_path / "c.jsonl"
     conversations.write_text("".join(json.dumps({"id": d.id, "turns": [{"speaker": t.speaker, "text": t.text} for t in d.turns]}) + "\n"
@@ -215,6 +222,16 @@ def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
         refused = runner.invoke(app, ["generate", "--checkpoint", str(out), *options], input="hi\n\n")
         assert refused.exit_code == 2 and message in " ".join(refused.output.split()), refused.output
     assert not (tmp_path / "chat.jsonl").exists()
+    # what the chat's model refuses (SmolLM2 and --beam 2) was a traceback: the session was built past the error handling
+    from turnformer.tasks import generation as generation_task
+
+    def refuses(self, model, vocab, run, beam=1):
+        raise ValueError(f"SmolLM2Generator replies greedily: beam search (beam_size {beam}) is for the word generators")
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(type(generation_task.TASK), "session", refuses)
+        beam = runner.invoke(app, ["generate", "--checkpoint", str(out), "--beam", "2"], input="hi\n\n")
+    assert beam.exit_code == 2 and beam.output.startswith("error: SmolLM2Generator replies greedily"), beam.output
 
     wrong = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(conversations)])
     assert wrong.exit_code != 0 and "turnformer generate" in wrong.output

@@ -72,6 +72,10 @@ def test_trained_checkpoint(tiny_backbone_dir, conversations, tmp_path):
     assert view["dialogue"] == "d2" and view["utterance"] == 4  # defaults: the first dialogue, its last utterance
     assert view["head_counts"] == {"local": 2, "global": 0, "speaker": 1, "listener": 1}
     assert set(view["weights"]) == {"local", "speaker", "listener"}  # a type with no heads is left out
+    for option, value in (("--heads", "9,9,9,9"), ("--window", "0")):  # --backbone's: a run's were silently kept
+        ignored = runner.invoke(app, ["plot", "attention", "--input", str(conversations["test"]), "--checkpoint", str(run),
+                                      "--json", option, value])
+        assert ignored.exit_code == 2 and f"{option} is for --backbone" in ignored.output, ignored.output
 
 
 @pytest.mark.parametrize(

@@ -350,6 +350,17 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     assert partly.exit_code == 0 and (json.loads(partly.stdout)["groups"], json.loads(partly.stdout)["unanswered"]) == (2, 1)
     none = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(unanswered), "--limit-dialogues", "1"])
     assert none.exit_code == 2 and "--limit-dialogues 1: the first 1 items of the test split: none has a right candidate" in none.output
+    # an item of one candidate (a TSV line that lost a context column reads as two) ranks first whatever the model:
+    # left out of the scores and counted; a file of nothing else is refused, where it scored R@1 = 1
+    single = tmp_path / "single.tsv"
+    single.write_text("1\thello there\tgeneral kenobi\n0\thello there\tgo away\n1\thi\tyou\tfine\n")
+    mixed = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(single)])
+    assert mixed.exit_code == 0, mixed.output
+    assert (json.loads(mixed.stdout)["groups"], json.loads(mixed.stdout)["one_candidate"]) == (1, 1)
+    assert "1 labelled item(s) of one candidate left out of the ranking metrics" in " ".join(mixed.output.split())
+    (tmp_path / "alone.tsv").write_text("1\thi\tyou\tfine\n1\tso\tthere\n")
+    alone = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(tmp_path / "alone.tsv")])
+    assert alone.exit_code == 2 and "one candidate ranks first whatever the model" in " ".join(alone.output.split()), alone.output
     online = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(items), "--online"])
     assert online.exit_code == 2 and "--online is for dialogue-act models" in online.output, online.output
 

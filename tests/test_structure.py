@@ -517,3 +517,26 @@ def test_packing_takes_conversations_in_every_form_and_names_what_it_cannot_use(
             TokenMeta.from_lists([[0, 0, 1]], speaker)
     with pytest.raises(ValueError, match=r"head\[0\]: 1 entries"):
         TokenMeta.from_lists([[0, 0, 1]], [[0, 0, 1]], head=[[0]])
+
+
+def test_a_text_cut_by_characters_keeps_its_tokens_and_its_unknown_words_are_no_closing_tokens(tiny_backbone_dir):
+    """A turn whose text was cut by characters (`text_to_read`: a 9,000-character hash) but whose tokens fit was given
+    as its tokens up to the limit plus its last ones again ([UNK] [SEP] twice): [UNK], counted among the closing
+    special tokens, made the kept tail two tokens long. The session (DialogXL's `add`) read the same."""
+    from transformers import AutoTokenizer
+
+    from turnformer.dialogue import Turn
+    from turnformer.structure.packing import closing_special_ids, truncate_keeping_end_specials
+    from turnformer.tasks.erc import encode_conversations
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_backbone_dir))
+    cls, sep, unk = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.unk_token_id
+    assert closing_special_ids(tokenizer) == {cls, sep} and unk not in closing_special_ids(tokenizer)
+    assert truncate_keeping_end_specials([cls, 5, unk, sep], 8, {cls, sep, unk}) == [cls, 5, unk, sep]  # fits: whole
+    assert truncate_keeping_end_specials([cls, 5, 6, unk, sep], 4, {cls, sep}) == [cls, 5, 6, sep]
+    text = "here it is: " + "9f" * 4600
+    dialogue = Dialogue(turns=(Turn(speaker="A", text=text, labels={"emotion": "joy"}),))
+    encoded, report = encode_conversations([dialogue], tokenizer, "emotion", ["joy"], 128)
+    ids = encoded[0].turn_ids[0]
+    assert ids == tokenizer("here it is:")["input_ids"][:-1] + [unk, sep]  # the hash one [UNK], then one [SEP]
+    assert report.truncated_utterances == 1  # its text was cut: the model read only part of it

@@ -194,6 +194,8 @@ def run_file(path: Path, checkpoint: Path) -> Optional[str]:
     target = path.resolve()
     if not target.is_relative_to(run):
         return None
+    if target == run:
+        return "the folder"
     if target.parent != run:
         return f"a file in {target.parent.name}/"
     return f"the {target.name}" if target.name in RUN_FILES else None
@@ -278,8 +280,9 @@ def plot_attention_command(
     utterance: Optional[int] = typer.Option(None, "--utterance", help="Index of the utterance whose [CLS] query is shown; default the last."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Run folder of a trained DialogXL (uses best/)."),
     backbone: Optional[str] = typer.Option(None, "--backbone", help="Or an untrained DialogXL on this backbone (random classifier)."),
-    heads: str = typer.Option("5,5,1,1", "--heads", help="With --backbone: local,global,speaker,listener head counts."),
-    window: int = typer.Option(5, "--window", min=0, help="With --backbone: the local heads' window."),
+    heads: Optional[str] = typer.Option(None, "--heads", help="With --backbone: local,global,speaker,listener head counts "
+                                        "(default 5,5,1,1)."),
+    window: Optional[int] = typer.Option(None, "--window", min=0, help="With --backbone: the local heads' window (default 5)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Figure to write: PNG, or the format its extension names (.svg, .pdf, ...)."),
     as_json: bool = typer.Option(False, "--json", help="Print the attention weights as JSON."),
     data_dir: Optional[Path] = DataDir,
@@ -294,6 +297,9 @@ def plot_attention_command(
         fail("give --out FILE.png, --json, or both")
     if (checkpoint is None) == (backbone is None):
         fail("give either --checkpoint RUN_DIR or --backbone NAME")
+    if checkpoint is not None and (heads is not None or window is not None):
+        fail(f"{'--heads' if heads is not None else '--window'} is for --backbone: a trained run's heads and window are its own")
+    heads, window = heads if heads is not None else "5,5,1,1", window if window is not None else 5
     try:
         out = figure_path(out) if out is not None else None
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
@@ -322,8 +328,8 @@ def plot_act_attention_command(
     checkpoint: list[Path] = typer.Option(..., "--checkpoint", help="Run folder of a dialogue-act attention model (lc-attention, lstm-attention); repeat to compare side by side."),
     input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
     dialogue: Optional[str] = typer.Option(None, "--dialogue", help="Dialogue id (or index); default the first."),
-    start: int = typer.Option(0, "--start", help="First utterance shown."),
-    length: int = typer.Option(10, "--length", help="Utterances shown (one sub-dialogue)."),
+    start: int = typer.Option(0, "--start", min=0, help="First utterance shown."),
+    length: int = typer.Option(10, "--length", min=1, help="Utterances shown (one sub-dialogue)."),
     out: Path = typer.Option(..., "--out", help="Figure to write: PNG, or the format its extension names (.svg, .pdf, ...)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
@@ -335,15 +341,25 @@ def plot_act_attention_command(
     try:
         out = figure_path(out)
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
-        panels = []
+        loaded = []
         for path in checkpoint:
             task, model, tokenizer, run = load_trained(path)
             if task is not acts:
                 raise DialogueError(f"--checkpoint {path}: a run for {task.name}; this plot needs a dialogue-act attention model")
-            panels.append((run["recipe"]["model"], acts.utterance_attention(model, tokenizer, chosen, start, length)))
+            loaded.append((run["recipe"]["model"], path, model, tokenizer))
+        # one sub-dialogue for every panel: the longest that each model reads (its positions) and the dialogue holds
+        shown_length = min(acts.utterance_attention(model, tokenizer, chosen, start, length).shape[0]
+                           for _, _, model, tokenizer in loaded)
+        ids = [model_id for model_id, *_ in loaded]
+        panels = [(model_id if ids.count(model_id) == 1 else f"{model_id} ({path.name})",
+                   acts.utterance_attention(model, tokenizer, chosen, start, shown_length))
+                  for model_id, path, model, tokenizer in loaded]
     except USER_ERRORS as e:
         fail(describe(e))
-    shown = chosen.turns[start : start + panels[0][1].shape[0]]
+    if shown_length < length:
+        said(f"note: --length {length}: {shown_length} utterances shown, as many as the dialogue holds from {start} on "
+             "and every model reads")
+    shown = chosen.turns[start : start + shown_length]
     labels = [f"{start + i} {t.speaker}: {t.text[:28]}" for i, t in enumerate(shown)]
     plot_utterance_attention(panels, labels, out, title=f"dialogue {chosen.id}, utterances {start}..{start + len(shown) - 1}")
     said(f"wrote {out}")
@@ -867,12 +883,15 @@ def generate(
         if task.command != "generate":
             raise DialogueError(f"{checkpoint} is a model for {task.name}, not a generation model")
         model, vocab, run = task.load_trained(checkpoint)
-        replies = task.predict(model, vocab, run, input, data_dir, speaker=speaker, beam=beam) if input is not None else None
-        key = work_key("generate", checkpoint, input, data_dir, speaker=speaker, beam=beam) if input is not None else {}
+        if input is None:  # built here, where what the model cannot do (beam search) is one line
+            bot = task.session(model, vocab, run, beam=beam)
+        else:
+            replies = task.predict(model, vocab, run, input, data_dir, speaker=speaker, beam=beam)
+            key = work_key("generate", checkpoint, input, data_dir, speaker=speaker, beam=beam)
     except USER_ERRORS as e:
         fail(describe(e))
-    if replies is None:
-        return chat(task.session(model, vocab, run, beam=beam), (speaker or "").strip() or "bot")
+    if input is None:
+        return chat(bot, (speaker or "").strip() or "bot")
     show(replies, out, key)
 
 

@@ -138,7 +138,8 @@ DATA_SETTINGS = {"min_count": 1, "max_context_turns": 1, "max_words": 1}
 
 def check_recipe_keys(recipe: dict[str, Any], source: str) -> None:
     """Refuse, naming it, a top-level key no task reads (a typo, or a --set into a section that does not exist), a key
-    that only another task reads, and a bad [data] setting. [model_config] is checked by each model's config, [train] by `check_train_settings`."""
+    that only another task reads, and a bad [data] setting. [model_config] is checked by each model's config, [train]
+    by `check_train_settings`."""
     unknown = [k for k in recipe if k not in (*RECIPE_KEYS, "train")]
     if unknown:
         raise DialogueError(f"{source}: unknown recipe key {unknown[0]!r}; known: {', '.join(sorted(RECIPE_KEYS))}, train")

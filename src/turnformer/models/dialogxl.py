@@ -51,7 +51,7 @@ from turnformer.backbones import StructuredEncoder, XLNetStructuredEncoder
 from turnformer.dialogue import as_turn, label_names, text_to_read
 from turnformer.models.config_checks import ModelConfig, check_config
 from turnformer.structure import MEMORY, TokenMeta, dialogxl_layout, token_meta
-from turnformer.structure.packing import truncate_keeping_end_specials
+from turnformer.structure.packing import closing_special_ids, truncate_keeping_end_specials
 
 
 @dataclass
@@ -491,7 +491,7 @@ class DialogXLSession:
         ids = self.tokenizer(read, add_special_tokens=True, verbose=False)["input_ids"]
         truncated = len(ids) > limit or cut
         if truncated:
-            ids = truncate_keeping_end_specials(ids, limit, set(self.tokenizer.all_special_ids))
+            ids = truncate_keeping_end_specials(ids, limit, closing_special_ids(self.tokenizer))
         device = next(self.model.parameters()).device
         speaker_id = self.speakers.setdefault(speaker, len(self.speakers))
         input_ids = torch.tensor([ids], device=device)

@@ -389,9 +389,19 @@ def conversations(dialogues) -> list[Dialogue]:
     return batch
 
 
+def closing_special_ids(tokenizer) -> set[int]:
+    """The special tokens a tokenizer closes a text with ([SEP]; XLNet's <sep> <cls>; an end-of-text token), which a
+    cut keeps: not [UNK], [PAD] or [MASK], which a text's own words can be."""
+    ids = (getattr(tokenizer, name, None) for name in ("sep_token_id", "cls_token_id", "eos_token_id"))
+    return {i for i in ids if i is not None}
+
+
 def truncate_keeping_end_specials(ids: list[int], limit: int, special: set[int]) -> list[int]:
     """Cut ``ids`` to ``limit`` tokens, dropping words, not the closing special tokens ([SEP] for BERT,
-    <sep> <cls> for XLNet, whose classifier reads that final <cls>)."""
+    <sep> <cls> for XLNet, whose classifier reads that final <cls>: `closing_special_ids`). Ids that fit are kept
+    whole."""
+    if len(ids) <= limit:
+        return list(ids)
     tail = 0
     while tail < len(ids) - 1 and ids[len(ids) - 1 - tail] in special:
         tail += 1

@@ -23,7 +23,7 @@ from turnformer.models.baselines import build_baseline
 from turnformer.models.dialogxl import ConversationBatch, DialogXL, DialogXLConfig, DialogXLSession
 from turnformer.plots import HEAD_TYPES, AttentionView
 from turnformer.recipes import recipe_train_config
-from turnformer.structure.packing import truncate_keeping_end_specials
+from turnformer.structure.packing import closing_special_ids, truncate_keeping_end_specials
 from turnformer.tasks.base import ANNOTATE, ATTENTION, STREAM, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, conversation_blocks, label_predictions,
                                      built_from_run_file, load_labelled_data, mark_cut, model_builder,
@@ -56,7 +56,7 @@ def encode_conversations(
     """Tokenise every turn once ([CLS] text [SEP], cut at ``max_utterance_tokens``, counted; a huge text is cut
     before it is tokenised, `text_to_read`)."""
     label_to_id = {label: i for i, label in enumerate(labels)}
-    special = set(getattr(tokenizer, "all_special_ids", []))
+    special = closing_special_ids(tokenizer)
     texts, cut = texts_to_read((t.text for d in dialogues for t in d.turns), max_utterance_tokens)
     full = tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"] if texts else []
     report = EncodeReport()

@@ -380,24 +380,30 @@ def load_trained(checkpoint):
     return model.eval(), vocab, run
 
 
-def split_instances(run: dict, split: str, data_dir=None, limit: int | None = None) -> list[GenerationInstance]:
+def split_instances(run: dict, split: str, data_dir=None, limit: int | None = None,
+                    report: GenerationReport | None = None) -> list[GenerationInstance]:
     """The (context, response) instances of a split of the run's data (its first `limit` conversations), made as the
-    run made them."""
+    run made them; what they leave out is said, and counted in `report` where one is given."""
     recipe = run["recipe"]
     check_split(split)
     convs = load_generation_data(recipe, data_dir, [split])[split][:limit]
-    data, report = recipe.get("data", {}), GenerationReport()
-    instances = make_instances(convs, int(data.get("max_context_turns", 4)), int(data.get("max_words", 50)), report)
+    data, report = recipe.get("data", {}), report if report is not None else GenerationReport()
+    max_words = int(data.get("max_words", 50))
+    instances = make_instances(convs, int(data.get("max_context_turns", 4)), max_words, report)
     require_pairs(instances, split, recipe)
     if said := report.said(split):
         logger.warning("%s", said)
+    if report.cut_utterances:  # in contexts and references alike: the scores are of their first words
+        logger.warning("%s split: %d utterance(s) longer than data.max_words = %d words are read as their first %d, "
+                       "references included", split, report.cut_utterances, max_words, max_words)
     return instances
 
 
-def split_batches(model, vocab: Vocabulary, run: dict, split: str, data_dir=None, limit: int | None = None) -> tuple[list, int]:
+def split_batches(model, vocab: Vocabulary, run: dict, split: str, data_dir=None, limit: int | None = None,
+                  report: GenerationReport | None = None) -> tuple[list, int]:
     """(evaluation batches, number of instances) of a split of the run's data (`split_instances`), batched as the
     run batched them."""
-    instances = split_instances(run, split, data_dir, limit)
+    instances = split_instances(run, split, data_dir, limit, report)
     return split_named(lambda: instance_batches(model, instances, vocab, eval_batch_size(run)), split, run["recipe"]), len(instances)
 
 
@@ -418,10 +424,11 @@ def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=Non
                    word_vectors=None, beam_size: int = 1) -> dict:
     """Perplexity, BLEU-1..4, Distinct-1/2 (and the embedding metrics with `word_vectors`) of the responses
     (greedy, or beam search with ``beam_size > 1``) on a split of the run's data (its first `limit` conversations)."""
-    batches, instances = split_batches(model, vocab, run, split, data_dir, limit)
+    report = GenerationReport()
+    batches, instances = split_batches(model, vocab, run, split, data_dir, limit, report)
     metrics = evaluate_generation(model, batches, vocab, True, word_vectors, beam_size)
     del metrics["primary"]
-    return {**metrics, "instances": instances}
+    return {**metrics, "instances": instances, "truncated_utterances": report.cut_utterances}
 
 
 class ResponseGenerator:

@@ -21,6 +21,7 @@ batching so that a batch carries little padding (the training loop shuffles the 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence
@@ -43,6 +44,8 @@ from turnformer.tasks.common import (SPLITS, InputBlocks, check_split, checkpoin
                                      built_from_run_file, scored_run, shorten, split_file, upgrade_run)
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics, shown_scores
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
+
+logger = logging.getLogger(__name__)
 
 TITLE = "response-selection"
 DEFAULT_BACKBONE = "all-MiniLM-L6-v2"
@@ -229,7 +232,14 @@ def evaluate(model: MDFN, batches: Sequence[SelectionBatch]) -> dict:
     labelled = [(g, s) for g, s in zip(gold, scores) if min(g) >= 0]
     if not labelled:
         return {"primary": float("nan"), "labelled": 0}
-    metrics = ranking_metrics([s for _, s in labelled], [g for g, _ in labelled])
+    alone = sum(1 for g, _ in labelled if len(g) < 2)
+    if alone:  # ranking one candidate scores 1 whatever the model (a TSV line that lost a context column is one)
+        logger.warning("%d labelled item(s) of one candidate left out of the ranking metrics (one_candidate): one "
+                       "candidate ranks first whatever the model", alone)
+        labelled = [(g, s) for g, s in labelled if len(g) > 1]
+        if not labelled:
+            return {"primary": float("nan"), "labelled": 0, "one_candidate": alone}
+    metrics = ranking_metrics([s for _, s in labelled], [g for g, _ in labelled]) | ({"one_candidate": alone} if alone else {})
     if not metrics["groups"]:  # labelled, but no candidate marked right (a TSV with only 0 labels): nothing to rank
         return {"primary": float("nan"), **metrics}
     recall_at_1 = next(v for k, v in metrics.items() if k.endswith("@1") and k.startswith("R"))
@@ -311,9 +321,13 @@ def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None,
     check_split(split)
     splits = load_selection_data(run["recipe"], data_dir, only=[split])
     items = splits[split][:limit]
+    scope = f"--limit-dialogues {limit}: the first {limit} items" if limit else "the items"
     if not any(any(item.gold() or ()) for item in items):  # no answer, or none right: nothing to score
-        scope = f"--limit-dialogues {limit}: the first {limit} items" if limit else "the items"
         raise DialogueError(f"{scope} of the {split} split: none has a right candidate, so nothing can be scored")
+    if all(len(item.candidates) < 2 for item in items if any(item.gold() or ())):
+        raise DialogueError(f"{scope} of the {split} split: each one with a right candidate has no other, and one candidate "
+                            "ranks first whatever the model, so nothing can be scored (in a tab-separated file, "
+                            "consecutive lines with the same context make one item)")
     encoded = encode_items(items, tokenizer, model.config.max_turns, model.config.max_length)
     batches, report = make_selection_batches(encoded, 16, special_tokens(tokenizer), model.config.max_length)
     # items without an answer are ranked but not scored: counted apart, so that "groups" adds up
