@@ -215,3 +215,19 @@ def test_threads_default_to_the_idle_cores_and_can_be_set(monkeypatch):
         assert result.exit_code == 2 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_an_interrupted_demo_says_what_it_left_and_that_it_starts_over(data_dir, tmp_path, monkeypatch):
+    """Ctrl-C during the demo's fine-tune ended it with the training loop's "saving last" alone: no word of what the
+    demo's next call does (it has no --resume: it starts the fine-tune over)."""
+    from turnformer.tasks.registry import get_task
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(get_task("erc"), "train", stopped)
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path), "--data-dir", str(data_dir), "--train-dialogues", "2",
+                                 "--eval-dialogues", "2"])
+    assert result.exit_code == 130 and "Traceback" not in result.output, result.output
+    assert f"interrupted: the demo's fine-tune in {tmp_path / 'run'} did not finish; the demo run again starts it over" in \
+        " ".join(result.output.split())

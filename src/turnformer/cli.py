@@ -407,6 +407,12 @@ def demo(
         result = erc.train(recipe, out / "run", seed, data_dir, resume=False, limits=limits or None)
     except USER_ERRORS as e:
         fail(describe(e))
+    except KeyboardInterrupt as interruption:  # Ctrl-C or SIGTERM: the demo has no --resume, its next call starts over
+        from turnformer.training import Terminated  # loaded with the training already
+
+        err.print(Text.assemble(("interrupted", "yellow"), f": the demo's fine-tune in {out / 'run'} did not finish; "
+                                "the demo run again starts it over"), highlight=False, soft_wrap=True)
+        raise typer.Exit(143 if isinstance(interruption, Terminated) else 130) from None
     test = result.test_at_best or {}
     scope = "the full test set" if eval_dialogues is None else f"the first {eval_dialogues} test dialogues"
     console.print(
