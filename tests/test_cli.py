@@ -130,6 +130,7 @@ def test_demo_on_real_data(data_dir, tmp_path):
     assert (tmp_path / "masks-utterances.png").stat().st_size > 1000
     assert (tmp_path / "masks-last-utterance.png").stat().st_size > 1000
     assert (tmp_path / "run" / "best" / "model.safetensors").exists()
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["best_epoch"] == 1  # as a `train` run's
     assert "annotated one utterance at a time" in result.output
     for option, value in (("--train-dialogues", "-1"), ("--eval-dialogues", "0")):  # refused before any work
         bad = runner.invoke(app, ["demo", "--out", str(tmp_path / "bad"), "--data-dir", str(data_dir), option, value])

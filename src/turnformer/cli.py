@@ -413,6 +413,7 @@ def demo(
         err.print(Text.assemble(("interrupted", "yellow"), f": the demo's fine-tune in {out / 'run'} did not finish; "
                                 "the demo run again starts it over"), highlight=False, soft_wrap=True)
         raise typer.Exit(143 if isinstance(interruption, Terminated) else 130) from None
+    record_result(out / "run", result)  # as a run trained by `train`: its scores beside its checkpoints
     test = result.test_at_best or {}
     scope = "the full test set" if eval_dialogues is None else f"the first {eval_dialogues} test dialogues"
     console.print(
@@ -513,7 +514,7 @@ def train(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Fine-tune a model; the test score is taken at the best validation epoch."""
-    from turnformer.training import RUN_ENTRIES, reported_score  # torch: loaded only when the command runs
+    from turnformer.training import RUN_ENTRIES  # torch: loaded only when the command runs
 
     files = {"train_file": train_file, "validation_file": validation_file, "test_file": test_file}
     given_files = [k for k, v in files.items() if v is not None]
@@ -555,15 +556,23 @@ def train(
         fail(describe(e))
     except KeyboardInterrupt as interruption:  # Ctrl-C, or SIGTERM (the loop's Terminated): the loop saved last/
         interrupted(out, interruption)
+    console.print_json(data=record_result(out, result))
+
+
+def record_result(out: Path, result) -> dict:
+    """Write a finished training's result.json into its run folder (the summary and every epoch's scores); return the
+    summary, its scores as the epoch lines show them: perplexity as itself, rates in percent."""
+    from turnformer.training import reported_score  # torch: loaded only by the commands that train
+
     shown = {split: reported_score(metrics) if metrics else (None, None)
              for split, metrics in (("validation", result.best_validation), ("test", result.test_at_best))}
-    summary = {  # scores as the epoch lines show them: perplexity as itself, rates in percent
+    summary = {
         "best_epoch": result.best_epoch, "metric": shown["validation"][0] or shown["test"][0],
         "validation_at_best": shown["validation"][1], "test_at_best": shown["test"][1], "train_seconds": result.train_seconds,
         "stopped_early": result.stopped_early, "stop_reason": result.stop_reason,
     }
     (out / "result.json").write_text(json.dumps({**summary, "history": result.history}, indent=2, default=str) + "\n")
-    console.print_json(data=summary)
+    return summary
 
 
 def check_run_folder(out: Path) -> None:
