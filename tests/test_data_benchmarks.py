@@ -214,3 +214,20 @@ def test_convert_refuses_to_write_over_a_file_of_the_dataset_it_reads(tmp_path, 
     beside = copy / "test.jsonl"  # a new file in the folder is no file the loader reads
     result = CliRunner().invoke(data_app, ["convert", "meld", "--split", "test", "--data-dir", str(copy.parent), "--out", str(beside)])
     assert result.exit_code == 0 and beside.read_text().count("\n") == 1, result.output
+
+
+def test_stats_of_several_benchmarks_is_refused_as_such_and_the_list_keeps_names_whole(tmp_path, data_dir):
+    """`data stats meld emorynlp:test` (or a benchmark beside a file) read every argument as a file: "meld: file not
+    found"; a missing .jsonl.gz file was "unknown dataset"; piped, `data list` cut names to "dailydial…"."""
+    conversations = tmp_path / "c.jsonl"
+    conversations.write_text('{"turns": [{"speaker": "A", "text": "hi"}]}\n')
+    runner = CliRunner()
+    for args, named in ((["meld", "emorynlp:test"], "meld"), (["meld:test", "meld:test"], "meld:test"),
+                        ([str(conversations), "meld"], "meld")):
+        result = runner.invoke(data_app, ["stats", *args, "--data-dir", str(data_dir)])
+        assert result.exit_code == 2 and f"{named}: a benchmark; stats takes one benchmark" in " ".join(result.output.split())
+    result = runner.invoke(data_app, ["stats", str(tmp_path / "gone.jsonl.gz")])
+    assert result.exit_code == 2 and "gone.jsonl.gz: file not found" in result.output, result.output
+    listed = runner.invoke(data_app, ["list"])  # not a terminal: as piped
+    assert listed.exit_code == 0 and "…" not in listed.output
+    assert all(f" {name} " in listed.output for name in DATASETS)

@@ -241,3 +241,10 @@ def test_a_failed_download_leaves_no_folder_it_made(tmp_path):
     with pytest.raises(DownloadError, match="could not fetch"):
         download("emorynlp", tmp_path / "mine", fetch=FakeRemote({}), manifest=files_manifest())
     assert (tmp_path / "mine").is_dir()  # the user's own folder stays
+
+
+def test_verify_names_a_file_in_place_of_the_dataset_folder(tmp_path):
+    """A file where the dataset's folder should be was "does not exist"."""
+    (tmp_path / "meld").write_text("")
+    result = CliRunner().invoke(data_app, ["verify", "meld", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2 and f"{tmp_path / 'meld'} is a file, not a folder" in " ".join(result.output.split()), result.output

@@ -272,3 +272,22 @@ def test_a_backbone_folder_named_relatively_is_recorded_whole_and_an_empty_name_
     empty = runner.invoke(app, _train_args(conversation_files, "", tmp_path / "empty", "--set", "train.epochs=1"))
     assert empty.exit_code == 2 and "backbone '': empty; give a name" in empty.output, empty.output
     assert not (tmp_path / "empty").exists()
+
+
+def test_predict_on_a_benchmark_of_other_labels_says_so(caplog):
+    """`predict --input emorynlp:test` with a model of other emotions (or an act model on MELD, which has no acts)
+    labelled every utterance with the model's own set, without a word."""
+    from turnformer.data.registry import DATASETS
+    from turnformer.tasks.common import say_other_labels
+
+    meld = DATASETS["meld"].label_sets["emotion"]
+    run = {"recipe": {"label_kind": "emotion"}, "labels": list(reversed(meld))}
+    with caplog.at_level("WARNING", logger="turnformer"):
+        say_other_labels("meld:test", run)  # the same set, in another order
+        say_other_labels("file.jsonl", run)
+        assert not caplog.text
+        say_other_labels("emorynlp:test", run)
+        assert "emorynlp:test: emorynlp's 'emotion' labels (" in caplog.text and "are not the model's" in caplog.text
+        caplog.clear()
+        say_other_labels("meld", {"recipe": {"label_kind": "act"}, "labels": ["inform", "question"]})
+        assert "meld: meld has no 'act' labels; the model gives its own (inform, question) all the same" in caplog.text

@@ -287,6 +287,9 @@ def test_a_token_guards_every_endpoint_but_the_health_check(models):
             create_app(models, token=token)
     refused = CliRunner().invoke(cli_app, ["serve", "--checkpoint", "x", "--port", "1"], env={"TURNFORMER_TOKEN": "sécret"})
     assert refused.exit_code == 2 and "TURNFORMER_TOKEN: use printable ASCII" in refused.output, refused.output
+    # set but empty (TURNFORMER_TOKEN=$SECRET with SECRET unset) served every request without a token, silently
+    empty = CliRunner().invoke(cli_app, ["serve", "--checkpoint", "x", "--port", "1"], env={"TURNFORMER_TOKEN": ""})
+    assert empty.exit_code == 2 and "TURNFORMER_TOKEN: use printable ASCII" in empty.output, empty.output
 
 
 def test_fuzzed_requests_get_no_5xx(client):
@@ -311,6 +314,11 @@ def test_the_command_serves_its_checkpoints(runs):
     assert bad.exit_code == 2 and "the name 'a' is taken" in bad.output
     bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", "a="])
     assert bad.exit_code == 2 and "--checkpoint a=: no folder after a=" in bad.output
+    # a name no model can have was read as a folder, and NAME= was dropped from a missing folder's error
+    bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", f"my model={runs['erc']}"])
+    assert bad.exit_code == 2 and "'my model' is no model name" in " ".join(bad.output.split()), bad.output
+    bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", "zz=nowhere"])
+    assert bad.exit_code == 2 and "--checkpoint zz=nowhere: nowhere: no such run or checkpoint folder" in bad.output
     bad = CliRunner().invoke(cli_app, ["serve", "--checkpoint", str(runs["erc"]), "--worker", "a b"])
     assert bad.exit_code == 2 and "--worker 'a b'" in bad.output
     with socket.create_server(("127.0.0.1", 0)) as taken:   # an address that cannot serve: refused before the models load

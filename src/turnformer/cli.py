@@ -975,7 +975,7 @@ def serve(
     from turnformer.serve.schemas import Limits
     from turnformer.serve.server import listen, run
 
-    token = os.environ.get("TURNFORMER_TOKEN") or None
+    token = os.environ.get("TURNFORMER_TOKEN")  # set but empty (TURNFORMER_TOKEN=$UNSET) is refused, not no token
     try:
         if worker is not None and not NAME.fullmatch(worker):
             raise DialogueError(f"--worker {worker!r}: use letters, digits, '_', '.' and '-' (at most 64)")
@@ -997,7 +997,8 @@ def serve(
         said(held)
     if warning:
         err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
-    said(f"the page: http://{host}:{port}/   the API: http://{host}:{port}/docs")
+    address = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in a URL
+    said(f"the page: http://{address}:{port}/   the API: http://{address}:{port}/docs")
     run(create_app(models, limits, token, f"{worker}-" if worker else ""), sock)
 
 

@@ -53,11 +53,11 @@ def _run(fn, *args, **kwargs):
 def list_cmd() -> None:
     """The benchmarks that can be loaded, with their splits and label kinds."""
     table = Table(title="datasets")
-    for col in ("name", "title", "task", "primary label", "label kinds", "folder"):
-        table.add_column(col)
+    for col in ("name", "title", "task", "primary label", "label kinds", "folder"):  # names and folders are typed: whole
+        table.add_column(col, no_wrap=col in ("name", "folder"), overflow="fold")
     for info in DATASETS.values():
         table.add_row(info.name, info.title, info.task, info.primary_label, ", ".join(info.label_kinds), info.folder + "/")
-    Console(markup=False).print(table)
+    Console(markup=False, width=None if sys.stdout.isatty() else 200).print(table)  # piped: whole rows, not 80 columns
 
 
 @data_app.command("stats")
@@ -79,6 +79,10 @@ def stats_cmd(
         else:
             paths.append(name)
     one_name = len(names) == 1 and paths == names  # a benchmark or a file
+    benchmarks = [n for n in paths if not Path(n).exists() and n.partition(":")[0].strip().lower() in DATASETS]
+    if not one_name and benchmarks:
+        _fail(f"{benchmarks[0]}: a benchmark; stats takes one benchmark (NAME or NAME:SPLIT) or conversation files, not both "
+              "or several benchmarks: one call each")
     stats = _run(dataset_stats, paths[0], data_dir) if one_name else _run(files_stats, paths)
     if as_json:
         sys.stdout.write(json.dumps(stats, ensure_ascii=False) + "\n")

@@ -126,7 +126,7 @@ def verify(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
     manifest = manifest_of(info)
     folder = resolve_data_dir(data_dir) / info.folder
     if not folder.is_dir():
-        raise DownloadError(f"{info.name}: {folder} does not exist")
+        raise DownloadError(f"{info.name}: {folder} {'is a file, not a folder' if folder.exists() else 'does not exist'}")
     verify_folder(folder, manifest)
     return folder
 

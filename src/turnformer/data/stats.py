@@ -115,7 +115,7 @@ def print_stats(stats: dict[str, Any], console=None) -> None:
 def dataset_stats(name: str, data_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Counts for every split of benchmark `name` (``NAME:SPLIT``: that split only), in the shape shown in the module
     docstring. A conversation file (generic JSONL) counts as one split, named after the file."""
-    if name.endswith(".jsonl") or Path(name).is_file():
+    if name.lower().endswith((".jsonl", ".jsonl.gz")) or Path(name).is_file():
         return files_stats([name])
     one_split = parse_split_spec(name) if ":" in name else None  # NAME:SPLIT, read as predict and evaluate read it
     info = get_info(one_split[0] if one_split else name)

@@ -151,7 +151,10 @@ def finite(value: Any) -> Any:
 def parse_spec(spec: str) -> tuple[str | None, Path]:
     """``NAME=DIR`` or ``DIR`` (a folder whose own name has an "=" is taken whole where it exists)."""
     name, sep, path = spec.partition("=")
-    if sep and NAME.fullmatch(name) and not Path(spec).exists():
+    if sep and not Path(spec).exists():
+        if not NAME.fullmatch(name):
+            raise DialogueError(f"--checkpoint {spec}: {name!r} is no model name (letters, digits, '_', '.' and '-', "
+                                "starting with a letter or digit), and no folder is named so")
         if not path.strip():
             raise DialogueError(f"--checkpoint {spec}: no folder after {name}=; give NAME=RUN_DIR")
         return name, Path(path)
@@ -181,7 +184,10 @@ def load_models(specs: Sequence[str]) -> dict[str, LoadedModel]:
         base, n = name, 2
         while name in models:
             name, n = f"{base}-{n}", n + 1
-        task, model, tokenizer, run = load_trained(path)
+        try:
+            task, model, tokenizer, run = load_trained(path)
+        except DialogueError as e:  # the spec as the user wrote it, NAME= included
+            raise DialogueError(f"--checkpoint {spec}: {e}" if given is not None else str(e)) from None
         models[name] = LoadedModel(name, path, task, model, tokenizer, run)
     return models
 

@@ -433,6 +433,23 @@ class InputBlocks:
         return work if self.count <= 1 else f"{work} (block {self.skipped + k + 1} of {self.count})"
 
 
+def say_other_labels(source: str, run: dict) -> None:
+    """Warn where `source` is a benchmark split (``NAME:SPLIT``) whose labels of the run's kind are not the run's: the
+    model labels its conversations with its own set all the same (an emotion model on another corpus's emotions, an
+    act model on a corpus without acts)."""
+    benchmark = parse_split_spec(source) if isinstance(source, str) else None
+    kind = run.get("recipe", {}).get("label_kind")
+    if benchmark is None or kind is None or benchmark[0] not in DATASETS:
+        return
+    info, labels = DATASETS[benchmark[0]], list(run.get("labels") or [])
+    if kind not in info.label_sets:
+        logger.warning("%s: %s has no %r labels; the model gives its own (%s) all the same", source, info.name, kind,
+                       ", ".join(labels))
+    elif set(info.label_sets[kind]) != set(labels):
+        logger.warning("%s: %s's %r labels (%s) are not the model's (%s): it gives its own", source, info.name, kind,
+                       ", ".join(info.label_sets[kind]), ", ".join(labels))
+
+
 def conversation_blocks(spec: str, data_dir=None, reader: str | None = None, block_utterances: int | None = None) -> InputBlocks:
     """`InputBlocks` of the conversations of a file (generic JSONL, read a line at a time) or a benchmark split
     ``NAME:SPLIT`` (held whole: its size is known); with `reader`, response-selection items are refused as

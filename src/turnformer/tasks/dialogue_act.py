@@ -37,7 +37,7 @@ from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import ANNOTATE, STREAM, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, conversation_blocks, label_predictions,
                                      built_from_run_file, load_labelled_data, mark_cut, model_builder,
-                                     run_description, scored_run, upgrade_run, utterance_counts)
+                                     run_description, say_other_labels, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import accuracy
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
@@ -410,6 +410,7 @@ class DialogueActs:
         return load_labelled_data(recipe, recipe.get("label_kind", "act"), data_dir, only)[0]
 
     def predict(self, model, tokenizer, run: dict, source: str, data_dir=None, online: bool = False) -> Predictions:
+        say_other_labels(source, run)
         return label_predictions(conversation_blocks(source, data_dir, self.reader),
                                  lambda dialogues, desc: self.annotate(model, tokenizer, run, dialogues, desc, online),
                                  run["recipe"].get("label_kind", "label"), utterance_reader(model, tokenizer)[1])

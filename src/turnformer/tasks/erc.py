@@ -27,7 +27,7 @@ from turnformer.structure.packing import closing_special_ids, truncate_keeping_e
 from turnformer.tasks.base import ANNOTATE, ATTENTION, STREAM, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, conversation_blocks, label_predictions,
                                      built_from_run_file, load_labelled_data, mark_cut, model_builder,
-                                     run_description, scored_run, upgrade_run, utterance_counts)
+                                     run_description, say_other_labels, scored_run, upgrade_run, utterance_counts)
 from turnformer.tasks.metrics import PRIMARY_METRIC, confusion_matrix_plot, erc_metrics
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
@@ -355,6 +355,7 @@ class EmotionRecognition:
         return load_erc_data(recipe, data_dir, only)[0]
 
     def predict(self, model, tokenizer, run: dict, source: str, data_dir=None) -> Predictions:
+        say_other_labels(source, run)
         return label_predictions(conversation_blocks(source, data_dir, self.reader),
                                  lambda dialogues, desc: self.annotate(model, tokenizer, run, dialogues, desc),
                                  run["recipe"].get("label_kind", "label"), model.config.max_utterance_tokens)
