@@ -348,8 +348,7 @@ def plot_act_attention_command(
                 raise DialogueError(f"--checkpoint {path}: a run for {task.name}; this plot needs a dialogue-act attention model")
             loaded.append((run["recipe"]["model"], path, model, tokenizer))
         # one sub-dialogue for every panel: the longest that each model reads (its positions) and the dialogue holds
-        shown_length = min(acts.utterance_attention(model, tokenizer, chosen, start, length).shape[0]
-                           for _, _, model, tokenizer in loaded)
+        shown_length = min(acts.attention_length(model, chosen, start, length) for _, _, model, _ in loaded)
         ids = [model_id for model_id, *_ in loaded]
         panels = [(model_id if ids.count(model_id) == 1 else f"{model_id} ({path.name})",
                    acts.utterance_attention(model, tokenizer, chosen, start, shown_length))

@@ -371,15 +371,21 @@ class DialogueActSession:
                 "truncated": report["truncated_utterances"] > 0}  # cut to its start, as in training and predict
 
 
-@torch.no_grad()
-def utterance_attention(model, tokenizer, dialogue: Dialogue, start: int, length: int) -> torch.Tensor:
-    """[length, length] attention between utterances start..start+length-1 of a dialogue-act model's
-    context layer (mean over heads; each row sums to 1): the LC Attention paper's Figure 2."""
+def attention_length(model, dialogue: Dialogue, start: int, length: int) -> int:
+    """How many of utterances start..start+length-1 `utterance_attention` shows: those the dialogue holds and the
+    model reads (its positions); a model without attention over utterances, or a start outside the dialogue, refused."""
     if not isinstance(model.context, LocalContextAttention):
         raise ValueError(f"a {model.config.context} model has no attention over utterances (use lc-attention or lstm-attention)")
     if not 0 <= start < len(dialogue) or length < 1:
         raise ValueError(f"utterances {start}..{start + length - 1}: dialogue {dialogue.id!r} has {len(dialogue)} (0..{len(dialogue) - 1})")
-    length = min(length, len(dialogue) - start, model.config.max_positions)
+    return min(length, len(dialogue) - start, model.config.max_positions)
+
+
+@torch.no_grad()
+def utterance_attention(model, tokenizer, dialogue: Dialogue, start: int, length: int) -> torch.Tensor:
+    """[length, length] attention between utterances start..start+length-1 of a dialogue-act model's
+    context layer (mean over heads; each row sums to 1): the LC Attention paper's Figure 2."""
+    length = attention_length(model, dialogue, start, length)
     inputs, _ = utterance_inputs(model, tokenizer, [turn.text for turn in dialogue.turns[start : start + length]])
     model.eval()
     vectors = model.encode_utterances(stack_utterances(inputs, model.config.pad_id)).unsqueeze(0)
@@ -390,7 +396,8 @@ def utterance_attention(model, tokenizer, dialogue: Dialogue, start: int, length
 class DialogueActs:
     """Dialogue act recognition as a `turnformer.tasks.base.Task`: every utterance of a conversation gets an act, from
     its sub-dialogue (offline) or from the utterances before it only (online). Beside the interface,
-    `utterance_attention`: the attention between the utterances of a sub-dialogue (the ``plot act-attention`` figure)."""
+    `utterance_attention`: the attention between the utterances of a sub-dialogue (the ``plot act-attention`` figure), of
+    `attention_length` of them."""
 
     name = "dialogue-act"
     title = TITLE
@@ -405,6 +412,7 @@ class DialogueActs:
     load_trained = staticmethod(load_trained)
     evaluate = staticmethod(evaluate_split)
     utterance_attention = staticmethod(utterance_attention)
+    attention_length = staticmethod(attention_length)
 
     def load_data(self, recipe: dict, data_dir=None, only: Sequence[str] = SPLITS) -> dict[str, list[Dialogue]]:
         return load_labelled_data(recipe, recipe.get("label_kind", "act"), data_dir, only)[0]
@@ -436,4 +444,4 @@ TASK = DialogueActs()
 
 __all__ = ["DIALOGUE_ACT_MODELS", "MODELS", "SPLITS", "TASK", "DialogueActSession", "build_act_model", "encode_dialogues",
            "evaluate", "evaluate_split", "load_trained", "make_batches", "make_windows", "predict_dialogues", "prepare_dialogue_act",
-           "train_dialogue_act", "utterance_attention"]
+           "train_dialogue_act", "attention_length", "utterance_attention"]
