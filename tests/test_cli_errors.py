@@ -539,6 +539,13 @@ def test_response_selection_files(tmp_path):
     result = runner.invoke(app, ["train", "--task", "response-selection", "--model", "plain-encoder", "--train-file", str(mixed),
                                  "--validation-file", str(csv_named), "--test-file", str(csv_named), "--out", str(tmp_path / "r")])
     assert result.exit_code == 2 and "1 training item(s) with no right candidate" in result.output, result.output
+    alone = tmp_path / "alone.tsv"  # right answers without wrong ones: a choice of one, or "right" to every response
+    alone.write_text("1\thello there\thi !\n1\tbye now\tsee you\n")
+    for model, message in (("plain-encoder", "2 training item(s) of one candidate (first: "),
+                           ("mdfn", "no training item has a wrong candidate")):
+        result = runner.invoke(app, ["train", "--task", "response-selection", "--model", model, "--train-file", str(alone),
+                                     "--validation-file", str(csv_named), "--test-file", str(csv_named), "--out", str(tmp_path / "r")])
+        assert result.exit_code == 2 and message in result.output.replace("\n", ""), result.output
     assert not (tmp_path / "r").exists()
 
     dialogue = Dialogue((Turn("A", "hi"),), id="x", meta={"candidates": [{"speaker": "B", "text": "hello"}], "answer": 3})

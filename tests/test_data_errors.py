@@ -286,6 +286,8 @@ def test_swda_pipes_in_text_and_blank_lines(tmp_path):
         ("A|\u200b|sd".encode(), r"2001\.txt:2: empty text"),
         (b"|Hello|sd", r"2001\.txt:2: missing speaker"),
         ("\u200b|Hello|sd".encode(), r"2001\.txt:2: missing speaker"),
+        (b"1|A|Hello|sd", r"2001\.txt:2: speaker '1': SwDA's speakers are A and B"),
+        (b"C|Hello|sd", r"2001\.txt:2: speaker 'C'"),
         (b"A|Hello|zz", r"2001\.txt:2: unknown label 'zz'; allowed: sd, b, sv"),
         (b"A|H\xff\xfeello|sd", r"2001\.txt:2: undecodable bytes b'\\xff' at column 4"),
     ],

@@ -17,7 +17,7 @@ from turnformer.models.mdfn import MDFN_VARIANTS, MDFNConfig, MaskedAttentionBlo
 from turnformer.structure import SPEAKER, TokenMeta
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics
 from turnformer.tasks.response_selection import (
-    ResponseRanker, dialogue_to_item, encode_items, make_selection_batches, special_tokens, write_submission,
+    ResponseRanker, dialogue_to_item, encode_items, item_blocks, make_selection_batches, special_tokens, write_submission,
 )
 
 runner = CliRunner()
@@ -289,8 +289,21 @@ def test_frozen_layers_and_config_checks(tiny_backbone_dir):
         build_mdfn("mdfn", {"frozen_layers": 3}, str(tiny_backbone_dir))
     with pytest.raises(ValueError, match="aggregation"):
         MDFNConfig(aggregation="cnn")
+    with pytest.raises(ValueError, match=r"^model_config\.max_length = 5: at least 8$"):  # the setting named, not the config
+        MDFNConfig(max_length=5)
     with pytest.raises(ValueError, match="unknown response-selection model"):
         build_mdfn("mdfn-cnn", {}, str(tiny_backbone_dir))
+
+
+def test_an_empty_file_of_items_is_named_by_its_format(tmp_path):
+    """An empty .jsonl is an empty file of items, not a tab-separated file without lines."""
+    empty = tmp_path / "items.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(DialogueError, match="items.jsonl: no items in the file"):
+        item_blocks(str(empty))
+    (tmp_path / "pairs.tsv").write_text("")
+    with pytest.raises(DialogueError, match=r"pairs\.tsv: no \(label, context, response\) lines"):
+        item_blocks(str(tmp_path / "pairs.tsv"))
 
 
 def test_electra_backbone_on_a_tiny_random_config(tmp_path, tiny_backbone_dir, mutual_items):

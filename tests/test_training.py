@@ -643,6 +643,18 @@ def test_a_resumed_run_keeps_its_optimizers_rates_and_records_them(tmp_path, cap
     assert (saved["lr"], saved["weight_decay"]) == (0.05, 0.01)
 
 
+def test_a_warm_up_longer_than_the_run_is_warned(tmp_path, caplog):
+    """A warm-up of more updates than the run has keeps the learning rate below lr all along: said, with how far it
+    gets."""
+    with caplog.at_level("WARNING", logger="turnformer"):
+        run(tmp_path / "run", epochs=1, warmup_steps=1000)
+    assert "train.warmup_steps = 1000 is more than the run's" in caplog.text and "never reaches it" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="turnformer"):
+        run(tmp_path / "other", epochs=1, warmup_steps=1)
+    assert "warmup_steps" not in caplog.text
+
+
 def test_a_linear_schedule_stays_laid_out_as_the_run_began(tmp_path):
     """Resumed with more epochs, the linear schedule is the checkpoint's: it has reached 0, so the epoch past it
     changes no weight."""

@@ -12,7 +12,8 @@ merged by that processing. One conversation is one `Dialogue` (id = conversation
 
 A line is split on its first and its last ``|``: the speaker is before the first, the tag after the
 last, and the text, which may itself contain ``|``, in between. Lines with fewer than
-two ``|``, empty text, an empty speaker, a tag outside the 41 or a tag field starting with a space (``A|Yes | no``:
+two ``|``, empty text, an empty speaker, a speaker other than ``A``/``B`` (an extra column before the text, whose
+real speaker would be read as text), a tag outside the 41 or a tag field starting with a space (``A|Yes | no``:
 no tag field, a ``|`` in the text read as one) raise `DialogueError` naming the file and line. Blank
 lines are skipped and counted (``blank_line``). If a split list is missing, the split folder's files
 are read in name order and this is reported (``conversation_list_missing``); files in the folder but
@@ -55,6 +56,7 @@ LEE_DERNONCOURT_VALIDATION = frozenset((
     "4321", "4347", "4356", "4372", "4572", "4633", "4660", "4697", "4707", "4716", "4736", "4802", "4890", "4917",
 ))
 _ACT_SET = frozenset(ACTS)
+SPEAKERS = ("A", "B")  # the two callers of a Switchboard conversation
 
 
 def _check_label_file(root: Path) -> None:
@@ -122,6 +124,9 @@ def read_conversation(path: Path, report: LoadReport, conv_id: str, base: Path |
                                 f"field? expected Speaker|Text|tag, got {line!r}")
         if is_blank(speaker):
             raise DialogueError(f"{path}:{lineno}: missing speaker")
+        if speaker not in SPEAKERS:
+            raise DialogueError(f"{path}:{lineno}: speaker {speaker!r}: SwDA's speakers are A and B (a column before "
+                                f"the speaker's?); expected Speaker|Text|tag, got {line!r}")
         if is_blank(text):
             raise DialogueError(f"{path}:{lineno}: empty text ({text!r})")
         if tag not in _ACT_SET:

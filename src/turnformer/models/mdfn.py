@@ -71,9 +71,10 @@ class MDFNConfig(ModelConfig):
                   "fusion": ("gate", "linear"), "objective": ("choice", "binary")}
         for name, allowed in checks.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"MDFN config {name}={getattr(self, name)!r}; allowed: {', '.join(allowed)}")
-        if self.max_length < 8 or self.max_turns < 2 or self.frozen_layers < 0:
-            raise ValueError(f"MDFN config: need max_length >= 8, max_turns >= 2, frozen_layers >= 0, got {self}")
+                raise ValueError(f"model_config.{name} = {getattr(self, name)!r}; allowed: {', '.join(allowed)}")
+        for name, least in (("max_length", 8), ("max_turns", 2), ("frozen_layers", 0)):
+            if getattr(self, name) < least:
+                raise ValueError(f"model_config.{name} = {getattr(self, name)}: at least {least}")
 
     @property
     def channel_names(self) -> tuple[str, ...]:

@@ -249,7 +249,9 @@ def evaluate(model: MDFN, batches: Sequence[SelectionBatch]) -> dict:
 def check_trainable(items: Sequence[ResponseSelectionItem], objective: str, where: str) -> None:
     """Every training item must say which candidates are right: one without an answer gives no loss (a batch of such
     items: no loss at all), and with the ``choice`` objective (a softmax over the candidates) neither does one
-    whose candidates are all wrong. A DialogueError names the first such items and how many there are."""
+    whose candidates are all wrong, nor one of a single candidate (it is chosen whatever the model); with the ``binary``
+    objective, items none of which has a wrong candidate teach only "right" to every response. A DialogueError names
+    the first such items and how many there are."""
     unknown = [str(item.id) for item in items if item.gold() is None]
     if unknown:
         raise DialogueError(f"{where}: {len(unknown)} training item(s) without an answer (first: {', '.join(unknown[:3])}); "
@@ -259,6 +261,15 @@ def check_trainable(items: Sequence[ResponseSelectionItem], objective: str, wher
         if none_right:
             raise DialogueError(f"{where}: {len(none_right)} training item(s) with no right candidate (first: "
                                 f"{', '.join(none_right[:3])}): this model learns to choose the right one among them")
+        alone = [str(item.id) for item in items if len(item.gold()) < 2]
+        if alone:
+            raise DialogueError(f"{where}: {len(alone)} training item(s) of one candidate (first: {', '.join(alone[:3])}): "
+                                "it is chosen whatever the model, so it teaches nothing; give each item its wrong "
+                                "candidates too (meta.candidates, or label-0 lines in a tab-separated file)")
+    elif items and all(all(item.gold()) for item in items):
+        raise DialogueError(f"{where}: no training item has a wrong candidate: the model would learn to call every "
+                            "response right; give the items their wrong candidates too (meta.candidates, or label-0 "
+                            "lines in a tab-separated file)")
 
 
 def prepare_response_selection(recipe: dict, data_dir=None, limits: dict[str, int] | None = None, pretrained: bool = True):
@@ -397,10 +408,17 @@ def rank(dialogue, candidates, checkpoint) -> list[float]:
 def read_selection_file(path: Path) -> list[ResponseSelectionItem]:
     """Items of a file, told by its content (its name may say .csv or nothing): JSON objects, one a line, with
     ``meta.candidates``, or tab-separated ``label \t context ... \t response`` lines."""
-    if first_line(path).lstrip().startswith("{"):
+    if is_jsonl(path):
         dialogues = read_jsonl(path)
         return [dialogue_to_item(d, f"{path}:{line}") for d, line in zip(dialogues, dialogues.lines)]
     return read_selection_tsv(path)
+
+
+def is_jsonl(path: Path) -> bool:
+    """Whether a file of items is JSON Lines: its first line is an object, or (a file of nothing, to be named so) its
+    name says .jsonl."""
+    line = first_line(path).lstrip()
+    return line.startswith("{") or not line and path.name.lower().endswith((".jsonl", ".jsonl.gz"))
 
 
 def load_items(spec: str, data_dir=None) -> list[ResponseSelectionItem]:
@@ -473,7 +491,7 @@ def item_blocks(spec: str, data_dir=None, block_utterances: int | None = None) -
     if not path.exists():
         items = load_items(spec, data_dir)
         return InputBlocks(lambda first: items, item_utterances, block_utterances=block_utterances, noun="items")
-    if first_line(path).lstrip().startswith("{"):
+    if is_jsonl(path):
         def read(first: bool) -> Iterator[ResponseSelectionItem]:
             return (dialogue_to_item(d, f"{path}:{line}") for line, d in iter_jsonl(path, summary=first))
         return InputBlocks(read, item_utterances, f"{spec}: no items in the file", block_utterances, "items")

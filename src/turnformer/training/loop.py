@@ -173,6 +173,11 @@ class _Trainer:
         set_seed(config.seed)
         self.optimizer = build_optimizer(model, config.lr, config.weight_decay, config.head_lr)
         schedule_steps = self.updates_per_epoch * config.epochs
+        if config.warmup_steps > schedule_steps and accelerator.is_main_process:
+            logger.warning(
+                "train.warmup_steps = %d is more than the run's %d updates (%d epoch(s) of %d): the learning rate rises "
+                "to %.0f%% of lr = %g and never reaches it; lower warmup_steps", config.warmup_steps, schedule_steps,
+                config.epochs, self.updates_per_epoch, 100 * schedule_steps / config.warmup_steps, config.lr)
         self.scheduler = build_scheduler(self.optimizer, config.scheduler, config.warmup_steps, schedule_steps)
         self.state = TrainState(num_train_batches=self.n_batches, world_size=self.world, schedule_steps=schedule_steps)
         self.replaced: Path | None = None  # an earlier run in out_dir, set aside until this run's first checkpoint
