@@ -374,6 +374,7 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     (tmp_path / "alone.tsv").write_text("1\thi\tyou\tfine\n1\tso\tthere\n")
     alone = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(tmp_path / "alone.tsv")])
     assert alone.exit_code == 2 and "one candidate ranks first whatever the model" in " ".join(alone.output.split()), alone.output
+    assert f"{tmp_path / 'alone.tsv'}: the items of the test split: each one" in alone.output.replace("\n", "")  # the file named
     online = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(items), "--online"])
     assert online.exit_code == 2 and "--online is for dialogue-act models" in online.output, online.output
 

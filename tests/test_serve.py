@@ -279,6 +279,14 @@ def test_a_token_guards_every_endpoint_but_the_health_check(models):
         assert http.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert http.post("/v1/annotate", json={"turns": TURNS}).status_code == 401
         assert http.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        # refused before its body is read: a body the server cannot read is no 400/422 to a client without the token
+        for body in (b"garbage", b'{"a": 1, "a": 2}'):
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                unread = http.post("/v1/generate", content=body, headers={"Content-Type": "application/json", **headers})
+                assert unread.status_code == 401 and "bearer token" in unread.json()["error"], unread.text
+        for scheme in ("Basic s3cret", "Bearer  s3cret", "bearer s3cret"):
+            assert http.get("/v1/models", headers={"Authorization": scheme}).status_code == (200 if scheme == "bearer s3cret" else 401)
+        assert http.get("/openapi.json").json()["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
         assert http.get("/").status_code == 200  # the page itself asks for the token
     # a token that an HTTP header cannot carry as the server reads it (curl sent "sécret" in UTF-8, the server compared
     # it read as Latin-1: never equal) is refused when the server starts, not with a 401 to every request

@@ -194,6 +194,14 @@ def test_bad_settings_and_over_long_instances_are_refused(tokenizer, vocab):
         model.make_batches(make_instances(LONGER), 8)
     with pytest.raises(ValueError, match="replies greedily"):
         ResponseGenerator(model, vocab, beam_size=3)
+    # a server's request (`Task.respond`) with a beam: a user's error naming the field (it was a 500), not a fault
+    from turnformer.tasks.generation import TASK
+
+    run = {"recipe": {"data": {}}}
+    with pytest.raises(DialogueError, match=r"^beam: 2; this model \(SmolLM2Generator\) replies greedily"):
+        TASK.respond(model, vocab, run, [("A", "hi")], beam=2)
+    with pytest.raises(DialogueError, match="replies greedily"):
+        ResponseGenerator(model, vocab, beam_size=3)
     with pytest.raises(ValueError, match="greedy"):
         generator(tokenizer, vocab).predict(generator(tokenizer, vocab).make_batches(make_instances(DIALOGUES), 8)[0], beam_size=2)
 
@@ -255,3 +263,12 @@ def test_what_smollm2_cannot_do_is_said_before_the_work_and_names_the_split(toke
     caplog.clear()
     generator(tokenizer, vocab, max_tokens=500, max_new_tokens=13)  # the tiny model's 512 positions: 513
     assert "max_tokens = 500 and max_new_tokens = 13: a prompt and its reply take up to their sum, over the 512" in caplog.text
+
+
+def test_a_reply_cut_part_way_through_a_character_keeps_its_whole_characters(tokenizer):
+    """A byte-level tokenizer gives a CJK character several tokens: a reply cut at max_new_tokens between them decoded
+    to a replacement character at its end."""
+    ids = tokenizer("美鮨 美", add_special_tokens=False)["input_ids"]
+    cut = tokenizer.decode(ids[:-1])
+    assert cut.endswith("\ufffd") and smollm2.whole_characters(cut) == "美鮨 "
+    assert smollm2.whole_characters(tokenizer.decode(ids)) == "美鮨 美"

@@ -147,7 +147,13 @@ class PretrainedLMGenerator:
         out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), do_sample=False,
                                   max_new_tokens=self.max_new_tokens, eos_token_id=self.stop_ids, pad_token_id=self.pad_id)
         texts = self.tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
-        return [words(text.strip().split("\n")[0]) for text in texts]
+        return [words(whole_characters(text.strip().split("\n")[0])) for text in texts]
+
+
+def whole_characters(text: str) -> str:
+    """A decoded reply without the replacement characters it ends in: a reply cut at max_new_tokens part-way through
+    a character's bytes (a byte-level tokenizer gives a CJK character or an emoji several tokens) decodes them so."""
+    return text.rstrip("\ufffd")
 
 
 def evaluate_pretrained_lm(instances: Sequence[GenerationInstance], model, tokenizer, batch_size: int = 8,
@@ -415,7 +421,7 @@ class SmolLM2Generator(nn.Module):
         out, stops = [], set(self.stop_ids.tolist())
         for row in torch.stack(steps, 1).tolist():
             stop = next((j for j, t in enumerate(row) if t in stops), len(row))
-            out.append(words(self.tokenizer.decode(row[:stop], skip_special_tokens=True)))
+            out.append(words(whole_characters(self.tokenizer.decode(row[:stop], skip_special_tokens=True))))
         return out
 
     def predict(self, batch: LMBatch, beam_size: int = 1) -> tuple[list[list[int]], list[list[int]]]:

@@ -28,11 +28,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.routing import APIRoute
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -212,18 +212,21 @@ def checked_token(token: str) -> str:
     return token
 
 
-def bearer(token: str):
-    """A dependency that refuses (401) a request without ``Authorization: Bearer <token>``."""
-    token = checked_token(token)
-    scheme = HTTPBearer(auto_error=False, description="The token the server was started with (TURNFORMER_TOKEN).")
+class BearerGuard:
+    """Refuse (401) a request to a /v1 endpoint but the health check without ``Authorization: Bearer <token>``, before
+    anything reads its body: a client without the token learns nothing of what the server makes of it (FastAPI reads
+    a body before an endpoint's dependencies)."""
 
-    def check(credentials: HTTPAuthorizationCredentials | None = Depends(scheme)) -> None:
-        given = credentials.credentials.encode() if credentials is not None else b""
-        if not hmac.compare_digest(given, token.encode()):
-            raise HTTPException(401, "this server needs a bearer token: Authorization: Bearer TOKEN",
-                                headers={"WWW-Authenticate": "Bearer"})
+    def __init__(self, app, token: str):
+        self.app, self.token = app, token.encode()
 
-    return check
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/") and scope["path"] != "/v1/health":
+            scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(given, self.token):
+                return await error(401, "this server needs a bearer token: Authorization: Bearer TOKEN",
+                                   headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 def label_answer(prediction: dict) -> dict:
@@ -342,7 +345,11 @@ def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token:
     app.state.sessions = store  # the live sessions, for a program that embeds the app (a test moves their clock)
     add_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, seconds=limits.body_seconds)
-    guard = [Depends(bearer(token))] if token else []
+    guard = []
+    if token:
+        app.add_middleware(BearerGuard, token=checked_token(token))  # added last, so the first to see a request: before BodyLimit
+        # the scheme in the API's description (/docs asks for the token); the check itself is BearerGuard's
+        guard = [Depends(HTTPBearer(auto_error=False, description="The token the server was started with (TURNFORMER_TOKEN)."))]
 
     @app.get("/v1/health", tags=["server"])
     def health() -> dict:

@@ -446,7 +446,7 @@ class ResponseGenerator:
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         if beam_size > 1 and hasattr(model, "generate_words"):
-            raise ValueError(f"{type(model).__name__} replies greedily: beam search (beam_size {beam_size}) is for the word generators")
+            raise DialogueError(f"{type(model).__name__} replies greedily: beam search (beam_size {beam_size}) is for the word generators")
         self.model, self.vocab = model.eval(), vocab
         self.max_context_turns, self.max_words, self.beam_size = max_context_turns, max_words, beam_size
 
@@ -571,6 +571,9 @@ class Generation:
 
     def respond(self, model, vocab: Vocabulary, run: dict, dialogue, speaker: str | None = None, beam: int = 1,
                 truncation: dict | None = None) -> str:
+        if beam > 1 and hasattr(model, "generate_words"):  # a request's field, named as a server names one
+            raise DialogueError(f"beam: {beam}; this model ({type(model).__name__}) replies greedily, beam search is for "
+                                "the word generators: give beam 1")
         generator = self.session(model, vocab, run, beam)
         if truncation is not None and (unread := generator.unread(dialogue, speaker)) is not None:
             truncation["note"] = f"the model read {unread}"

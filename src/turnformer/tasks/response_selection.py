@@ -332,11 +332,12 @@ def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None,
     check_split(split)
     splits = load_selection_data(run["recipe"], data_dir, only=[split])
     items = splits[split][:limit]
-    scope = f"--limit-dialogues {limit}: the first {limit} items" if limit else "the items"
+    scope = (f"{input_file}: " if input_file is not None else "") + \
+        (f"--limit-dialogues {limit}: the first {limit} items" if limit else "the items") + f" of the {split} split"
     if not any(any(item.gold() or ()) for item in items):  # no answer, or none right: nothing to score
-        raise DialogueError(f"{scope} of the {split} split: none has a right candidate, so nothing can be scored")
+        raise DialogueError(f"{scope}: none has a right candidate, so nothing can be scored")
     if all(len(item.candidates) < 2 for item in items if any(item.gold() or ())):
-        raise DialogueError(f"{scope} of the {split} split: each one with a right candidate has no other, and one candidate "
+        raise DialogueError(f"{scope}: each one with a right candidate has no other, and one candidate "
                             "ranks first whatever the model, so nothing can be scored (in a tab-separated file, "
                             "consecutive lines with the same context make one item)")
     encoded = encode_items(items, tokenizer, model.config.max_turns, model.config.max_length)
