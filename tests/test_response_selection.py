@@ -442,3 +442,18 @@ def test_scoring_in_chunks_is_scoring_at_once(tiny_backbone_dir, mutual_items):
     empty: dict = {}
     assert score_items(model, tokenizer, [], truncation=empty) == [] and set(empty) == set(whole)
     assert not any(empty.values())
+
+
+def test_a_candidates_unknown_fields_are_counted_as_a_turns_are(tmp_path, caplog):
+    """A candidate's fields other than speaker and text were read past without a word; a turn's are counted."""
+    from turnformer.tasks.response_selection import read_selection_file
+
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "x", "turns": [{"speaker": "A", "text": "hi"}],
+                                 "meta": {"candidates": [{"text": "hello", "act": "greet"}, {"text": "go", "score": 1}], "answer": 0}}) + "\n")
+    for read in (read_selection_file, lambda path: [item for _, block in item_blocks(str(path)) for item in block]):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="turnformer"):
+            assert [item.id for item in read(items)] == ["x"]
+        assert "'act' x1 (first " in caplog.text and "items.jsonl:1: meta.candidates[0].act)" in caplog.text, caplog.text
+        assert "'score' x1" in caplog.text

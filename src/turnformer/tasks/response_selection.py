@@ -30,9 +30,10 @@ import numpy as np
 import torch
 
 from turnformer.backbones.loading import load_auto_encoder
-from turnformer.data import load_split, parse_split_spec, read_jsonl
+from turnformer.data import load_split, parse_split_spec
 from turnformer.data._io import first_line, write_file
 from turnformer.data.jsonl import iter_jsonl
+from turnformer.data.report import LoadReport
 from turnformer.data.selection_tsv import iter_selection_tsv, read_selection_tsv
 from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, as_dialogue, as_turn,
                                  is_blank, next_speaker, output_names, text_to_read)
@@ -86,10 +87,11 @@ class EncodedItem:
     dropped_turn_tokens: int = 0  # their word pieces
 
 
-def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionItem:
+def dialogue_to_item(dialogue: Dialogue, where: str = "", report: LoadReport | None = None) -> ResponseSelectionItem:
     """The generic JSONL form of an item (its context as a conversation, ``meta.candidates`` a list of
     {"speaker", "text"} or plain texts, ``meta.answer`` an index or null and, optionally, ``meta.relevance`` one 0/1 per
-    candidate) back to an item."""
+    candidate) back to an item; a candidate's other fields are read past and counted in `report` (``unknown_field``),
+    as a turn's are."""
     where = where or f"dialogue {dialogue.id!r}"
     candidates = dialogue.meta.get("candidates")
     if not isinstance(candidates, list) or not candidates:
@@ -101,6 +103,9 @@ def dialogue_to_item(dialogue: Dialogue, where: str = "") -> ResponseSelectionIt
         if not isinstance(c, dict) or not isinstance(c.get("text"), str) or is_blank(c["text"]):
             raise DialogueError(f"{where}: meta.candidates[{i}]: expected a non-empty text or {{\"speaker\": ..., \"text\": non-empty}}, "
                                 f"got {c!r:.60}")
+        for name in c.keys() - {"speaker", "text"}:
+            if report is not None:
+                report.ignore_field(where, f"meta.candidates[{i}].{name}", name)
         speaker = c.get("speaker")
         if speaker is None:
             speaker = next_speaker(dialogue)
@@ -410,8 +415,8 @@ def read_selection_file(path: Path) -> list[ResponseSelectionItem]:
     """Items of a file, told by its content (its name may say .csv or nothing): JSON objects, one a line, with
     ``meta.candidates``, or tab-separated ``label \t context ... \t response`` lines."""
     if is_jsonl(path):
-        dialogues = read_jsonl(path)
-        return [dialogue_to_item(d, f"{path}:{line}") for d, line in zip(dialogues, dialogues.lines)]
+        report = LoadReport(source=str(path))  # the summary logged after the last item's candidates are read too
+        return [dialogue_to_item(d, f"{path}:{line}", report) for line, d in iter_jsonl(path, report=report)]
     return read_selection_tsv(path)
 
 
@@ -494,7 +499,8 @@ def item_blocks(spec: str, data_dir=None, block_utterances: int | None = None) -
         return InputBlocks(lambda first: items, item_utterances, block_utterances=block_utterances, noun="items")
     if is_jsonl(path):
         def read(first: bool) -> Iterator[ResponseSelectionItem]:
-            return (dialogue_to_item(d, f"{path}:{line}") for line, d in iter_jsonl(path, summary=first))
+            report = LoadReport(source=str(path))
+            return (dialogue_to_item(d, f"{path}:{line}", report) for line, d in iter_jsonl(path, report=report, summary=first))
         return InputBlocks(read, item_utterances, f"{spec}: no items in the file", block_utterances, "items")
     return InputBlocks(lambda first: iter_selection_tsv(path, summary=first), item_utterances,
                        f"{path}: no (label, context, response) lines", block_utterances, "items")
