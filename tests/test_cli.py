@@ -232,3 +232,18 @@ def test_an_interrupted_demo_says_what_it_left_and_that_it_starts_over(data_dir,
     assert result.exit_code == 130 and "Traceback" not in result.output, result.output
     assert f"interrupted: the demo's fine-tune in {tmp_path / 'run'} did not finish; the demo run again starts it over" in \
         " ".join(result.output.split())
+
+
+def test_every_option_of_every_command_says_what_it_takes():
+    """`--help` is where a user reads an option: none is listed without a line of help."""
+    import click
+    import typer
+
+    def commands(command, path=()):
+        yield path, command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from commands(sub, (*path, name))
+
+    bare = [f"{' '.join(path)} {param.opts[0]}" for path, command in commands(typer.main.get_command(app))
+            for param in command.params if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip()]
+    assert bare == [], bare

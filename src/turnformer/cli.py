@@ -507,8 +507,10 @@ def train(
     limit_dialogues: Optional[int] = typer.Option(None, help="Use only the first N dialogues of each split (quick runs)."),
     limit_train: Optional[int] = typer.Option(None, help="Use only the first N training dialogues (a documented subset; validation and test stay whole)."),
     limit_eval: Optional[int] = typer.Option(None, help="Use only the first N validation and test dialogues (a documented subset)."),
-    train_file: Optional[Path] = typer.Option(None), validation_file: Optional[Path] = typer.Option(None),
-    test_file: Optional[Path] = typer.Option(None),
+    train_file: Optional[Path] = typer.Option(None, help="Training conversations (JSONL; response selection: JSONL "
+                                              "items or tab-separated lines); implies --dataset file."),
+    validation_file: Optional[Path] = typer.Option(None, help="Validation file, as --train-file (its scores choose the best epoch)."),
+    test_file: Optional[Path] = typer.Option(None, help="Test file, as --train-file (scored at the best validation epoch)."),
     set_: list[str] = typer.Option([], "--set", help="Override a recipe value: --set train.epochs=2."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
@@ -952,7 +954,8 @@ def serve(
                                          "annotate one conversation together."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on: 127.0.0.1 answers this machine only; any other "
                              "wants TURNFORMER_TOKEN set."),
-    port: int = typer.Option(8000, min=1, max=65535),
+    port: int = typer.Option(8000, min=1, max=65535, help="Port to listen on (taken before the models load: one in "
+                             "use fails at once)."),
     max_sessions: int = typer.Option(1000, min=1, help="Live conversations at most; the least recently used is evicted "
                                      "to make room for a new one."),
     idle_timeout: float = typer.Option(1800.0, min=1.0, help="Seconds after which a conversation no request used expires."),
