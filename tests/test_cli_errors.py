@@ -218,11 +218,31 @@ def test_a_training_file_with_one_label_is_refused(files, tmp_path):
     assert f"{joyful}: every labelled turn has the same 'emotion' label, 'joy'; a classifier needs two labels" in result.output
 
 
+def test_labels_that_differ_only_in_capitals_are_refused(files, tmp_path):
+    """Half a file saying Joy and half joy trained four classes for two, without a word."""
+    mixed = _write(tmp_path, "mixed.jsonl", [_dialogue(i, label=label) for i, label in enumerate(["joy", "Joy", "sadness", "joy"])])
+    result = runner.invoke(app, ["train", "--train-file", str(mixed), "--validation-file", str(files["validation"]),
+                                 "--test-file", str(files["test"]), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2, result.output
+    assert f"{mixed}: the 'emotion' labels 'joy' and 'Joy' differ only in capitals" in result.output.replace("\n", "")
+    assert not (tmp_path / "x").exists()
+
+
 def test_utterance_length_over_the_backbone_positions(tiny_backbone_dir, files, tmp_path):
     result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
                                  "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), *_tiny(tiny_backbone_dir),
                                  "--set", "model_config.max_utterance_tokens=1000"])
     assert result.exit_code == 2 and "max_utterance_tokens = 1000 is over the backbone's 128 positions" in result.output
+    # too few for a word, and a concatenated context longer than the positions: the setting named, not the code's name
+    for setting, message in (("model_config.max_utterance_tokens=1", "model_config.max_utterance_tokens = 1: at least 3"),):
+        result = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
+                                     "--test-file", str(files["test"]), "--out", str(tmp_path / "x"), *_tiny(tiny_backbone_dir),
+                                     "--set", setting])
+        assert result.exit_code == 2 and message in result.output, result.output
+    result = runner.invoke(app, ["train", "--model", "concat-context", "--train-file", str(files["train"]),
+                                 "--validation-file", str(files["validation"]), "--test-file", str(files["test"]),
+                                 "--out", str(tmp_path / "x"), "--set", f"backbone={json.dumps(str(tiny_backbone_dir))}"])
+    assert result.exit_code == 2 and "model_config.max_length = 512: over the backbone's 128 positions" in result.output, result.output
 
 
 def test_checkpoint_problems(trained_run, files, tmp_path):

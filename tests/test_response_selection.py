@@ -301,6 +301,10 @@ def test_an_empty_file_of_items_is_named_by_its_format(tmp_path):
     empty.write_text("\n")
     with pytest.raises(DialogueError, match="items.jsonl: no items in the file"):
         item_blocks(str(empty))
+    from turnformer.tasks.response_selection import read_selection_file
+
+    with pytest.raises(DialogueError, match="items.jsonl: no items in the file"):
+        read_selection_file(empty)
     (tmp_path / "pairs.tsv").write_text("")
     with pytest.raises(DialogueError, match=r"pairs\.tsv: no \(label, context, response\) lines"):
         item_blocks(str(tmp_path / "pairs.tsv"))

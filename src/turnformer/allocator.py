@@ -4,10 +4,12 @@ A training step over a long conversation allocates and frees the same large tens
 [B, H, chunk, memory + chunk] per layer, forward, recomputation and backward), between small tensors that live for
 the whole step (each chunk's saved memory). glibc's malloc raises its mmap threshold each time such a block is freed,
 so the large blocks soon come from the heap, where the long-lived small ones pin it: the heap grows with every chunk,
-though what the step holds does not (`benchmarks/allocator_memory.py`: one step of the default file model over 600 of
-SwDA's utterances peaked at 2.4-2.6 GB resident, at 1.7-1.8 GB with the settings below, for 9-31% more time; MELD's
-batches, the same within the noise). A fixed threshold (blocks of 16 MiB and more mapped and returned whole) keeps the
-peak near what the step holds; transparent huge pages for those mappings keep most of the heap's speed.
+though what the step holds does not. A fixed threshold of 1 MiB (blocks of 1 MiB and more mapped and returned whole)
+keeps the peak near what the step holds, whatever the model's block sizes (an earlier 16 MiB let a 4-head model's
+blocks back into the heap: 3.3 GB over 400 utterances where 1 MiB holds 0.67); transparent huge pages for those
+mappings keep most of the heap's speed. `benchmarks/allocator_memory.py`: one step of the default file model over
+300 and 1,200 of SwDA's utterances peaked at 2.10 and 3.05 GB with malloc as it is, at 1.31 and 1.45 GB so set, for
+about a third more time; MELD's batches at 1.63 and 1.19 GB.
 
 The settings are glibc tunables, read when a process starts, so the command starts itself again with them in its
 environment (once: a ``GLIBC_TUNABLES`` already set, the user's or ours, is kept as it is). ``TURNFORMER_ALLOCATOR``:
@@ -22,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-TUNABLES = "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=16777216"
+TUNABLES = "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=1048576"
 
 
 def allocator_environment(environ: Mapping[str, str], system: str, libc: str) -> dict[str, str] | None:

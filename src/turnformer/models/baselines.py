@@ -162,7 +162,7 @@ class ConcatContext(_ERCModel):
             raise ValueError(f"max_length must be at least 3 ([CLS] token [SEP]), got {config.max_length}")
         limit = encoder.max_positions
         if limit is not None and config.max_length > limit:
-            raise ValueError(f"max_length {config.max_length} exceeds the backbone's {limit} positions")
+            raise ValueError(f"model_config.max_length = {config.max_length}: over the backbone's {limit} positions")
         if config.max_rows_per_forward < 1 or config.max_tokens_per_forward < 1:
             raise ValueError("max_rows_per_forward and max_tokens_per_forward must be at least 1")
         self.config = config
@@ -308,10 +308,11 @@ class SegmentRecurrence(_ERCModel):
     def __init__(self, config: SegmentRecurrenceConfig, encoder: StructuredEncoder, cls_id: int, sep_id: int, pad_id: int):
         super().__init__()
         if config.segment_len < 1 or config.mem_len < 0:
-            raise ValueError("segment_len must be positive and mem_len non-negative")
+            raise ValueError(f"model_config.segment_len = {config.segment_len}, mem_len = {config.mem_len}: segment_len must "
+                             "be positive and mem_len not negative")
         limit = encoder.max_positions
         if limit is not None and config.segment_len > limit:
-            raise ValueError(f"segment_len {config.segment_len} exceeds the backbone's {limit} positions")
+            raise ValueError(f"model_config.segment_len = {config.segment_len}: over the backbone's {limit} positions")
         self.config = config
         self.encoder = encoder
         self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id

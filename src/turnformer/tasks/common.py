@@ -41,6 +41,16 @@ def label_set_from_data(dialogues: Sequence[Dialogue], kind: str) -> list[str]:
     return [label for label, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
+def check_spellings(labels: Sequence[str], kind: str, source: str) -> None:
+    """Refuse labels that differ only in capitals or surrounding spaces (``Joy`` and ``joy``): read as written, they
+    would be two classes that split one, and nothing would say so."""
+    seen: dict[str, str] = {}
+    for label in labels:
+        if (other := seen.setdefault(label.strip().casefold(), label)) != label:
+            raise DialogueError(f"{source}: the {kind!r} labels {other!r} and {label!r} differ only in capitals or spaces: "
+                                "labels are compared as written, so they would be two classes; write them alike")
+
+
 def split_file(recipe: dict, split: str) -> str:
     """The path of a ``dataset = "file"`` recipe's `split`; its absence is an error naming the option that gives it."""
     path = recipe.get(f"{split}_file")
@@ -124,6 +134,7 @@ def load_labelled_data(recipe: dict, kind: str, data_dir=None, only: Sequence[st
             splits = read_split_files(recipe, ["train"])
             require_labels(splits["train"], kind, recipe["train_file"], "train")
             labels = label_set_from_data(splits["train"], kind)
+            check_spellings(labels, kind, recipe["train_file"])
             if len(labels) == 1:  # every utterance would get it: nothing to learn, a perfect score that means nothing
                 raise DialogueError(f"{recipe['train_file']}: every labelled turn has the same {kind!r} label, {labels[0]!r}; "
                                     "a classifier needs two labels or more in its training file (or a recipe's labels)")

@@ -139,6 +139,10 @@ def build_dialogxl(model_config: dict, labels: list[str], backbone: str):
     positions = getattr(encoder.config, "max_position_embeddings", None)  # None: relative positions (XLNet)
     if positions is not None and config.max_utterance_tokens > positions:
         raise DialogueError(f"model_config.max_utterance_tokens = {config.max_utterance_tokens} is over the backbone's {positions} positions")
+    least = tokenizer.num_special_tokens_to_add() + 1  # an utterance's special tokens and one word
+    if config.max_utterance_tokens < least:
+        raise DialogueError(f"model_config.max_utterance_tokens = {config.max_utterance_tokens}: at least {least} (the "
+                            f"{least - 1} special token(s) of an utterance and a word)")
     model = DialogXL(config, encoder, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
     return model, tokenizer
 

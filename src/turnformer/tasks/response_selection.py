@@ -416,7 +416,10 @@ def read_selection_file(path: Path) -> list[ResponseSelectionItem]:
     ``meta.candidates``, or tab-separated ``label \t context ... \t response`` lines."""
     if is_jsonl(path):
         report = LoadReport(source=str(path))  # the summary logged after the last item's candidates are read too
-        return [dialogue_to_item(d, f"{path}:{line}", report) for line, d in iter_jsonl(path, report=report)]
+        items = [dialogue_to_item(d, f"{path}:{line}", report) for line, d in iter_jsonl(path, report=report)]
+        if not items:
+            raise DialogueError(f"{path}: no items in the file")
+        return items
     return read_selection_tsv(path)
 
 
