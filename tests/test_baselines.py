@@ -155,6 +155,19 @@ def test_concat_context_truncation_counts_per_row():
     assert by_row[(0, 2)] == ([CLS, SEP, 13, 14, 15, SEP], [0, 0, 1, 1, 1, 1], 4)
 
 
+def test_concat_context_rows_of_a_conversation_longer_than_max_length_in_turns():
+    """A row is packed from the newest turns that can fit (a long conversation cost the square of its length when
+    every row copied its whole history): the same tokens, types and dropped-token counts as the whole history cut."""
+    model = concat_model(max_length=6)
+    turns = [[CLS, *([20 + t % 7] * (1 + t % 3)), SEP] for t in range(40)]
+    conv = EncodedConversation(None, turns, [t % 2 for t in range(40)], [t % 3 for t in range(40)])
+    rows = {row: (ids[: len([i for i in ids if i != PAD])], types[: len([i for i in ids if i != PAD])], cut)
+            for chunk in model.build_inputs(make_batch([conv], PAD))
+            for row, ids, types, cut in zip(chunk.rows, chunk.input_ids.tolist(), chunk.token_type_ids.tolist(), chunk.truncated)}
+    for t in range(40):
+        assert rows[(0, t)] == concat_sequence(conv, t, 6), t
+
+
 def test_concat_context_single_token_type_backbone():
     model = concat_model(type_vocab_size=1)
     conv = conversations(turns=(3,))[0]

@@ -193,18 +193,22 @@ class ConcatContext(_ERCModel):
         rows.sort(key=length.__getitem__)
         chunks = []
         for chunk in self._chunks(rows, length):
+            # a row's history from the newest turns that can fit (each takes its [SEP] at least), not from the first:
+            # the packing drops the older ones whole anyway, and copying them made a long conversation cost its square
+            first = [max(0, t + 1 - self.config.max_length) for _, t in chunk]
             packed = pack_token_ids(
-                [words[b][: t + 1] for b, t in chunk], [speakers[b][: t + 1] for b, t in chunk], self.special,
-                max_length=self.config.max_length,
+                [words[b][f: t + 1] for (b, t), f in zip(chunk, first)],
+                [speakers[b][f: t + 1] for (b, t), f in zip(chunk, first)], self.special, max_length=self.config.max_length,
             )
             real = packed.meta.is_real
             if self.use_token_types:
-                query = packed.meta.utterance == torch.tensor([t for _, t in chunk]).unsqueeze(1)
+                query = packed.meta.utterance == torch.tensor([t - f for (_, t), f in zip(chunk, first)]).unsqueeze(1)
                 query[:, 0] = False  # [CLS] is segment A even when truncation reached the query
                 types = (query & real).long()
             else:
                 types = torch.zeros_like(packed.input_ids)
-            chunks.append(ConcatInputs(packed.input_ids, types, real, chunk, packed.truncated))
+            dropped = [n + prefix[b][f] for n, (b, _), f in zip(packed.truncated, chunk, first)]  # the turns left out too
+            chunks.append(ConcatInputs(packed.input_ids, types, real, chunk, dropped))
         return chunks
 
     def _chunks(self, rows: list[tuple[int, int]], length: dict) -> list[list[tuple[int, int]]]:
