@@ -42,12 +42,12 @@ def label_set_from_data(dialogues: Sequence[Dialogue], kind: str) -> list[str]:
 
 
 def check_spellings(labels: Sequence[str], kind: str, source: str) -> None:
-    """Refuse labels that differ only in capitals or surrounding spaces (``Joy`` and ``joy``): read as written, they
-    would be two classes that split one, and nothing would say so."""
+    """Refuse labels that differ only in capitals (``Joy`` and ``joy``; the reader has trimmed their spaces): read as
+    written, they would be two classes that split one, and nothing would say so."""
     seen: dict[str, str] = {}
     for label in labels:
-        if (other := seen.setdefault(label.strip().casefold(), label)) != label:
-            raise DialogueError(f"{source}: the {kind!r} labels {other!r} and {label!r} differ only in capitals or spaces: "
+        if (other := seen.setdefault(label.casefold(), label)) != label:
+            raise DialogueError(f"{source}: the {kind!r} labels {other!r} and {label!r} differ only in capitals: "
                                 "labels are compared as written, so they would be two classes; write them alike")
 
 

@@ -103,9 +103,8 @@ def dialogue_to_item(dialogue: Dialogue, where: str = "", report: LoadReport | N
         if not isinstance(c, dict) or not isinstance(c.get("text"), str) or is_blank(c["text"]):
             raise DialogueError(f"{where}: meta.candidates[{i}]: expected a non-empty text or {{\"speaker\": ..., \"text\": non-empty}}, "
                                 f"got {c!r:.60}")
-        for name in c.keys() - {"speaker", "text"}:
-            if report is not None:
-                report.ignore_field(where, f"meta.candidates[{i}].{name}", name)
+        for name in sorted(c.keys() - {"speaker", "text"}) if report is not None else ():
+            report.ignore_field(where, f"meta.candidates[{i}].{name}", name)
         speaker = c.get("speaker")
         if speaker is None:
             speaker = next_speaker(dialogue)
