@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from turnformer.results import make_result, paper_score, write_result
+from turnformer.results import machine, machine_line, make_result, paper_score, write_result
 from turnformer.tasks.generation import pretrained_start
 from turnformer.tasks.metrics import primary_metric
 
@@ -44,6 +44,7 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
     run that cannot count."""
     seeds, scores, accuracy, online, validation, best_epochs, seconds, commands = [], [], [], [], [], [], [], []
     precisions = []  # accelerate's mixed precision each run trained under (runs before it was recorded: None)
+    machines = {}  # seed -> where its run trained (runs before it was recorded: this machine)
     ranking: dict[str, list[float]] = {}  # response selection: the other ranking metrics; generation: BLEU, Distinct
     recipe = None
     partial_runs = []
@@ -75,6 +76,7 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
         validation.append(best["validation"]["perplexity"] if generation else best["validation"]["primary"])
         best_epochs.append(best["epoch"])
         precisions.append(info.get("mixed_precision"))
+        machines[info["seed"]] = info.get("machine") or machine()
         seconds.append(result["train_seconds"] if max_epoch is None
                        else sum(h["seconds"] for h in result["history"] if h.get("complete") and h["epoch"] <= max_epoch))
         limits = info.get("limits") or {}
@@ -88,7 +90,7 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
     # MuTual's test answers are hidden: the "test" of its runs is the dev set (see turnformer.tasks.response_selection)
     split = "dev" if task == "response-selection" and recipe["dataset"] in ("mutual", "mutual-plus") else "test"
     metric = {"dialogue-act": "accuracy", "response-selection": "R4@1", "generation": "perplexity"}.get(task) or primary_metric(recipe["dataset"])
-    return make_result(
+    record = make_result(
         experiment, task=task, dataset=recipe["dataset"], split=split, model=recipe["model"],
         backbone=recipe.get("backbone") or pretrained_start(recipe["model"]), config=run_config(recipe),
         metric=metric, scores=scores, seeds=seeds, paper=paper_score(task, recipe["dataset"], recipe["model"]),
@@ -98,6 +100,7 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
                **({"mixed_precision": precisions} if any(precisions) else {}), **(extra or {})},
         command="; ".join(commands) + " (recipe values as in config)",
     )
+    return {**record, "machine": machine_line(machines)}
 
 
 def main() -> None:

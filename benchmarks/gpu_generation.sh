@@ -10,6 +10,15 @@
 #   SEEDS    default 1,2,3. Seed-major: every main row's first seed starts before any second one, the one-seed rows
 #            (ablations, c_max) last, so a call cut short still has every main row. The runs' train.log files (in the
 #            archive) give each model's batches a second on the card: size the next calls from them.
+#   EXPERIMENTS  only these experiment ids (comma-separated; benchmarks/run.py --experiments), e.g. the two rows of one
+#            claim: generation-dailydialog-transformer,generation-dailydialog-transformer-dra.
+# Sizing, measured on an H200 (WORKERS=6, the six main rows' first seeds, float32, DEADLINE=495): an epoch with its
+# evaluation took about 75 s of the call (the Transformer, GPT-2-style), 80 s (+DRA), 90-100 s (DialogBERT, +DRA) and
+# 120 s (PHAED); the runs reached epochs 4 (PHAED) to 6 of the recipes' 10. A Transformer run with the card nearly to
+# itself trained 37 batches a second (32 s an epoch of 1,189 batches). So a 10-minute call finishes the ten epochs of
+# two or three runs (WORKERS=2 or 3, EXPERIMENTS), not of six; a cut run cannot go on in a later call (a fresh machine,
+# and its checkpoint, 93 MB with the optimiser, does not come back), but its finished epochs are scored (partial).
+# Give the call's time limit a minute beyond DEADLINE: the runs' last evaluation, the collection and the archive.
 # DRA's models read spaCy parses: where the parser is not installed, bring the parse cache of the data along
 # (TURNFORMER_CACHE/parses, filled by any run of transformer-dra on the same conversations; it is read without spaCy).
 # Usage: benchmarks/gpu_generation.sh    then the results files are in benchmarks/results/ and the archive.
@@ -18,7 +27,8 @@ export RUNS=${RUNS:-runs/generation} ARCHIVE=${ARCHIVE:-runs/generation.tar.gz}
 read -r -a plans <<< "${PLANS:-generation}"
 mkdir -p "$RUNS"
 python3 benchmarks/run.py $(printf -- '--plan %s ' "${plans[@]}") --seeds "${SEEDS:-1,2,3}" --workers "${WORKERS:-12}" \
-    --seed-major --deadline "${DEADLINE:-480}" --runs-dir "$RUNS" 2>&1 | tee -a "$RUNS/runner.log"
+    --seed-major --deadline "${DEADLINE:-480}" --runs-dir "$RUNS" ${EXPERIMENTS:+--experiments "$EXPERIMENTS"} 2>&1 \
+    | tee -a "$RUNS/runner.log"
 tar -czf "$ARCHIVE" --exclude=last --exclude=best --exclude="*.tmp" --exclude="*.old" "$RUNS" \
     $(ls benchmarks/results/generation-*.json 2>/dev/null)
 echo "archived into $ARCHIVE"

@@ -13,7 +13,8 @@ the experiment's results file holds, collected from a whole run of the recipe as
 file keeps it beside the seeds collected later (``--seeds 2,3`` adds to a file of seed 1), and its command says so.
 A seed whose run was cut short is trained again (or continued, where its folder is here); the file's whole seeds stay.
 ``--deadline`` gives every run a time budget ending that many seconds after the start: runs cut by it are recorded as partial,
-and continue from their checkpoint when the command is repeated.
+and continue from their checkpoint when the command is repeated. A run not started a minute before the deadline
+(``LAST_START``) is not started: the command ends by its deadline, and a repeat of it starts that run.
 With ``--workers`` above 1 every run gets one CPU thread (the runs share the machine, or one GPU).
 ``--dry-run`` prints the runs the command would start, and starts none.
 
@@ -258,6 +259,10 @@ def write_config(experiment: Experiment, seed: int, out: Path) -> None:
     (out / "config.toml").write_text("\n".join(header) + "\n" + recipe_toml(resolved_recipe(experiment)))
 
 
+# the least time before the deadline at which a run is started: loading the data and a first evaluation take that much
+LAST_START = 60.0
+
+
 def train_arguments(experiment: Experiment, seed: int, out: Path, deadline: float | None) -> list[str]:
     """`turnformer train`'s arguments for the experiment's run of `seed` in `out`: continued where it has a checkpoint,
     stopped by the deadline."""
@@ -268,7 +273,7 @@ def train_arguments(experiment: Experiment, seed: int, out: Path, deadline: floa
     if (out / "last").exists():
         arguments.append("--resume")
     if deadline is not None:
-        arguments += ["--time-budget", str(max(60.0, deadline - time.time()))]
+        arguments += ["--time-budget", str(max(1.0, deadline - time.time()))]
     return arguments
 
 
@@ -282,6 +287,10 @@ def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float |
     out = run_dir(experiment, seed, runs_dir)
     if not starts(experiment, out):
         return out
+    if deadline is not None and (left := deadline - time.time()) < LAST_START:
+        # one write a line: the runs' threads print side by side
+        print(f"{experiment.id} seed {seed}: not started, {max(left, 0):.0f} s before the deadline\n", end="", flush=True)
+        return out
     out.mkdir(parents=True, exist_ok=True)
     write_config(experiment, seed, out)
     command = [sys.executable, "-m", "turnformer.cli", *train_arguments(experiment, seed, out, deadline)]
@@ -293,7 +302,7 @@ def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float |
         log.flush()
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     status = "done" if code == 0 else f"FAILED ({code}): " + " | ".join((out / "train.log").read_text().strip().splitlines()[-3:])
-    print(f"{experiment.id} seed {seed}: {status}", flush=True)
+    print(f"{experiment.id} seed {seed}: {status}\n", end="", flush=True)
     if prune:  # finished or failed: its records stay, its checkpoints go
         for name in ("last", "best"):
             shutil.rmtree(out / name, ignore_errors=True)
@@ -422,9 +431,12 @@ def collected(e: Experiment, earlier: dict | None, runs_dir: Path, results_dir: 
     nothing to collect."""
     runs = [run_dir(e, s, runs_dir) for s in seeds_to_run(e, earlier, runs_dir)]
     # a run without result.json, or cut before its first epoch ended, holds no score: the others are still collected
-    missing = [str(r) for r in runs if finished_epochs(r) == 0]
+    missing = [r for r in runs if finished_epochs(r) == 0]
     if missing:
-        print(f"{e.id}: not collected, runs without a finished epoch: {', '.join(missing)}", flush=True)
+        unstarted, cut = [str(r) for r in missing if not r.exists()], [str(r) for r in missing if r.exists()]
+        why = [f"{what}: {', '.join(rs)}" for what, rs in (("runs not started", unstarted),
+                                                          ("runs without a finished epoch", cut)) if rs]
+        print(f"{e.id}: not collected, {'; '.join(why)}", flush=True)
         return None
     if not runs:
         print(f"{e.id}: seeds {list(e.seeds)} already collected in {results_dir / e.id}.json", flush=True)

@@ -188,6 +188,18 @@ def test_a_run_starts_by_writing_its_complete_recipe_into_its_folder(tmp_path, m
     assert started[0][started[0].index("train"):] == bench.train_arguments(experiment, 2, out, None)
 
 
+def test_a_run_is_not_started_in_the_last_minute_before_the_deadline_and_one_started_ends_by_it(tmp_path, monkeypatch, capsys):
+    experiment = next(e for e in bench.plan("figure4-cpu", (2,), (1,), 120) if e.extra["mem_len"] == 0)
+    started = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda command, **k: started.append(command) or subprocess.CompletedProcess(command, 0))
+    out = bench.run_one(experiment, 2, tmp_path, bench.time.time() + 30, single_thread=True, prune=False)
+    assert started == [] and not out.exists()
+    assert f"{experiment.id} seed 2: not started" in capsys.readouterr().out
+    bench.run_one(experiment, 2, tmp_path, bench.time.time() + 300, single_thread=True, prune=False)
+    budget = float(started[0][started[0].index("--time-budget") + 1])
+    assert 290 < budget <= 300
+
+
 def fake_run(out: Path, seed: int, recipe: dict, validation: float) -> None:
     """A finished run of one epoch, as `turnformer train` leaves it."""
     out.mkdir(parents=True)

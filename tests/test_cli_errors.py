@@ -58,6 +58,12 @@ def trained_run(tiny_backbone_dir, files, tmp_path_factory):
     return out
 
 
+def test_a_run_records_the_machine_it_trained_on(trained_run):
+    from turnformer.results import machine  # a results file collected on another machine names this one
+
+    assert json.loads((trained_run / "run.json").read_text())["machine"] == machine()
+
+
 def test_file_options_imply_dataset_file_and_evaluate_works_from_anywhere(trained_run, files, tmp_path, monkeypatch):
     recipe = json.loads((trained_run / "run.json").read_text())["recipe"]
     assert recipe["dataset"] == "file" and recipe["test_file"] == str(files["test"].resolve())

@@ -240,6 +240,20 @@ def test_a_results_file_says_which_mixed_precision_its_runs_trained_under(tmp_pa
     assert collect("x", [old, new])["extra"]["mixed_precision"] == [None, "bf16"]
 
 
+def test_a_results_file_names_the_machine_each_run_trained_on_not_the_one_collecting_it(tmp_path):
+    from turnformer.results import machine
+
+    collect = load_benchmark_script("collect_erc").collect
+    h200 = "16 CPU cores (x86_64), NVIDIA H200, torch 2.11.0+cu130"
+    old = _fake_run(tmp_path / "old", validation=[70], test=[71])  # written before run.json recorded it: this machine
+    assert collect("x", [old])["machine"] == machine()
+    new = _fake_run(tmp_path / "new", validation=[70], test=[72])
+    info = json.loads((new / "run.json").read_text())
+    (new / "run.json").write_text(json.dumps({**info, "seed": 2, "machine": h200}))
+    assert collect("x", [new])["machine"] == h200
+    assert collect("x", [old, new])["machine"] == f"seed 1: {machine()}; seed 2: {h200}"
+
+
 def test_runs_are_scored_on_their_first_epochs_at_the_best_validation_epoch_among_them(tmp_path):
     collect = load_benchmark_script("collect_erc").collect
     run = _fake_run(tmp_path / "five-epochs", validation=[70, 75, 75, 74, 80], test=[71, 72, 90, 73, 85])

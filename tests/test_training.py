@@ -21,6 +21,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from turnformer.results import machine
 from turnformer.training import (
     CHECKPOINT_FILES, CheckpointError, TrainConfig, build_optimizer, build_scheduler, epoch_order, load_checkpoint,
     read_checkpoint_config, set_seed, train,
@@ -242,7 +243,7 @@ def test_mixed_precision_runs_the_loss_under_autocast_and_is_recorded(tmp_path, 
         result = train(model, TRAIN, accuracy_eval(SPLITS), config(out, epochs=1, mixed_precision=setting),
                        label_map=LABELS, run_info={"what": "a run"})
         assert model.autocast == [expected] * len(TRAIN)
-        assert json.loads((out / "run.json").read_text()) == {"what": "a run", "mixed_precision": recorded}
+        assert json.loads((out / "run.json").read_text()) == {"what": "a run", "mixed_precision": recorded, "machine": machine()}
         assert result.history[0]["complete"] and all(p.dtype == torch.float32 for p in model.parameters())
     model = AutocastRecorder()   # back to float32 in the same process (accelerate keeps one state a process)
     train(model, TRAIN, accuracy_eval(SPLITS), config(tmp_path / "no", epochs=1, mixed_precision="no"), label_map=LABELS)

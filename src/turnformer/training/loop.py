@@ -21,6 +21,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from turnformer.errors import CheckpointError
+from turnformer.results import machine
 from turnformer.training.checkpoint import (
     MODEL_FILE, config_of, link_checkpoint, load_weights, model_mismatch, read_checkpoint, write_checkpoint,
 )
@@ -94,7 +95,8 @@ def train(
             if not (config.out_dir / "run.json").exists():
                 made.append(config.out_dir / "run.json")
             config.out_dir.mkdir(parents=True, exist_ok=True)
-            run_info = {**run_info, "mixed_precision": accelerator.mixed_precision}  # what trained it, however it was set
+            # what trained it, however it was set, and where (a results file collected elsewhere names this machine)
+            run_info = {**run_info, "mixed_precision": accelerator.mixed_precision, "machine": machine()}
             (config.out_dir / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
         try:
             return trainer.run()
