@@ -21,6 +21,8 @@
 # Give the call's time limit a minute beyond DEADLINE: the runs' last evaluation, the collection and the archive.
 # DRA's models read spaCy parses: where the parser is not installed, bring the parse cache of the data along
 # (TURNFORMER_CACHE/parses, filled by any run of transformer-dra on the same conversations; it is read without spaCy).
+# The data: TURNFORMER_DATA (DailyDialog alone is needed). The code: PYTHONPATH=src where turnformer is not installed, and
+# TURNFORMER_COMMIT=<commit> where the copy has no git, so that the results files name the commit that trained them.
 # Usage: benchmarks/gpu_generation.sh    then the results files are in benchmarks/results/ and the archive.
 set -u
 export RUNS=${RUNS:-runs/generation} ARCHIVE=${ARCHIVE:-runs/generation.tar.gz}
