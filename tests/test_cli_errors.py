@@ -895,3 +895,70 @@ def test_an_interrupted_output_of_a_benchmark_split_goes_on_only_from_the_same_d
     assert work_key("generate", trained_run, "dailydialog:test", str(tmp_path / "b"), beam=1) != first
     monkeypatch.setenv("TURNFORMER_DATA", str(tmp_path / "b"))
     assert work_key("generate", trained_run, "dailydialog:test", None, beam=1) != first
+
+
+TINY_GENERATOR = ["model_config.d_model=16", "model_config.ff=32", "model_config.layers=1", "train.epochs=1",
+                  "train.warmup_steps=0"]
+
+
+def test_a_recipes_own_file_paths_are_checked_and_recorded_absolute_so_the_run_is_evaluated_from_anywhere(tmp_path, monkeypatch):
+    _write(tmp_path, "two.jsonl", [_dialogue(i, turns=2) for i in range(4)])
+    recipe = tmp_path / "mine.toml"
+    recipe.write_text('task = "generation"\nmodel = "transformer"\ndataset = "file"\ntrain_file = "two.jsonl"\n'
+                      'validation_file = "two.jsonl"\ntest_file = "two.jsonl"\n')
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["train", "--recipe", str(recipe), "--out", "run", *[a for s in TINY_GENERATOR for a in ("--set", s)]])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["recipe"]["train_file"] == str((tmp_path / "two.jsonl").resolve())
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(tmp_path / "run")])
+    assert result.exit_code == 0 and json.loads(result.stdout)["instances"] == 4, result.output
+    for value, shown in (("5", "5"), ('["two.jsonl"]', "['two.jsonl']"), ('" "', "' '")):
+        recipe.write_text(recipe.read_text().replace('train_file = "two.jsonl"', f"train_file = {value}"))
+        result = runner.invoke(app, ["train", "--recipe", str(recipe), "--out", str(tmp_path / "bad")])
+        assert result.exit_code == 2, result.output
+        assert f"mine.toml: train_file = {shown}; expected the path of a file" in " ".join(result.output.split())
+        recipe.write_text(recipe.read_text().replace(f"train_file = {value}", 'train_file = "two.jsonl"'))
+
+
+def test_a_task_without_a_model_takes_its_file_recipes_model_or_asks_for_one(tmp_path):
+    two = _write(tmp_path, "two.jsonl", [_dialogue(i, turns=2) for i in range(4)])
+    out = tmp_path / "generator"
+    result = runner.invoke(app, ["train", "--task", "generation", "--train-file", str(two), "--validation-file", str(two),
+                                 "--test-file", str(two), "--out", str(out), *[a for s in TINY_GENERATOR for a in ("--set", s)]])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "run.json").read_text())["recipe"]["model"] == "transformer"
+    result = runner.invoke(app, ["train", "--task", "dialogue-act", "--dataset", "swda", "--out", str(tmp_path / "acts")])
+    assert result.exit_code == 2 and "--task dialogue-act on swda: name the model with --model (lc-attention" in result.output
+    assert not (tmp_path / "acts").exists()
+
+
+def test_generation_refuses_words_its_positions_cannot_hold_before_training(tmp_path):
+    two = _write(tmp_path, "two.jsonl", [_dialogue(i, turns=2) for i in range(4)])
+    for model in ("transformer", "phaed", "dialogbert"):
+        result = runner.invoke(app, ["train", "--task", "generation", "--model", model, "--train-file", str(two),
+                                     "--validation-file", str(two), "--test-file", str(two), "--out", str(tmp_path / model),
+                                     "--set", "data.max_words=1000"])
+        assert result.exit_code == 2, result.output
+        assert ("data.max_words = 1000 and model_config.max_response_words = 50 make utterances of up to 1003 tokens, "
+                "over model_config.max_positions = 512") in " ".join(result.output.split())
+        assert not (tmp_path / model / "last").exists()
+
+
+def test_evaluating_a_file_of_words_the_model_never_saw_says_so(tmp_path):
+    two = _write(tmp_path, "two.jsonl", [_dialogue(i, turns=2) for i in range(4)])
+    unseen = tmp_path / "unseen.jsonl"
+    unseen.write_text(json.dumps({"id": "z", "turns": [{"speaker": "A", "text": "zebra quokka lynx"},
+                                                      {"speaker": "B", "text": "okapi tapir narwhal"}]}) + "\n")
+    out = tmp_path / "generator"
+    result = runner.invoke(app, ["train", "--task", "generation", "--model", "transformer", "--train-file", str(two),
+                                 "--validation-file", str(two), "--test-file", str(two), "--out", str(out),
+                                 "--set", "data.min_count=1", *[a for s in TINY_GENERATOR for a in ("--set", s)]])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(unseen)])
+    assert result.exit_code == 0 and json.loads(result.stdout)["unknown_rate"] == 1.0, result.output
+    said = " ".join(result.output.split())
+    assert "test split: 100% of its response words are not in the training vocabulary" in said and f"({unseen.resolve()})" in said
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(two)])
+    assert result.exit_code == 0 and json.loads(result.stdout)["unknown_rate"] == 0.0 and "response words are not" not in result.output

@@ -74,8 +74,8 @@ def test_train_reports_bad_input(conversation_files, tmp_path):
     assert result.exit_code == 2 and "train_file" in result.output
     result = runner.invoke(app, ["train", "--task", "summarisation", "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "not available yet" in result.output
-    result = runner.invoke(app, ["train", "--task", "generation", "--out", str(tmp_path / "x")])  # the default model is dialogxl
-    assert result.exit_code == 2 and "unknown generation model 'dialogxl'; known: transformer" in result.output
+    result = runner.invoke(app, ["train", "--task", "generation", "--out", str(tmp_path / "x")])  # no default model on a benchmark
+    assert result.exit_code == 2 and "--task generation on meld: name the model with --model (transformer" in result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(tmp_path)])
     assert result.exit_code == 2 and "not a turnformer run" in result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(tmp_path / "typo")])

@@ -32,7 +32,7 @@ from turnformer.data.cli import data_app
 from turnformer.data.stats import dataset_stats, print_stats
 from turnformer.dialogue import Dialogue, DialogueError, output_names
 from turnformer.errors import CheckpointError
-from turnformer.recipes import (DEFAULT_FILE_MODEL, RECIPES_DIR, changed_files, file_digests, find_recipe, load_recipe,
+from turnformer.recipes import (DEFAULT_FILE_MODEL, RECIPES_DIR, SPLIT_FILE_KEYS, changed_files, file_digests, find_recipe, load_recipe,
                                 recipe_for_dataset, recipe_path)
 from turnformer.results import paper_score
 
@@ -484,7 +484,8 @@ def train(
                                        "(default: erc, or the --recipe's)."),
     model: Optional[str] = typer.Option(
         None, help="Default: the --recipe's; dialogxl for erc on a benchmark (the paper's model), dialogxl-memory-bias for erc on your own "
-        "files (the DialogXL setting that measured best on the benchmarks); other tasks name theirs. "
+        "files (the DialogXL setting that measured best on the benchmarks); on your files, mdfn for response-selection and "
+        "transformer for generation (their file recipes'); otherwise name the model. "
         "erc: dialogxl (and its variants dialogxl-memory-bias, dialogxl-memory-grad, dialogxl-no-speaker, dialogxl-speaker-emb, ...), concat-context, "
         "segment-recurrence. dialogue-act: lc-attention, lstm, lstm-blstm, lstm-attention, minilm-utterance, and over frozen "
         "all-mpnet-base-v2 sentence vectors lc-attention-frozen-mpnet, lstm-attention-frozen-mpnet, lstm-blstm-frozen-mpnet, "
@@ -540,8 +541,14 @@ def train(
              f"until the new one's first checkpoint), or give another --out")
     task = task or "erc"
     dataset = dataset or ("file" if given_files else None if recipe is not None else "meld")
-    model = model or (DEFAULT_FILE_MODEL.get(task) if dataset == "file" else None) or "dialogxl"
+    model = model or (DEFAULT_FILE_MODEL.get(task) if dataset == "file" else None) or ("dialogxl" if task == "erc" else None)
     try:
+        from turnformer.tasks.registry import MODELS  # torch: loaded only when the command runs
+
+        if model is None and task in MODELS:  # (an unknown task is said by task_trainer)
+            fail(f"--task {task} on {'your files' if dataset == 'file' else dataset}: name the model with --model "
+                 f"({', '.join(MODELS[task])})")
+        model = model or ""
         trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
         limits = training_limits(limit_dialogues, limit_train, limit_eval)
         loaded = training_recipe(task, model, dataset, recipe, files, set_)
@@ -654,6 +661,9 @@ def training_recipe(task: str, model: str, dataset: Optional[str], recipe: Optio
     if isinstance(loaded.get("backbone"), str) and (folder := local_backbone_folder(loaded["backbone"])):
         loaded["backbone"] = str(folder)  # absolute, as the files: the run is evaluated and served from any folder
     if loaded["dataset"] == "file":  # what the files held when the run read them (checked on resume and by evaluate)
+        for key in SPLIT_FILE_KEYS:  # a recipe's own paths, read from this folder, recorded absolute as --train-file's
+            if loaded.get(key):
+                loaded[key] = str(Path(loaded[key]).resolve())
         loaded["file_sha256"] = file_digests(loaded)
     return loaded
 

@@ -60,6 +60,7 @@ class GenerationReport:
     cut_utterances: int = 0  # longer than max_words
     empty_utterances: int = 0  # no word at all (e.g. only symbols the word pattern skips)
     one_turn_dialogues: int = 0  # a conversation of one turn: no (context, response) pair
+    unknown_rate: float = 0.0  # of the response words, those not in the training vocabulary (where it is known)
     messages: list[str] = field(default_factory=list)
 
     def said(self, split: str) -> str | None:
@@ -319,6 +320,19 @@ def require_pairs(instances: Sequence, split: str, recipe: dict) -> None:
                             "turns or more")
 
 
+def check_positions(config, max_words: int) -> None:
+    """Refuse, before any training, the settings under which an utterance ([SOU], its speaker, its words, [EOU]) can
+    be longer than the model's position table: the longest read (``data.max_words``) or made
+    (``model_config.max_response_words``). A sub-word decoder (no ``max_positions``) counts its window its own way."""
+    if not hasattr(config, "max_positions"):
+        return
+    longest = max(max_words, config.max_response_words) + 2 + int(config.speaker_tokens)
+    if longest > config.max_positions:
+        raise DialogueError(f"data.max_words = {max_words} and model_config.max_response_words = {config.max_response_words}"
+                            f" make utterances of up to {longest} tokens, over model_config.max_positions = "
+                            f"{config.max_positions}: raise max_positions or lower the words")
+
+
 def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | None = None):
     """Model, vocabulary, batches per split and the data reports of a generation recipe."""
     dialogues = load_generation_data(recipe, data_dir)
@@ -327,6 +341,7 @@ def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | Non
     data = recipe.get("data", {})
     vocab = Vocabulary.build(dialogues["train"], int(data.get("min_count", 3)))
     model = build_generator(recipe["model"], recipe.get("model_config", {}), vocab)
+    check_positions(model.config, int(data.get("max_words", 50)))
     settings = recipe.get("train", {})
     batches, reports = {}, {}
     for split, convs in dialogues.items():
@@ -340,11 +355,18 @@ def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | Non
                           "unknown_rate": vocab.unknown_rate(instances)}
         if said := report.said(split):
             logger.warning("%s", said)
-        if split != "train" and reports[split]["unknown_rate"] > UNKNOWN_RATE_WARNING:
-            logger.warning("%s split: %.0f%% of its response words are not in the training vocabulary (%d words, "
-                           "data.min_count %s): each counts as [UNK], one cheap word, so its perplexity says little",
-                           split, 100 * reports[split]["unknown_rate"], len(vocab), data.get("min_count", 3))
+        if split != "train":
+            warn_unknown(reports[split]["unknown_rate"], split, vocab, recipe)
     return model, vocab, batches, reports
+
+
+def warn_unknown(rate: float, split: str, vocab: Vocabulary, recipe: dict) -> None:
+    """Warn where over `UNKNOWN_RATE_WARNING` of a scored split's response words (`rate`) are not in the vocabulary."""
+    if rate > UNKNOWN_RATE_WARNING:
+        file = recipe.get(f"{split}_file") if recipe.get("dataset") == "file" else None
+        logger.warning("%s split: %.0f%% of its response words are not in the training vocabulary (%d words, "
+                       "data.min_count %s): each counts as [UNK], one cheap word, so its perplexity says little%s",
+                       split, 100 * rate, len(vocab), recipe.get("data", {}).get("min_count", 3), f" ({file})" if file else "")
 
 
 def train_generation(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = False,
@@ -403,7 +425,10 @@ def split_batches(model, vocab: Vocabulary, run: dict, split: str, data_dir=None
                   report: GenerationReport | None = None) -> tuple[list, int]:
     """(evaluation batches, number of instances) of a split of the run's data (`split_instances`), batched as the
     run batched them."""
+    report = report if report is not None else GenerationReport()
     instances = split_instances(run, split, data_dir, limit, report)
+    report.unknown_rate = vocab.unknown_rate(instances)
+    warn_unknown(report.unknown_rate, split, vocab, run["recipe"])
     return split_named(lambda: instance_batches(model, instances, vocab, eval_batch_size(run)), split, run["recipe"]), len(instances)
 
 
@@ -428,7 +453,7 @@ def evaluate_split(model, vocab: Vocabulary, run: dict, split: str, data_dir=Non
     batches, instances = split_batches(model, vocab, run, split, data_dir, limit, report)
     metrics = evaluate_generation(model, batches, vocab, True, word_vectors, beam_size)
     del metrics["primary"]
-    return {**metrics, "instances": instances, "truncated_utterances": report.cut_utterances}
+    return {**metrics, "instances": instances, "truncated_utterances": report.cut_utterances, "unknown_rate": report.unknown_rate}
 
 
 class ResponseGenerator:
