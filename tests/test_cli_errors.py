@@ -962,3 +962,15 @@ def test_evaluating_a_file_of_words_the_model_never_saw_says_so(tmp_path):
     assert "test split: 100% of its response words are not in the training vocabulary" in said and f"({unseen.resolve()})" in said
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(two)])
     assert result.exit_code == 0 and json.loads(result.stdout)["unknown_rate"] == 0.0 and "response words are not" not in result.output
+
+
+def test_output_that_cannot_be_written_is_one_line_not_a_traceback():
+    import subprocess
+    import sys
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "turnformer.cli", "data", "list"], stdout=full, stderr=subprocess.PIPE,
+                              text=True)
+    assert done.returncode == 2 and done.stderr.strip() == "error: the output cannot be written: No space left on device"

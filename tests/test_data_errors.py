@@ -503,3 +503,34 @@ def test_swda_a_conversation_that_is_a_folder_is_named_so(tmp_path):
     (tmp_path / "swda" / "train" / "2002.txt").mkdir()
     with pytest.raises(DialogueError, match=r"2002\.txt: is a directory, expected a file"):
         load_split("swda", "train", tmp_path)
+
+
+def test_a_pipe_or_fifo_given_as_a_file_is_refused_without_waiting_for_a_writer(tmp_path):
+    import os
+
+    from turnformer.data import read_jsonl
+    from turnformer.data.stats import dataset_stats
+
+    fifo = tmp_path / "conversations.jsonl"
+    os.mkfifo(fifo)  # no writer: opening it would wait for one
+    for read in (read_jsonl, lambda path: dataset_stats(str(path))):
+        with pytest.raises(DialogueError, match=r"conversations\.jsonl: not a regular file \(a pipe or a device\)"):
+            read(fifo)
+
+
+def test_a_benchmark_named_bare_wins_over_a_folder_or_file_of_its_name_here_in_any_case(tmp_path, monkeypatch):
+    from turnformer.data import names_benchmark, parse_split_spec
+
+    assert parse_split_spec("MELD:test") == ("meld", "test") and parse_split_spec("daily_dialog:dev") == ("dailydialog", "dev")
+    assert names_benchmark("meld") and names_benchmark("Daily_Dialog:test")
+    assert not names_benchmark("./meld") and not names_benchmark("meld.jsonl") and not names_benchmark("nope")
+    for split in ("train", "dev", "test"):
+        write_meld(tmp_path, MELD_HEADER + _meld_row(1, "Hi", did=0, uid=0) + _meld_row(2, "Bye", did=0, uid=1), split=split)
+    monkeypatch.chdir(tmp_path)  # its folder meld/ holds the benchmark's raw files, no conversation files
+    for name in ("meld", "MELD:test"):
+        result = CliRunner().invoke(data_app, ["stats", name, "--data-dir", str(tmp_path), "--json"])
+        assert result.exit_code == 0, result.output
+        stats = json.loads(result.stdout)
+        assert stats["dataset"] == "meld" and stats["splits"]["test"]["dialogues"] == 1
+    result = CliRunner().invoke(data_app, ["stats", "./meld", "--json"])  # the folder, written as a path
+    assert result.exit_code == 2 and "meld: a folder with no .jsonl or .jsonl.gz conversation files" in result.output

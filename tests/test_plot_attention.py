@@ -126,3 +126,22 @@ def test_figures_of_a_long_conversation_stay_readable(monkeypatch, tmp_path):
     # a narrow figure's title is broken into lines that fit it, not cut at both sides
     lines = figures[-1]._suptitle.get_text().splitlines()
     assert len(lines) >= 2 and max(map(len, lines)) * 0.6 * 9 / 72 <= figures[-1].get_figwidth()
+
+
+def test_plot_words_keep_their_marks_and_labels_are_cut_to_fit():
+    from turnformer.plots import shorten, word_tokens
+
+    assert word_tokens("नमस्ते दुनिया") == ["नमस्ते", "दुनिया"] and word_tokens("ไม่เป็นไร") == ["ไม่เป็นไร"]
+    assert word_tokens("cafe\u0301 ok") == ["café", "ok"] and word_tokens("a\u202eb\u200bc") == ["a", "b", "c"]
+    assert word_tokens("Don't go, Jim!") == ["Don't", "go", ",", "Jim", "!"]
+    assert shorten("S" * 300, 12) == "S" * 12 + "…" and shorten("😀" * 50, 28) == "😀" * 14 + "…"
+    assert shorten("hello", 28) == "hello"
+
+
+def test_a_figure_is_never_written_over_the_conversations_it_reads(tmp_path):
+    conversations = tmp_path / "conv.png"
+    write_jsonl([Dialogue((Turn("A", "a b"), Turn("B", "c d")), id="m")], conversations)
+    before = conversations.read_bytes()
+    result = runner.invoke(app, ["plot", "masks", "--input", str(conversations), "--out", str(conversations)])
+    assert result.exit_code == 2 and "it is the --input file" in result.output
+    assert conversations.read_bytes() == before

@@ -8,6 +8,7 @@ and exit code 2; no traceback.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -253,6 +254,7 @@ def plot_masks_command(
         fail("give --out FILE.png, --json, or both")
     try:
         out = figure_path(out) if out is not None else None
+        check_output_file(out, source=input)
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
         utterance_in(chosen, query_utterance, "--query-utterance")
         tok = None
@@ -302,6 +304,7 @@ def plot_attention_command(
     heads, window = heads if heads is not None else "5,5,1,1", window if window is not None else 5
     try:
         out = figure_path(out) if out is not None else None
+        check_output_file(out, source=input, checkpoint=checkpoint)
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
         utterance_in(chosen, utterance, "--utterance")
         if checkpoint is not None:
@@ -334,12 +337,13 @@ def plot_act_attention_command(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Attention between the utterances of one sub-dialogue, per model (the LC Attention paper's Figure 2)."""
-    from turnformer.plots import figure_path, plot_utterance_attention  # torch: loaded only when the command runs
+    from turnformer.plots import figure_path, plot_utterance_attention, shorten  # torch: loaded only when the command runs
     from turnformer.tasks.registry import get_task
 
     acts = get_task("dialogue-act")
     try:
         out = figure_path(out)
+        check_output_file(out, source=input)
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
         loaded = []
         for path in checkpoint:
@@ -359,7 +363,7 @@ def plot_act_attention_command(
         said(f"note: --length {length}: {shown_length} utterances shown, as many as the dialogue holds from {start} on "
              "and every model reads")
     shown = chosen.turns[start : start + shown_length]
-    labels = [f"{start + i} {t.speaker}: {t.text[:28]}" for i, t in enumerate(shown)]
+    labels = [f"{start + i} {shorten(t.speaker, 12)}: {shorten(t.text, 28)}" for i, t in enumerate(shown)]
     plot_utterance_attention(panels, labels, out, title=f"dialogue {chosen.id}, utterances {start}..{start + len(shown) - 1}")
     said(f"wrote {out}")
 
@@ -1018,9 +1022,19 @@ def main() -> None:
     start_with_allocator_settings(__file__)  # glibc's malloc set for long conversations (turnformer.allocator)
     try:
         app()
-    except OutputClosed:  # `... --out - | head`: the reader has what it wanted; end quietly, as a killed pipe writer does
+    except (OutputClosed, BrokenPipeError):  # `... | head`: the reader has what it wanted; end quietly, as a killed pipe writer does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         sys.exit(141)  # 128 + SIGPIPE, what a shell shows for a writer its pipe ended
+    except OSError as e:
+        if e.errno not in UNWRITABLE:
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left unwritten is not tried again
+        err.print(f"error: the output cannot be written: {e.strerror}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+
+
+# a write that failed for want of room or a working device (standard output into a full disk, say): said in one line
+UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
 if __name__ == "__main__":

@@ -9,19 +9,24 @@ from __future__ import annotations
 import io
 import re
 import textwrap
+import unicodedata
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+import regex
 import torch
 
 from turnformer.data._io import check_output_file, write_file
 from turnformer.dialogue import Dialogue
 from turnformer.structure import SAME_UTTERANCE, SpecialTokens, TokenMeta, mask_from_name, pack_dialogues, pack_token_ids, recent
 
-_WORD = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
+# a word with the marks written on it (Devanagari's vowel signs, Thai's tone marks, an accent typed on its own), which
+# Python's re reads as punctuation of their own; else a punctuation mark; invisible format characters (a zero-width
+# space, direction marks) are no token
+_WORD = regex.compile(r"(?:\w|\p{M})+(?:'(?:\w|\p{M})+)?|[^\w\s\p{Cf}]")
 
 
 @contextmanager
@@ -90,9 +95,20 @@ def save_figure(fig, out: str | Path) -> Path:
     return out
 
 
+def shorten(text: str, width: int) -> str:
+    """`text` cut to `width` columns, a wide character (CJK, emoji) counting two, with "…" where it is cut: a figure's
+    label that fits beside the plot."""
+    used = 0
+    for i, char in enumerate(text):
+        used += 2 if unicodedata.east_asian_width(char) in "WF" else 1
+        if used > width:
+            return text[:i] + "…"
+    return text
+
+
 def word_tokens(text: str) -> list[str]:
-    """A dependency-free word tokenizer (words, contractions, punctuation)."""
-    return _WORD.findall(text)
+    """A dependency-free word tokenizer (words, contractions, punctuation), over the text's composed form (NFC)."""
+    return _WORD.findall(unicodedata.normalize("NFC", text))
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from turnformer.data.registry import (
     dataset_dir,
     get_info,
     load_split,
+    names_benchmark,
     normalize_split,
     parse_split_spec,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "dataset_stats",
     "get_info",
     "load_split",
+    "names_benchmark",
     "normalize_split",
     "parse_split_spec",
     "read_jsonl",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import stat
 import sys
 import tempfile
 import zlib
@@ -222,9 +223,23 @@ def _write_to(fh, chunks: Iterable[bytes], compress: bool) -> int:
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+def check_regular(path: Path) -> None:
+    """Refuse a pipe, FIFO or device given as an input file: its format is told from its first bytes and then it is
+    read again, which a pipe cannot do (its data would be lost, a FIFO wait for a writer that has gone). A path
+    that does not exist, or a folder, is left to the reader to name."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise DialogueError(f"{path}: not a regular file (a pipe or a device): save the conversations to a file and "
+                            "give its path")
+
+
 def read_bytes(path: Path) -> bytes:
     """The file's bytes; a gzip-compressed file (told by its first bytes, whatever its name) decompressed."""
     path = Path(path)
+    check_regular(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -251,6 +266,7 @@ def text_files(folder: Path) -> list[Path]:
 def first_line(path: Path) -> str:
     """The first line that is not blank (a byte-order mark removed, gzip decompressed), to tell a file's format
     without reading all of it; "" for a file of blank lines."""
+    check_regular(path)
     try:
         with open(path, "rb") as f:
             opener = gzip.open if f.read(2) == GZIP_MAGIC else open
@@ -293,6 +309,7 @@ def iter_lines(path: Path, report: LoadReport | None = None) -> Iterator[tuple[i
     Other separators (U+2028, form feed...) stay inside lines: ``str.splitlines`` would split on them.
     """
     path = Path(path)
+    check_regular(path)
     try:
         with open(path, "rb") as probe:
             compressed = probe.read(2) == GZIP_MAGIC

@@ -18,7 +18,7 @@ from rich.table import Table
 from turnformer.data._io import check_output_file
 from turnformer.data.download import describe, download, verify
 from turnformer.data.jsonl import write_jsonl
-from turnformer.data.registry import DATASETS, dataset_dir, load_split
+from turnformer.data.registry import DATASETS, dataset_dir, load_split, names_benchmark
 from turnformer.data.stats import dataset_stats, files_stats, print_stats
 from turnformer.dialogue import DialogueError
 
@@ -71,7 +71,7 @@ def stats_cmd(
     paths = []
     for name in names:  # a folder stands for its conversation files (.jsonl, .jsonl.gz, in any letter case)
         folder = Path(name)
-        if folder.is_dir():
+        if folder.is_dir() and not names_benchmark(name):
             found = sorted(str(p) for p in folder.iterdir() if p.is_file() and p.name.lower().endswith((".jsonl", ".jsonl.gz")))
             if not found:
                 _fail(f"{folder}: a folder with no .jsonl or .jsonl.gz conversation files")
@@ -79,7 +79,7 @@ def stats_cmd(
         else:
             paths.append(name)
     one_name = len(names) == 1 and paths == names  # a benchmark or a file
-    benchmarks = [n for n in paths if not Path(n).exists() and n.partition(":")[0].strip().lower() in DATASETS]
+    benchmarks = [n for n in paths if names_benchmark(n)]
     if not one_name and benchmarks:
         _fail(f"{benchmarks[0]}: a benchmark; stats takes one benchmark (NAME or NAME:SPLIT) or conversation files, not both "
               "or several benchmarks: one call each")

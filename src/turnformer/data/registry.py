@@ -139,11 +139,19 @@ def parse_split_spec(spec: str) -> tuple[str, str] | None:
     """A benchmark split written ``NAME:SPLIT`` (``NAME`` alone: its test split) -> (name, split), or None when NAME
     is no dataset known here (the caller then reads `spec` as a file name). ``NAME:`` with no split is refused."""
     name, colon, split = spec.partition(":")
+    key = name.strip().lower()
+    name = _NAME_ALIASES.get(key, key)  # as `get_info` reads a name: any letter case, its aliases
     if name not in DATASETS:
         return None
     if colon and not split.strip():
         raise DialogueError(f"{spec}: give a split after the colon: {name}:train, {name}:validation or {name}:test")
     return name, split or "test"
+
+
+def names_benchmark(spec: str) -> bool:
+    """Whether `spec` is a benchmark (``NAME`` or ``NAME:SPLIT``, as `parse_split_spec` reads it) rather than a path:
+    a bare name wins over a file or folder of that name in the current folder (``./meld`` names those)."""
+    return "/" not in spec and os.sep not in spec and parse_split_spec(spec.partition(":")[0]) is not None
 
 
 def normalize_split(split: str) -> str:

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from turnformer.data.jsonl import read_jsonl
-from turnformer.data.registry import get_info, load_split, normalize_split, parse_split_spec
+from turnformer.data.registry import get_info, load_split, names_benchmark, normalize_split, parse_split_spec
 from turnformer.data.report import DatasetSplit
 from turnformer.dialogue import DialogueError, ResponseSelectionItem
 
@@ -115,8 +115,8 @@ def print_stats(stats: dict[str, Any], console=None) -> None:
 def dataset_stats(name: str, data_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Counts for every split of benchmark `name` (``NAME:SPLIT``: that split only), in the shape shown in the module
     docstring. A conversation file (generic JSONL) counts as one split, named after the file."""
-    if name.lower().endswith((".jsonl", ".jsonl.gz")) or Path(name).is_file():
-        return files_stats([name])
+    if not names_benchmark(name) and (name.lower().endswith((".jsonl", ".jsonl.gz")) or Path(name).exists()):
+        return files_stats([name])  # a pipe or a folder is refused there, named
     one_split = parse_split_spec(name) if ":" in name else None  # NAME:SPLIT, read as predict and evaluate read it
     info = get_info(one_split[0] if one_split else name)
     splits = [normalize_split(one_split[1])] if one_split else info.splits

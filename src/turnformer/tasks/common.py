@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
-from turnformer.data import DATASETS, load_split, parse_split_spec, read_jsonl
+from turnformer.data import DATASETS, load_split, names_benchmark, parse_split_spec, read_jsonl
 from turnformer.data.jsonl import iter_jsonl, refuse_selection_item, refuse_selection_items
 from turnformer.dialogue import Dialogue, DialogueError, output_names, texts_to_read
 from turnformer.tasks.base import ModelBuilder, Predictions
@@ -364,7 +364,7 @@ def load_conversations(spec: str, data_dir=None, reader: str | None = None) -> l
     every utterance of conversations"), response-selection items, whose candidates it would ignore, are refused up
     front."""
     path = Path(spec)
-    if path.exists():
+    if path.exists() and not names_benchmark(spec):  # a bare benchmark name wins over a file of that name (./meld)
         dialogues = read_jsonl(path)
         if not dialogues:
             raise DialogueError(f"{spec}: no conversations in the file")
