@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from turnformer.cli import app
@@ -145,3 +146,20 @@ def test_a_figure_is_never_written_over_the_conversations_it_reads(tmp_path):
     result = runner.invoke(app, ["plot", "masks", "--input", str(conversations), "--out", str(conversations)])
     assert result.exit_code == 2 and "it is the --input file" in result.output
     assert conversations.read_bytes() == before
+
+
+def test_a_view_too_wide_to_draw_shows_the_keys_from_the_memorys_oldest_token(monkeypatch):
+    """DialogXL's view of a late utterance over a long conversation: with --mem-len, the keys the memory has passed
+    are left out where all of them would be too many to draw; the rest are the whole view's, column for column."""
+    from turnformer import plots
+
+    dialogue = Dialogue(tuple(Turn("A" if i % 2 else "B", f"utterance {i} has five words") for i in range(30)), id="long")
+    kinds = ["local(1)", "global", "speaker", "listener"]
+    whole = plots.mask_view(dialogue, kinds, query_utterance=29, mem_len=12)
+    monkeypatch.setattr(plots, "MAX_VIEW_CELLS", len(whole.query_tokens) * len(whole.tokens) - 1)
+    cut = plots.mask_view(dialogue, kinds, query_utterance=29, mem_len=12)
+    kept = len(cut.tokens)
+    assert kept == 12 + 5 and cut.utterance == whole.utterance[-kept:]  # the memory, and the query's own 5 words
+    for kind in kinds:
+        assert torch.equal(cut.masks[kind], whole.masks[kind][:, -kept:])
+        assert not whole.masks[kind][:, :-kept].any()  # what is left out, no head sees

@@ -7,6 +7,7 @@ matplotlib is imported inside the functions that draw: the tasks import this mod
 from __future__ import annotations
 
 import io
+import logging
 import re
 import textwrap
 import unicodedata
@@ -22,6 +23,8 @@ import torch
 from turnformer.data._io import check_output_file, write_file
 from turnformer.dialogue import Dialogue
 from turnformer.structure import SAME_UTTERANCE, SpecialTokens, TokenMeta, mask_from_name, pack_dialogues, pack_token_ids, recent
+
+logger = logging.getLogger(__name__)
 
 # a word with the marks written on it (Devanagari's vowel signs, Thai's tone marks, an accent typed on its own), which
 # Python's re reads as punctuation of their own; else a punctuation mark; invisible format characters (a zero-width
@@ -189,6 +192,12 @@ def mask_view(
         utt = meta.utterance[0]
         rows = torch.nonzero(utt == query_utterance).flatten()
         cols = torch.nonzero((utt <= query_utterance) & (utt >= 0)).flatten()
+        memory = cols[(utt[cols] < query_utterance) & ~meta.is_special[0][cols]]
+        if mem_len is not None and len(rows) * len(cols) > MAX_VIEW_CELLS and len(memory) > mem_len:
+            # too many keys to draw: those from the oldest token the memory holds (no head sees the ones before)
+            cols = cols[cols >= (memory[len(memory) - mem_len] if mem_len else rows[0])]
+            logger.info("keys from utterance %d on: the earlier utterances are past the memory of %d tokens",
+                        int(utt[cols[0]]), mem_len)
         queries, keys = meta.select(rows), meta.select(cols)
         query_tokens, tokens = [tokens[i] for i in rows.tolist()], [tokens[i] for i in cols.tolist()]
     if not kinds:
