@@ -506,3 +506,16 @@ def test_replies_that_reach_the_last_step_without_ending_are_said(vocab_and_batc
     assert [r["unfinished"] for r in rows] == [True, False]  # in the rows written too, not only in the note
     assert replies.notes == ["note: 1 reply(ies) reached the model's last step (3 words and one) without ending, cut "
                              "there: d1"]
+
+
+def test_empty_replies_in_a_file_are_said(vocab_and_batch, tmp_path, monkeypatch):
+    """A reply the model ended at once was written as "" without a word (the chat says it)."""
+    from turnformer.tasks.generation import ResponseGenerator, generate_replies
+
+    vocab = vocab_and_batch[0]
+    conversations = tmp_path / "c.jsonl"
+    write_jsonl(DIALOGUES, conversations)
+    monkeypatch.setattr(ResponseGenerator, "reply_words", lambda self, dialogues, speakers=None: [[], ["fine", "."]])
+    replies = generate_replies(tiny(vocab), vocab, {"recipe": {}}, str(conversations))
+    assert [r["response"] for r in replies.rows()] == ["", "Fine."]
+    assert replies.notes == ["note: 1 reply(ies) are empty: the model ended them at once: d1"]

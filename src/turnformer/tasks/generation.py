@@ -543,7 +543,7 @@ def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=
     a block of conversations at a time (`conversation_blocks`)."""
     blocks = conversation_blocks(source, data_dir)
     generator = ResponseGenerator.from_run(model, vocab, run, beam)
-    cut, unfinished = Tally(), Tally()
+    cut, unfinished, empty = Tally(), Tally(), Tally()
 
     def blocks_made() -> Iterator[tuple[list[dict], list[tuple[str, ...]]]]:
         for names, dialogues in blocks:
@@ -554,6 +554,7 @@ def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=
             rows = [{"id": name, "speaker": replier(d, speaker), "response": r, "truncated": u is not None, "unfinished": last}
                     for name, d, r, u, last in zip(names, dialogues, replies, unread, at_last_step)]
             cut.add(f"{name} ({u})" for name, u in zip(names, unread) if u is not None)
+            empty.add(str(name) for name, r in zip(names, replies) if not r)
             yield rows, [(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")
                          for d, r in zip(dialogues, rows)]
         if cut.count:
@@ -561,9 +562,11 @@ def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=
         if unfinished.count:
             predictions.notes.append(f"note: {unfinished.count} reply(ies) reached the model's last step "
                                      f"({model.config.max_response_words} words and one) without ending, cut there: {unfinished}")
+        if empty.count:
+            predictions.notes.append(f"note: {empty.count} reply(ies) are empty: the model ended them at once: {empty}")
 
     predictions = Predictions(blocks_made(), "replies", ("conversation", "last turn", "reply"), source=blocks,
-                              state={"cut": cut, "unfinished": unfinished})
+                              state={"cut": cut, "unfinished": unfinished, "empty": empty})
     return predictions
 
 
