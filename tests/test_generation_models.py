@@ -519,3 +519,13 @@ def test_empty_replies_in_a_file_are_said(vocab_and_batch, tmp_path, monkeypatch
     replies = generate_replies(tiny(vocab), vocab, {"recipe": {}}, str(conversations))
     assert [r["response"] for r in replies.rows()] == ["", "Fine."]
     assert replies.notes == ["note: 1 reply(ies) are empty: the model ended them at once: d1"]
+
+
+def test_full_width_and_spanish_marks_are_glued_as_written():
+    from turnformer.data.generation_vocab import detokenize, words
+
+    cases = {"你好，你今天怎么样？": "你好，你今天怎么样？", "（注意）「引用」": "（注意）「引用」",
+             "¿qué tal?": "¿Qué tal?", "¡hola! ¿cómo estás?": "¡Hola! ¿Cómo estás?"}
+    for text, written in cases.items():
+        assert detokenize(words(text)) == written
+        assert words(written) == words(text)

@@ -46,20 +46,21 @@ def words(text: str, limit: int | None = None) -> list[str]:
 
 def detokenize(tokens: Sequence[str]) -> str:
     """`words`' lower-cased words as ordinary text: ``["i", "don't", "know", ",", "thanks", "."]`` -> "I don't know, thanks.".
-    Marks are glued to the word they belong to: closing ones and ``.,!?;:%`` to the one before, opening brackets
-    and ``$ #`` to the one after, a contraction's typographic apostrophe to both its parts (DailyDialog writes
+    Marks are glued to the word they belong to: closing ones and ``.,!?;:%`` (and their full-width forms) to the one
+    before, opening brackets, ``$ #`` and ``¿ ¡`` to the one after, a contraction's typographic apostrophe to both its parts (DailyDialog writes
     "I ’ m"), and double quotes in pairs, each to the words it encloses."""
     tokens, quotes = list(tokens), 0
     for i, token in enumerate(tokens):
         if token == '"':
             quotes += 1
             tokens[i] = '"\x00' if quotes % 2 else '\x00"'  # \x00: glue this side to the neighbour
-    text = re.sub(r" ([.,!?;:%)\]}])", r"\1", " ".join(tokens))
-    text = re.sub(r"([(\[{$#]) ", r"\1", text)
+    text = re.sub(r" ([.,!?;:%)\]}，。！？：；、）」』】％])", r"\1", " ".join(tokens))  # and their full-width forms
+    text = re.sub(r"([(\[{$#（「『【¿¡]) ", r"\1", text)  # and Spanish's opening marks
+    text = re.sub(r"([，。！？：；、）」』】]) ", r"\1", text)  # full-width marks hold their own space
     text = re.sub(r"(?<=\w) ’ (?=(?:s|m|t|d|ll|re|ve)\b)", "’", text)  # "I ’ m" (`words` keeps "I'm" whole)
     text = text.replace("\x00 ", "").replace(" \x00", "").replace("\x00", "")
     text = re.sub(r"\bi\b", "I", text)
-    return re.sub(r"(^|[.!?] )([a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
+    return re.sub(r"(^|[.!?] )([¿¡]?[a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
 
 
 @dataclass(frozen=True)
