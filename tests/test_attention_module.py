@@ -269,6 +269,30 @@ def test_generators_equal_their_former_code(vocab, model_id):
             torch.testing.assert_close(new.transpose(1, 2)[rows], former_probs.transpose(1, 2)[rows], **CLOSE)
 
 
+@pytest.mark.parametrize("model_id", ["dialogbert", "dialogbert-dra"])
+def test_dialogbert_encoding_each_utterance_as_a_row_of_its_own_equals_the_flat_context(vocab, model_id):
+    """DialogBERT's utterance encoder runs over each utterance as a row of its own (memory and time grow with the
+    utterances, not with the square of the context), where its former code ran over the flat context under a
+    same-utterance mask: with the token memory too (the decoder reads every token's state), the same logits,
+    gradients and greedy responses."""
+    from turnformer.models.dialogbert import utterance_rows
+
+    settings = {**SMALL, "max_response_words": 4, "token_memory": True}
+    model = seeded(lambda: build_generator(model_id, settings, vocab)).eval()
+    old = seeded(lambda: former.DialogBERT(model.config, model.pad_id, model.eou_id)).eval()
+    model.load_state_dict(perturbed(old).state_dict())
+    batch = generation_batch(model, vocab)
+    rows = utterance_rows(batch, model.pad_id)
+    assert rows.batch.context.shape[1] < batch.context.shape[1]  # rows as long as the longest utterance
+    real = batch.response_in.ne(model.pad_id)
+    torch.testing.assert_close(model(batch)[real], old(batch)[real], **CLOSE)
+    for m in (model, old):
+        m.zero_grad()
+        m.loss(batch).backward()
+    assert_same_state(grad_state(model), grad_state(old), **CLOSE)
+    assert model.generate(batch) == old.generate(batch)
+
+
 @pytest.mark.parametrize("c_max", [1, 3])
 def test_phaed_computing_only_the_tokens_it_reads_equals_its_former_code(vocab, c_max):
     """PHAED's encoder computes the queries' tokens alone and its memory's pass the remembered responses' alone

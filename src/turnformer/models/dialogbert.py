@@ -3,9 +3,10 @@
 Hierarchical encoder, then the `TransformerGenerator` decoder (same embeddings, causal decoder with
 position embeddings, tied output):
 
-1. utterance encoder: ``layers`` pre-norm layers over the flat context whose attention never leaves a
-   token's utterance (`SAME_UTTERANCE`), the same as encoding each utterance on its own without
-   reshaping; input = word embedding + position within the utterance. With ``dra`` the mask is DRA's
+1. utterance encoder: ``layers`` pre-norm layers whose attention never leaves a token's utterance
+   (`SAME_UTTERANCE`), run over each utterance as a row of its own (`utterance_rows`; equal to the flat
+   context under that mask, tested, in memory and time linear in the number of utterances); input = word
+   embedding + position within the utterance. With ``dra`` the mask is DRA's
    `DEPENDENCY` instead (which also stays inside the utterance) and, as the paper does, there is no
    position embedding.
 2. an utterance's vector is its [SOU] token's state (DialogBERT's [CLS]);
@@ -23,6 +24,7 @@ are newest first (slot 0 = the latest utterance).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -71,14 +73,19 @@ class DialogBERTGenerator(TransformerGenerator):
         if self.config.dra and batch.context_head is None:
             raise ValueError("dialogbert-dra reads dependency parses: build batches with encode_instances (no context_head)")
         meta = context_meta(batch, self.pad_id)
+        # the utterance encoder: each utterance a row of its own, so that memory and time grow with the utterances, not
+        # with the square of the context (its attention never leaves an utterance: the same as over the flat context)
+        rows = utterance_rows(batch, self.pad_id)
+        row_meta = context_meta(rows.batch, self.pad_id)
         # positions within the utterance (none with DRA); turns enter at the context encoder
-        x = self.embed_tokens(batch.context, None if self.config.dra else meta.position.clamp(max=self.config.max_positions - 1))
-        mask = (DEPENDENCY if self.config.dra else SAME_UTTERANCE)(meta, meta)
+        x = self.embed_tokens(rows.batch.context,
+                              None if self.config.dra else row_meta.position.clamp(max=self.config.max_positions - 1))
+        mask = (DEPENDENCY if self.config.dra else SAME_UTTERANCE)(row_meta, row_meta)  # [R, T, T]
         token_attention = []
         for layer in self.encoder:
             x, probs = layer(x, mask, return_attention)
-            token_attention.append(probs)
-        tokens = self.encoder_norm(x)
+            token_attention.append(rows.to_context(probs) if probs is not None else None)
+        tokens = self.encoder_norm(rows.to_context(x))  # [B, L, d]
 
         # [B, U, L]: which column holds utterance slot u's [SOU] (slot u = turn distance u + 1)
         turns = torch.arange(1, int(batch.context_turn.max()) + 1, device=x.device)
@@ -112,4 +119,56 @@ class DialogBERTGenerator(TransformerGenerator):
         return self._encode(batch, return_attention=True)[level]
 
 
-__all__ = ["IGNORE", "DialogBERTConfig", "DialogBERTGenerator"]
+class UtteranceRows(NamedTuple):
+    """A flat context's utterances as rows of their own: `batch` holds them [R, T] (padded; its context_turn, role and
+    heads as the flat context's, the heads counted within the row), `row` [R] the flat row each came from and
+    `columns` [R, T] the flat column of each of their tokens (-1 on padding)."""
+
+    batch: GenerationBatch
+    row: torch.Tensor
+    columns: torch.Tensor
+    shape: tuple[int, int]  # the flat context's (B, L)
+
+    def to_context(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-row token states [R, T, d] as the flat context's [B, L, d], or attention probabilities [R, H, T, T] as
+        [B, H, L, L]; zero where the flat context has padding, or (probabilities) two different utterances."""
+        real = self.columns.ge(0)  # [R, T]
+        rows = self.row[:, None].expand_as(self.columns)
+        if values.dim() == 3:
+            out = values.new_zeros(*self.shape, values.shape[-1])
+            out[rows[real], self.columns[real]] = values[real]
+            return out
+        pairs = real[:, :, None] & real[:, None, :]  # [R, T, T]
+        out = values.new_zeros(*self.shape, self.shape[1], values.shape[1])
+        out[rows[:, :, None].expand_as(pairs)[pairs], self.columns[:, :, None].expand_as(pairs)[pairs],
+            self.columns[:, None, :].expand_as(pairs)[pairs]] = values.permute(0, 2, 3, 1)[pairs]
+        return out.permute(0, 3, 1, 2)
+
+
+def utterance_rows(batch: GenerationBatch, pad_id: int = 0) -> UtteranceRows:
+    """The utterances of `batch`'s flat context (each a run of one turn distance) as rows of their own."""
+    context, turn = batch.context, batch.context_turn
+    real = context.ne(pad_id)
+    starts = real & torch.cat([torch.ones_like(real[:, :1]), turn[:, 1:].ne(turn[:, :-1])], 1)
+    row, start = starts.nonzero(as_tuple=True)  # [R]: row-major, so each flat row's utterances in order
+    run = (starts.flatten().cumsum(0) - 1).view_as(turn)  # each token's utterance among the R
+    length = torch.bincount(run[real], minlength=len(row))
+    offsets = torch.arange(int(length.max()) if len(length) else 0, device=context.device)
+    inside = offsets[None, :] < length[:, None]  # [R, T]
+    columns = (start[:, None] + offsets[None, :]).clamp(max=context.shape[1] - 1)
+
+    def gathered(values: torch.Tensor, fill: int) -> torch.Tensor:
+        return values[row[:, None], columns].masked_fill(~inside, fill)
+
+    head = None
+    if batch.context_head is not None:  # arcs counted within the row: a head's column minus the utterance's start
+        heads = gathered(batch.context_head, -1)
+        head = torch.where(heads.ge(0), heads - start[:, None], heads)
+    rows = GenerationBatch(context=gathered(context, pad_id), context_turn=gathered(turn, 0),
+                           response_in=context.new_zeros(len(row), 0), response_out=context.new_zeros(len(row), 0),
+                           context_role=None if batch.context_role is None else gathered(batch.context_role, 0),
+                           context_head=head)
+    return UtteranceRows(rows, row, columns.masked_fill(~inside, -1), tuple(context.shape))
+
+
+__all__ = ["IGNORE", "DialogBERTConfig", "DialogBERTGenerator", "utterance_rows"]
