@@ -245,6 +245,17 @@ FORMER_GENERATORS = {
 }
 
 
+def assert_generate_the_same(model, old, batch) -> None:
+    """The same logits on every real response token, the same loss gradients and the same greedy responses."""
+    real = batch.response_in.ne(model.pad_id)
+    torch.testing.assert_close(model(batch)[real], old(batch)[real], **CLOSE)
+    for m in (model, old):
+        m.zero_grad()
+        m.loss(batch).backward()
+    assert_same_state(grad_state(model), grad_state(old), **CLOSE)
+    assert model.generate(batch) == old.generate(batch)
+
+
 @pytest.mark.parametrize("model_id", list(FORMER_GENERATORS))
 def test_generators_equal_their_former_code(vocab, model_id):
     """Same seed, same weights under the same names; an old state dict loads and gives the same logits on every real
@@ -256,13 +267,7 @@ def test_generators_equal_their_former_code(vocab, model_id):
     assert_same_state(model.state_dict(), old.state_dict())
     model.load_state_dict(perturbed(old).state_dict())
     batch = generation_batch(model, vocab)
-    real = batch.response_in.ne(pad)
-    torch.testing.assert_close(model(batch)[real], old(batch)[real], **CLOSE)
-    for m in (model, old):
-        m.zero_grad()
-        m.loss(batch).backward()
-    assert_same_state(grad_state(model), grad_state(old), **CLOSE)
-    assert model.generate(batch) == old.generate(batch)
+    assert_generate_the_same(model, old, batch)
     if model_id == "transformer":
         rows = ~batch.context.eq(pad)
         for new, former_probs in zip(model.encoder_attention(batch), old.encoder_attention(batch)):
@@ -284,13 +289,7 @@ def test_dialogbert_encoding_each_utterance_as_a_row_of_its_own_equals_the_flat_
     batch = generation_batch(model, vocab)
     rows = utterance_rows(batch, model.pad_id)
     assert rows.batch.context.shape[1] < batch.context.shape[1]  # rows as long as the longest utterance
-    real = batch.response_in.ne(model.pad_id)
-    torch.testing.assert_close(model(batch)[real], old(batch)[real], **CLOSE)
-    for m in (model, old):
-        m.zero_grad()
-        m.loss(batch).backward()
-    assert_same_state(grad_state(model), grad_state(old), **CLOSE)
-    assert model.generate(batch) == old.generate(batch)
+    assert_generate_the_same(model, old, batch)
 
 
 @pytest.mark.parametrize("c_max", [1, 3])
