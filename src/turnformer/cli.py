@@ -337,7 +337,8 @@ def plot_act_attention_command(
     data_dir: Optional[Path] = DataDir,
 ) -> None:
     """Attention between the utterances of one sub-dialogue, per model (the LC Attention paper's Figure 2)."""
-    from turnformer.plots import figure_path, plot_utterance_attention, shorten  # torch: loaded only when the command runs
+    from turnformer.plots import figure_path, plot_utterance_attention  # torch: loaded only when the command runs
+    from turnformer.tasks.common import shorten
     from turnformer.tasks.registry import get_task
 
     acts = get_task("dialogue-act")

@@ -98,17 +98,6 @@ def save_figure(fig, out: str | Path) -> Path:
     return out
 
 
-def shorten(text: str, width: int) -> str:
-    """`text` cut to `width` columns, a wide character (CJK, emoji) counting two, with "…" where it is cut: a figure's
-    label that fits beside the plot."""
-    used = 0
-    for i, char in enumerate(text):
-        used += 2 if unicodedata.east_asian_width(char) in "WF" else 1
-        if used > width:
-            return text[:i] + "…"
-    return text
-
-
 def word_tokens(text: str) -> list[str]:
     """A dependency-free word tokenizer (words, contractions, punctuation), over the text's composed form (NFC)."""
     return _WORD.findall(unicodedata.normalize("NFC", text))
@@ -192,12 +181,13 @@ def mask_view(
         utt = meta.utterance[0]
         rows = torch.nonzero(utt == query_utterance).flatten()
         cols = torch.nonzero((utt <= query_utterance) & (utt >= 0)).flatten()
-        memory = cols[(utt[cols] < query_utterance) & ~meta.is_special[0][cols]]
-        if mem_len is not None and len(rows) * len(cols) > MAX_VIEW_CELLS and len(memory) > mem_len:
+        if mem_len is not None and len(rows) * len(cols) > MAX_VIEW_CELLS:
             # too many keys to draw: those from the oldest token the memory holds (no head sees the ones before)
-            cols = cols[cols >= (memory[len(memory) - mem_len] if mem_len else rows[0])]
-            logger.info("keys from utterance %d on: the earlier utterances are past the memory of %d tokens",
-                        int(utt[cols[0]]), mem_len)
+            memory = cols[(utt[cols] < query_utterance) & ~meta.is_special[0][cols]]
+            if len(memory) > mem_len:
+                cols = cols[cols >= (memory[len(memory) - mem_len] if mem_len else rows[0])]
+                logger.info("keys from utterance %d on: the earlier utterances are past the memory of %d tokens",
+                            int(utt[cols[0]]), mem_len)
         queries, keys = meta.select(rows), meta.select(cols)
         query_tokens, tokens = [tokens[i] for i in rows.tolist()], [tokens[i] for i in cols.tolist()]
     if not kinds:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import unicodedata
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
@@ -504,9 +505,16 @@ class Tally:
 
 
 def shorten(text: str, width: int = 100) -> str:
-    """A long utterance on one terminal line or two: its start, then an ellipsis (the JSONL output keeps it whole)."""
+    """A long utterance on one terminal line or two, or a figure's label: its start, then an ellipsis, in `width`
+    columns, a wide character (CJK, emoji) counting two (the JSONL output keeps it whole)."""
     text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    columns = [2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in text]
+    if sum(columns) <= width:
+        return text
+    used = end = 0
+    while used + columns[end] <= width - 1:  # the ellipsis takes the last column
+        used, end = used + columns[end], end + 1
+    return text[:end] + "…"
 
 
 def mark_cut(per_turn: Sequence[Sequence[dict]], dialogues: Sequence[Dialogue], tokenizer, max_tokens: int,
