@@ -234,6 +234,21 @@ def test_an_interrupted_demo_says_what_it_left_and_that_it_starts_over(data_dir,
         " ".join(result.output.split())
 
 
+def test_a_demo_interrupted_before_its_fine_tune_says_so(data_dir, tmp_path, monkeypatch):
+    """Ctrl-C while the demo read the data or drew its masks exited 130 without a word."""
+    import turnformer.cli as cli
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "draw_head_masks", stopped)
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path), "--data-dir", str(data_dir), "--train-dialogues", "2",
+                                 "--eval-dialogues", "2"])
+    assert result.exit_code == 130 and "Traceback" not in result.output, result.output
+    assert "interrupted: the demo stopped before its fine-tune; the demo run again starts over" in " ".join(result.output.split())
+    assert not (tmp_path / "run").exists()
+
+
 def test_every_option_of_every_command_says_what_it_takes():
     """`--help` is where a user reads an option: none is listed without a line of help."""
     import click

@@ -834,7 +834,7 @@ def test_a_setting_of_the_run_description_that_cannot_build_the_model_names_the_
 
 def test_evaluate_refuses_a_blank_split_and_a_folder_as_input_before_any_work(trained_run, tmp_path):
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(tmp_path / "nothing"), "--split", ""])
-    assert result.exit_code == 2 and "unknown split ''; known: train, validation, test" in result.output
+    assert result.exit_code == 2 and "unknown split ''; use train, validation (or dev/val) or test" in result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(tmp_path)])
     assert result.exit_code == 2 and f"--input {tmp_path}: a folder; give a labelled conversation file" in result.output
 

@@ -57,8 +57,11 @@ def test_train_resume_evaluate_predict(tiny_backbone_dir, conversation_files, tm
     metrics = json.loads(evaluated.stdout)
     assert 0 <= metrics["weighted_f1"] <= 100 and metrics["primary"] == metrics["weighted_f1"]
     assert (tmp_path / "cm.png").exists()
-    unknown = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "dev"])
-    assert unknown.exit_code == 2 and "unknown split 'dev'" in unknown.output
+    dev = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "dev"])  # as NAME:dev reads it
+    validation = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "validation"])
+    assert dev.exit_code == 0 and json.loads(dev.stdout) == json.loads(validation.stdout), dev.output
+    unknown = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "devel"])
+    assert unknown.exit_code == 2 and "unknown split 'devel'" in unknown.output
 
     predictions = tmp_path / "pred.jsonl"
     predicted = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(conversation_files["test"]), "--out", str(predictions)])

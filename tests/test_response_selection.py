@@ -403,6 +403,9 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     wrong = runner.invoke(app, ["predict", "--task", "erc", "--checkpoint", str(out), "--input", "mutual:test", *common])
     assert wrong.exit_code != 0 and "is a model for response-selection" in wrong.output
 
+    meld = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", "meld:test", "--data-dir", str(tmp_path)])
+    assert meld.exit_code == 2 and "meld is not a response-selection dataset" in meld.output  # before MELD is looked for
+
     ranker = ResponseRanker.from_checkpoint(out)
     scores = ranker.rank([("m", "where are you going ?"), ("f", "to the bank .")], ["why ?", ("f", "see you !")])
     assert len(scores) == 2 and all(isinstance(s, float) for s in scores)

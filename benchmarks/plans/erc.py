@@ -25,6 +25,8 @@
   ``benchmarks/gpu_mpnet.sh paper-attention memory-grad`` where a 2-core CPU trains them (one-pass DialogXL on this
   backbone: about 20 minutes a MELD epoch on one thread in float32, 1.7 times faster in bf16 on a CPU with bfloat16
   instructions, ``erc-one-pass-speed-mpnet[-bf16].json``); resumable, a run at a time per core.
+- ``mpnet-cpu-dailydialog``: DialogXL with the memory bias on all-mpnet-base-v2, DailyDialog, over ``--seeds``: the rows of
+  ``benchmarks/gpu_mpnet.sh dailydialog`` on the CPU (2 epochs, bf16; about 2 hours an epoch on two threads).
 - ``table3``: the five ablations of DialogXL on MELD.
 - ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
 - ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
@@ -67,6 +69,7 @@ CONCAT_CPU = {"frozen-half": ("model_config.frozen_layers=3",), "len128": ("mode
 # mpnet-cpu: all-mpnet-base-v2 at the rate its sweep chose on the GPU (erc-mpnet-lr-sweep-dialogxl-memory-bias.json), in
 # the GPU runs' bf16 mixed precision
 MPNET_CPU = ("backbone=all-mpnet-base-v2", "train.lr=2e-5", "train.mixed_precision=bf16")
+MPNET_CPU_DAILYDIALOG = (*MPNET_CPU, "train.epochs=2", "train.save_every_steps=100")
 
 PLANS: dict[str, list[Experiment]] = {
     "lr-sweep": [
@@ -98,6 +101,10 @@ PLANS: dict[str, list[Experiment]] = {
                               extra={"settings": list(settings)}) for name, settings in CONCAT_CPU.items()],
     "mpnet-cpu": [Experiment(f"erc-{dataset}-{model}-mpnet", model, dataset, SEEDS, MPNET_CPU, extra={"settings": list(MPNET_CPU)})
                   for model in ("dialogxl", "dialogxl-memory-grad") for dataset in ("meld", "emorynlp")],
+    # DailyDialog (10.5 times MELD's tokens an epoch on this backbone): the memory bias, 2 epochs as on the GPU
+    # (`gpu_mpnet.sh dailydialog`); a checkpoint every 100 batches, since a run spans several working days of a CPU
+    "mpnet-cpu-dailydialog": [Experiment("erc-dailydialog-dialogxl-memory-bias-mpnet", "dialogxl-memory-bias", "dailydialog", SEEDS,
+                                         MPNET_CPU_DAILYDIALOG, extra={"settings": list(MPNET_CPU_DAILYDIALOG)})],
     "table3": [Experiment(f"erc-meld-dialogxl-{ablation}", f"dialogxl-{ablation}", "meld", SEEDS) for ablation in ABLATIONS],
     "table4": [Experiment(f"erc-{dataset}-dialogxl-speaker-emb", "dialogxl-speaker-emb", dataset, SEEDS)
                for dataset in ("meld", "dailydialog")],

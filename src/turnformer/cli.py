@@ -28,7 +28,7 @@ from rich.text import Text
 from turnformer.allocator import start_with_allocator_settings
 from turnformer.backbones.cli import backbone_app
 from turnformer.data._io import OutputClosed, PartialOutput, check_output_file as check_file, write_chunks
-from turnformer.data import get_info
+from turnformer.data import get_info, normalize_split
 from turnformer.data.cli import data_app
 from turnformer.data.stats import dataset_stats, print_stats
 from turnformer.dialogue import Dialogue, DialogueError, output_names
@@ -382,6 +382,22 @@ def demo(
 ) -> None:
     """Emotion recognition end to end: dataset statistics, DialogXL's masks on one conversation,
     a fine-tune bounded to a few minutes, its test score, and a conversation annotated."""
+    steps: list[str] = []  # the steps begun
+    try:
+        run_demo(dataset, out, model, train_dialogues, eval_dialogues, epochs, seed, data_dir, steps)
+    except KeyboardInterrupt as interruption:  # Ctrl-C, or SIGTERM in the fine-tune: the demo has no --resume
+        from turnformer.training import Terminated
+
+        what = {"": "the demo stopped before its fine-tune; the demo run again starts over",
+                "fine-tune": f"the demo's fine-tune in {out / 'run'} did not finish; the demo run again starts it over",
+                "annotate": f"the demo stopped after its fine-tune, kept in {out / 'run'}"}[steps[-1] if steps else ""]
+        err.print(Text.assemble(("interrupted", "yellow"), f": {what}"), highlight=False, soft_wrap=True)
+        raise typer.Exit(143 if isinstance(interruption, Terminated) else 130) from None
+
+
+def run_demo(dataset: str, out: Path, model: str, train_dialogues: int | None, eval_dialogues: int | None, epochs: int,
+             seed: int, data_dir: Path | None, steps: list[str]) -> None:
+    """`demo`'s steps, in order (see its help); `steps` gets "fine-tune" and "annotate" as they begin."""
     from turnformer.tasks.registry import get_task  # torch: loaded only when the command runs
 
     erc = get_task("erc")
@@ -407,17 +423,13 @@ def demo(
         f"training dialogues, {epochs} epoch(s), batches of {recipe['train'].get('batch_size')} conversations, each encoded "
         f"in one pass...")
     started = time.monotonic()
+    steps.append("fine-tune")
     try:
         result = erc.train(recipe, out / "run", seed, data_dir, resume=False, limits=limits or None)
     except USER_ERRORS as e:
         fail(describe(e))
-    except KeyboardInterrupt as interruption:  # Ctrl-C or SIGTERM: the demo has no --resume, its next call starts over
-        from turnformer.training import Terminated  # loaded with the training already
-
-        err.print(Text.assemble(("interrupted", "yellow"), f": the demo's fine-tune in {out / 'run'} did not finish; "
-                                "the demo run again starts it over"), highlight=False, soft_wrap=True)
-        raise typer.Exit(143 if isinstance(interruption, Terminated) else 130) from None
     record_result(out / "run", result)  # as a run trained by `train`: its scores beside its checkpoints
+    steps.append("annotate")
     test = result.test_at_best or {}
     scope = "the full test set" if eval_dialogues is None else f"the first {eval_dialogues} test dialogues"
     console.print(
@@ -712,7 +724,7 @@ def changed_since_checkpoint(out: Path, recipe: dict, limits: dict | None) -> li
 @app.command()
 def evaluate(
     checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
-    split: Optional[str] = typer.Option(None, help="train, validation or test (default: test)."),
+    split: Optional[str] = typer.Option(None, help="train, validation (or dev) or test (default: test)."),
     input_file: Optional[Path] = typer.Option(None, "--input", help="Score this labelled file instead of a split of the "
                                               "recipe's dataset: generic JSONL (response selection: also tab-separated)."),
     confusion: Optional[Path] = typer.Option(None, help="Write a confusion-matrix figure here (PNG, or .svg, .pdf, ...)."),
@@ -729,8 +741,8 @@ def evaluate(
         confusion = figure_path(confusion) if confusion is not None else None
         if input_file is not None and split is not None:
             raise DialogueError("--input and --split: give one or the other (--input is scored as a whole)")
-        if split is not None and split not in ("train", "validation", "test"):  # before the model loads ("" included)
-            raise DialogueError(f"unknown split {split!r}; known: train, validation, test")
+        if split is not None:  # before the model loads; dev, val and valid mean validation, as for NAME:SPLIT
+            split = normalize_split(split)
         task, model, tokenizer, run = load_trained(checkpoint)
         if input_file is None and (changed := [c for c in changed_files(run["recipe"], run["recipe"])
                                                if c.startswith(f"{split or 'test'}_file ")]):

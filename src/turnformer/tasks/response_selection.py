@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from turnformer.backbones.loading import load_auto_encoder
-from turnformer.data import load_split, parse_split_spec
+from turnformer.data import get_info, load_split, names_benchmark, parse_split_spec
 from turnformer.data._io import first_line, write_file
 from turnformer.data.jsonl import iter_jsonl
 from turnformer.data.report import LoadReport
@@ -433,13 +433,12 @@ def load_items(spec: str, data_dir=None) -> list[ResponseSelectionItem]:
     """Items to rank: a benchmark split ``NAME:SPLIT`` (mutual, mutual-plus), a tab-separated file
     (Ubuntu format), or a JSONL file of conversations with ``meta.candidates``."""
     path = Path(spec)
-    if path.exists():
+    if path.exists() and not names_benchmark(spec):
         return read_selection_file(path)
     if benchmark := parse_split_spec(spec):
-        items = load_split(*benchmark, data_dir).items
-        if not items or not isinstance(items[0], ResponseSelectionItem):
+        if get_info(benchmark[0]).task != "response_selection":  # said before its split is read
             raise DialogueError(f"{benchmark[0]} is not a response-selection dataset")
-        return list(items)
+        return list(load_split(*benchmark, data_dir).items)
     raise DialogueError(f"{spec}: no such file, and not a dataset split (NAME:SPLIT, e.g. mutual:test)")
 
 
