@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -178,6 +179,29 @@ def test_reply_to_own_turns_and_spoken_by_equal_brute_force(case, n, speaker):
         assert _as_lists(REPLY_TO(q, k)) == _brute_force(q, k, reply_to_visible)
         assert _as_lists(own_turns(n)(q, k)) == _brute_force(q, k, lambda a, b, rows: own_turns_visible(a, b, rows, n))
         assert _as_lists(spoken_by(speaker)(q, k)) == _brute_force(q, k, lambda a, b, rows: spoken_by_visible(a, b, speaker))
+
+
+@pytest.mark.parametrize("first", [40_000, 3_000_000_000])  # past int16, past int32
+def test_reply_to_and_own_turns_hold_for_utterance_numbers_past_small_integers(first):
+    """The latest-utterance search runs in the smallest integer type that holds the numbers: numbered from `first`,
+    the same conversation gets the same masks."""
+    utterance = [[0, 0, 1, 2, 2, 3, 4], [0, 1, 1, 2]]
+    speaker = [[0, 0, 1, 0, 0, 1, 1], [1, 0, 0, 1]]
+    small = TokenMeta.from_lists(utterance, speaker)
+    large = TokenMeta.from_lists([[first + u for u in row] for row in utterance], speaker)
+    for mask in (REPLY_TO, own_turns(1), own_turns(3)):
+        assert mask(large, large).tolist() == mask(small, small).tolist()
+    assert REPLY_TO(small, small)[0, 3].tolist() == [False, False, True, False, False, False, False]
+
+
+def test_masks_by_name_with_a_negative_number_say_why_and_attention_takes_only_a_bool_mask():
+    for spec, said in (("local(-1)", "local window must be >= 0"), ("own_turns(-2)", "own_turns needs n >= 0"),
+                       ("spoken_by(-1)", "spoken_by needs a speaker index >= 0")):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            mask_from_name(spec)
+    query, key = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4)
+    with pytest.raises(ValueError, match="mask: expected a bool tensor .* got torch.float32; a float mask of scores to add is a bias"):
+        masked_attention(query, key, key, torch.ones(1, 1, 3, 5))
 
 
 @settings(max_examples=40, deadline=None)

@@ -50,6 +50,9 @@ def masked_attention(
 
     Returns (output [B,H,Q,D], probabilities [B,H,Q,K] or None).
     """
+    if mask is not None and mask.dtype != torch.bool:
+        raise ValueError(f"mask: expected a bool tensor (True = visible), got {mask.dtype}; a float mask of scores to "
+                         "add is a bias")
     if past is not None:
         return _attention_with_past(query, key, value, mask, bias, dropout_p, return_probs, *past)
     empty = None

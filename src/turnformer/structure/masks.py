@@ -93,18 +93,30 @@ HISTORY = Mask("history", lambda q, k: _k(k.utterance) <= _q(q.utterance))
 
 def spoken_by(speaker: int) -> Mask:
     """Keys spoken by ``speaker`` (whoever the query's speaker is)."""
+    if speaker < 0:
+        raise ValueError(f"spoken_by needs a speaker index >= 0 (padding is -1), got {speaker}")
     return Mask(f"spoken_by({speaker})", lambda q, k: _k(k.speaker) == speaker)  # [B, 1, K]: the same for every query
+
+
+def _small_ints(values: torch.Tensor) -> torch.Tensor:
+    """`values` (and -1) in the smallest of int16, int32, int64 that holds them."""
+    low, high = (min(-1, int(values.min())), int(values.max())) if values.numel() else (-1, 0)
+    for dtype in (torch.int16, torch.int32):
+        if torch.iinfo(dtype).min <= low and high <= torch.iinfo(dtype).max:
+            return values.to(dtype)
+    return values
 
 
 def _latest_utterances(candidates: torch.Tensor, k: TokenMeta, n: int) -> torch.Tensor:
     """[B, Q, K]: the candidate keys of each query's ``n`` latest utterances, one utterance at a time (a loop over
     n, not over tokens)."""
-    key_utterance = _k(k.utterance).expand_as(candidates)
-    chosen = torch.zeros_like(candidates)
+    key_utterance = _k(_small_ints(k.utterance))  # [B, 1, K]: the [B, Q, K] search below in 2 bytes a pair, not 8
+    chosen, candidates = torch.zeros_like(candidates), candidates.clone()  # updated in place: no [B, Q, K] copies
     for _ in range(n if candidates.shape[-1] else 0):  # no key: nothing to choose (and no maximum)
         latest = torch.where(candidates, key_utterance, -1).amax(-1, keepdim=True)  # [B, Q, 1]; -1: none left
-        newest = candidates & (key_utterance == latest)
-        chosen, candidates = chosen | newest, candidates & ~newest
+        newest = (key_utterance == latest).logical_and_(candidates)
+        chosen.logical_or_(newest)
+        candidates.logical_and_(newest.logical_not_())
     return chosen
 
 
@@ -188,13 +200,13 @@ def mask_from_name(spec: str, window: int | None = None) -> Mask:
             return a | b if op == "|" else a & b
     if spec.startswith("~"):
         return ~mask_from_name(spec[1:], window)
-    match = re.fullmatch(r"local(?:\((\d+)\))?", spec)
+    match = re.fullmatch(r"local(?:\((-?\d+)\))?", spec)  # a negative number: refused by the mask, saying why
     if match:
         w = int(match.group(1)) if match.group(1) else window
         if w is None:
             raise ValueError("local needs a window: write local(5) or pass --window")
         return local(w)
-    match = re.fullmatch(r"(\w+)\((\d+)\)", spec)
+    match = re.fullmatch(r"(\w+)\((-?\d+)\)", spec)
     if match and match.group(1) in _WITH_NUMBER:
         return _WITH_NUMBER[match.group(1)](int(match.group(2)))
     if spec in _NAMED:
