@@ -294,3 +294,45 @@ def test_predict_on_a_benchmark_of_other_labels_says_so(caplog):
         caplog.clear()
         say_other_labels("meld", {"recipe": {"label_kind": "act"}, "labels": ["inform", "question"]})
         assert "meld: meld has no 'act' labels; the model gives its own (inform, question) all the same" in caplog.text
+
+
+def test_a_run_left_between_a_saves_two_renames_and_an_interrupted_overwrite_are_said_as_they_are(
+        tiny_backbone_dir, conversation_files, tmp_path, monkeypatch):
+    """A save cut between its renames leaves .last.old / .best.old: --resume said "holds no checkpoint yet" and then
+    resumed, and `evaluate` called the run one without a best checkpoint. Ctrl-C early in an --overwrite credited the
+    command with the old run's checkpoint."""
+    out = tmp_path / "run"
+    assert runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1")).exit_code == 0
+    (out / "last").rename(out / ".last.old")
+    resumed = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=2", "--resume"))
+    assert resumed.exit_code == 0 and "holds no checkpoint yet" not in resumed.output, resumed.output
+    assert [h["epoch"] for h in json.loads((out / "result.json").read_text())["history"]] == [1, 2]
+
+    (out / "best").rename(out / ".best.old")
+    evaluated = runner.invoke(app, ["evaluate", "--checkpoint", str(out)])
+    assert evaluated.exit_code == 2 and f"its best/ is at {out / '.best.old'}, where a save cut short left it" in \
+        " ".join(evaluated.output.split()), evaluated.output
+    (out / ".best.old").rename(out / "best")
+
+    from turnformer.tasks.registry import get_task
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(get_task("erc"), "train", stopped)
+    step = json.loads((out / "last" / "trainer_state.json").read_text())["global_step"]
+    replaced = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--overwrite"))
+    assert replaced.exit_code == 130
+    assert f"no checkpoint was written: {out / 'last'} is as it was, at step {step}" in " ".join(replaced.output.split())
+
+
+def test_resume_with_a_data_file_moved_but_the_same_is_not_warned(tiny_backbone_dir, conversation_files, tmp_path):
+    out, moved = tmp_path / "run", tmp_path / "moved.jsonl"
+    assert runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1")).exit_code == 0
+    moved.write_bytes(conversation_files["train"].read_bytes())
+    files = {**conversation_files, "train": moved}
+    resumed = runner.invoke(app, _train_args(files, tiny_backbone_dir, out, "--set", "train.epochs=2", "--resume"))
+    assert resumed.exit_code == 0 and "mixes the two trainings" not in resumed.output, resumed.output
+    moved.write_text(conversation_files["train"].read_text().replace("great news", "good news"))
+    changed = runner.invoke(app, _train_args(files, tiny_backbone_dir, out, "--set", "train.epochs=3", "--resume"))
+    assert changed.exit_code == 0 and "mixes the two trainings" in " ".join(changed.output.split()), changed.output

@@ -733,3 +733,63 @@ def test_a_second_training_into_a_folder_in_use_is_refused_before_it_touches_it(
             run(out)
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before  # nothing set aside, nothing written
     run(out, epochs=1)  # once it has ended, the folder is free
+
+
+def test_a_checkpoint_that_cannot_be_written_is_one_error_naming_it(tmp_path, monkeypatch):
+    """A full disk ended a run in torch.save's traceback ("unexpected pos ..."): now one error naming the checkpoint
+    and the disk's free space; the previous checkpoint stays."""
+    import turnformer.training.checkpoint as checkpoint_module
+
+    out = tmp_path / "run"
+    run(out, epochs=1)
+
+    def full_disk(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 3916928 vs 3916816\nmore")
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", full_disk)
+    with pytest.raises(CheckpointError, match=r"run/last: the checkpoint could not be written \(\[enforce fail.*vs 3916816; "
+                                              r"[\d,]+ MiB free on its disk\); the previous last/ is kept"):
+        run(out, resume=True, epochs=2)
+    assert json.loads((out / "last" / "trainer_state.json").read_text())["epoch"] == 1  # as it was
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", no_space)
+    with pytest.raises(CheckpointError, match=r"fresh/(best|last): the checkpoint could not be written \(No space left on "
+                                              r"device; .*\); no (best|last)/ was written"):
+        run(tmp_path / "fresh", epochs=1)
+    assert not (tmp_path / "fresh").exists()  # a run refused before its first checkpoint leaves nothing behind
+
+
+@pytest.mark.parametrize("file", ["optimizer.pt", "rng.pt"])
+def test_a_damaged_torch_file_is_said_in_one_line_without_torchs_advice(checkpoint, file):
+    """torch's text for a file it cannot read advises loading it with weights_only=False: not for a damaged file."""
+    path = checkpoint / "last" / file
+    path.write_bytes(os.urandom(path.stat().st_size))
+    with pytest.raises(CheckpointError) as caught:
+        run(checkpoint, resume=True)
+    assert f"last/{file}: cannot load (truncated or corrupt; " in str(caught.value)
+    assert "weights_only" not in str(caught.value) and len(str(caught.value).splitlines()) == 1
+
+
+def test_resume_of_a_run_without_last_but_with_best_is_refused(checkpoint):
+    """--resume over a run whose last/ is gone trained afresh beside its best/: one folder, two runs."""
+    shutil.rmtree(checkpoint / "last")
+    best = (checkpoint / "best" / "model.safetensors").read_bytes()
+    with pytest.raises(CheckpointError, match=r"cannot resume .*run: it holds a run's best/ but no last/ to continue"):
+        run(checkpoint, resume=True)
+    assert (checkpoint / "best" / "model.safetensors").read_bytes() == best and not (checkpoint / "last").exists()
+
+
+def test_run_json_records_the_settings_a_resumed_run_kept(tmp_path):
+    """Resumed with another rate, or fewer epochs than it has trained, the run trains on with the checkpoint's: run.json
+    said the ones given."""
+    out = tmp_path / "run"
+    info = {"recipe": {"train": {"lr": 0.05, "epochs": 2}}}
+    train(new_model(), TRAIN, accuracy_eval(SPLITS), config(out, epochs=2), label_map=LABELS, run_info=info)
+    given = {"recipe": {"train": {"lr": 0.5, "epochs": 1}}}
+    result = train(new_model(), TRAIN, accuracy_eval(SPLITS), config(out, epochs=1, lr=0.5, resume=True), label_map=LABELS,
+                   run_info=given)
+    assert json.loads((out / "run.json").read_text())["recipe"]["train"] == {"lr": 0.05, "epochs": 2}
+    assert len(result.history) == 2

@@ -552,7 +552,7 @@ def train(
             task, model = recipe_identity(recipe, task, model)
     except DialogueError as e:
         fail(str(e))
-    held = [name for name in RUN_ENTRIES if (out / name).exists()]
+    held, found = [name for name in RUN_ENTRIES if (out / name).exists()], checkpoint_written(out)
     if held and not (resume or overwrite):
         fail(f"{out} holds a run ({', '.join(held)}): --resume continues it, --overwrite replaces it (the old run is kept "
              f"until the new one's first checkpoint), or give another --out")
@@ -571,7 +571,7 @@ def train(
         loaded = training_recipe(task, model, dataset, recipe, files, set_)
         if resume and (out / "last").exists() and not (out / "last").is_dir():
             fail(f"{out / 'last'}: a file where the run's checkpoint folder should be; move it, then --resume again")
-        if resume and not (out / "last").is_dir():
+        if resume and not any((out / name).is_dir() for name in ("last", ".last.old", "best")):  # .last.old: a save cut short
             err.print(f"note: --resume: {out} holds no checkpoint yet; starting from the beginning", highlight=False, soft_wrap=True)
         elif resume and (changed := changed_since_checkpoint(out, loaded, limits or None)):
             err.print(f"warning: --resume: this run reads other data or settings than the run that wrote {out / 'last'} "
@@ -580,7 +580,7 @@ def train(
     except USER_ERRORS as e:
         fail(describe(e))
     except KeyboardInterrupt as interruption:  # Ctrl-C, or SIGTERM (the loop's Terminated): the loop saved last/
-        interrupted(out, interruption)
+        interrupted(out, interruption, found)
     console.print_json(data=record_result(out, result))
 
 
@@ -685,16 +685,27 @@ def training_recipe(task: str, model: str, dataset: Optional[str], recipe: Optio
     return loaded
 
 
-def interrupted(out: Path, interruption: KeyboardInterrupt) -> None:
-    """Say what an interrupted training saved and how to continue it; exit 130 (Ctrl-C) or 143 (SIGTERM), the
-    shells' codes for those signals."""
+def checkpoint_written(out: Path) -> int | None:
+    """When `out`'s last/ was written (its trainer state's modification time, ns); None without one."""
+    try:
+        return (out / "last" / "trainer_state.json").stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def interrupted(out: Path, interruption: KeyboardInterrupt, found: int | None) -> None:
+    """Say what an interrupted training saved and how to continue it (`found`: `checkpoint_written` when the command
+    began); exit 130 (Ctrl-C) or 143 (SIGTERM), the shells' codes for those signals."""
     from turnformer.training import Terminated  # torch: loaded only when the command runs
 
     terminated = isinstance(interruption, Terminated)
     state = out / "last" / "trainer_state.json"
     try:
         step = json.loads(state.read_text())["global_step"]
-        saved = f"saved {out / 'last'} at step {step}; the same command with --resume continues it from there"
+        if checkpoint_written(out) != found:
+            saved = f"saved {out / 'last'} at step {step}; the same command with --resume continues it from there"
+        else:  # the checkpoint the command found (--resume), or the run --overwrite was to replace
+            saved = f"no checkpoint was written: {out / 'last'} is as it was, at step {step}"
     except (OSError, ValueError, KeyError):
         saved = "no checkpoint was written yet (no update had finished): the same command starts it again"
     err.print(Text.assemble(("interrupted", "yellow"), f" ({'SIGTERM' if terminated else 'Ctrl-C'}): {saved}"),
@@ -714,6 +725,8 @@ def changed_since_checkpoint(out: Path, recipe: dict, limits: dict | None) -> li
     # the papers' scores (paper, paper_online...) that an older run.json holds in its recipe change nothing a run reads
     keys = ({key for key in set(saved) | set(now) if not key.startswith("paper")}
             - {"train", "model_config", "recipe_path", "file_sha256"})  # the files' contents: changed_files
+    digests, current = saved.get("file_sha256") or {}, now.get("file_sha256") or {}
+    keys -= {key for key in SPLIT_FILE_KEYS if digests.get(key) and digests.get(key) == current.get(key)}  # moved, the same
     changes = [f"{key}: {saved.get(key)!r} -> {now.get(key)!r}" for key in sorted(keys) if saved.get(key) != now.get(key)]
     changes += changed_files(saved, now)
     if (before.get("limits") or None) != limits:

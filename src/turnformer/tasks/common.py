@@ -175,6 +175,9 @@ def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = (), task: str
         latest = (f" (its latest checkpoint is whole: pass {checkpoint / 'last'} to use it)"
                   if (checkpoint / "last" / MODEL_FILE).exists() else "")
         finished = (checkpoint / "result.json").exists()
+        if weights == checkpoint and (checkpoint / ".best.old" / MODEL_FILE).exists():  # a save cut between its renames
+            raise DialogueError(f"{checkpoint}: its best/ is at {checkpoint / '.best.old'}, where a save cut short left "
+                                "it: the run's next `train --resume` puts it back; or pass that folder")
         if weights != checkpoint:
             raise DialogueError(f"{weights}: an incomplete checkpoint, without its {MODEL_FILE}{latest}")
         if finished and not latest:  # its checkpoints since removed (run.py --prune)

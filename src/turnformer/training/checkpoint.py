@@ -227,8 +227,8 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
 def _torch_load(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # truncated zip, bad pickle, ...
-        raise CheckpointError(f"{path}: cannot load (truncated or corrupt?): {error}") from error
+    except Exception as error:  # truncated zip, bad pickle, ...: torch's text advises unsafe loading; not repeated
+        raise CheckpointError(f"{path}: cannot load (truncated or corrupt; {type(error).__name__})") from error
 
 
 def _link_or_copy(source: Path, target: Path) -> None:

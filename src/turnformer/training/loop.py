@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import math
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -97,6 +98,8 @@ def train(
             config.out_dir.mkdir(parents=True, exist_ok=True)
             # what trained it, however it was set, and where (a results file collected elsewhere names this machine)
             run_info = {**run_info, "mixed_precision": accelerator.mixed_precision, "machine": machine()}
+            if trainer.kept and isinstance((run_info.get("recipe") or {}).get("train"), dict):  # as trained, not as given
+                run_info["recipe"] = {**run_info["recipe"], "train": {**run_info["recipe"]["train"], **trainer.kept}}
             (config.out_dir / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
         try:
             return trainer.run()
@@ -104,6 +107,17 @@ def train(
             if accelerator.is_main_process and not any((config.out_dir / kept).exists() for kept in ("last", "best")):
                 remove_made(made)
             raise
+
+
+def unwritten(checkpoint: Path, error: BaseException) -> str:
+    """What a checkpoint that could not be written says: the error (its first line) and the disk's free space."""
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else (str(error).splitlines() or [""])[0]
+    try:
+        free = f"; {shutil.disk_usage(checkpoint.parent).free / 2**20:,.0f} MiB free on its disk"
+    except OSError:
+        free = ""
+    kept = f"the previous {checkpoint.name}/ is kept" if checkpoint.exists() else f"no {checkpoint.name}/ was written"
+    return f"{checkpoint}: the checkpoint could not be written ({reason}{free}); {kept}"
 
 
 def remove_made(made: list[Path]) -> None:
@@ -183,6 +197,7 @@ class _Trainer:
         self.scheduler = build_scheduler(self.optimizer, config.scheduler, config.warmup_steps, schedule_steps)
         self.state = TrainState(num_train_batches=self.n_batches, world_size=self.world, schedule_steps=schedule_steps)
         self.replaced: Path | None = None  # an earlier run in out_dir, set aside until this run's first checkpoint
+        self.kept: dict[str, Any] = {}  # training settings a resumed run keeps from its checkpoint, not those given
         checkpoint = self._load_for_resume()
         self.wrapped, self.optimizer = accelerator.prepare(_LossForward(model), self.optimizer)
         if checkpoint is not None:
@@ -213,6 +228,10 @@ class _Trainer:
                 self.replaced = set_aside_earlier_run(out_dir)
             return None
         if not last.exists():
+            if (out_dir / "best").exists():  # a run whose last/ is gone: starting afresh would mix two runs in one folder
+                raise CheckpointError(f"cannot resume {out_dir}: it holds a run's best/ but no last/ to continue; "
+                                      "evaluate best/ as it is, or start over with --overwrite (the old run is kept "
+                                      "until the new one's first checkpoint)")
             if self.acc.is_main_process:
                 logger.info("resume: no checkpoint at %s, starting afresh", last)
                 if holds_set_aside_run(replaced_run_folder(out_dir)):  # a replacement that never checkpointed: it goes on replacing
@@ -231,9 +250,12 @@ class _Trainer:
                                              state.schedule_steps)
         state.num_train_batches, state.world_size = self.n_batches, self.world
         self.state = state
+        if state.epoch > self.config.epochs:  # fewer epochs than the run has trained: it has trained them, and says so
+            self.kept["epochs"] = state.epoch
+            self.config = dataclasses.replace(self.config, epochs=state.epoch)
         if self.acc.is_main_process and state.epoch >= self.config.epochs:
             logger.info("resuming from %s: the run has finished its %d epochs (step %d); nothing left to train",
-                        last, self.config.epochs, state.global_step)
+                        last, state.epoch, state.global_step)
         elif self.acc.is_main_process:
             logger.info("resuming from %s: epoch %d, batch %d, step %d", last, state.epoch + 1, state.batch_in_epoch,
                         state.global_step)
@@ -277,6 +299,7 @@ class _Trainer:
                 logger.warning("resuming keeps the checkpoint's optimizer settings, not those given (%s): for others, "
                                "start a new run", given)
             self.config = config = dataclasses.replace(config, **kept)
+            self.kept.update(kept)
         changed = [
             f"{k}: {saved_train.get(k)!r} -> {getattr(config, k)!r}"
             for k in ("grad_clip", "scheduler", "warmup_steps", "gradient_accumulation_steps", "seed", "mixed_precision")
@@ -511,13 +534,16 @@ class _Trainer:
         """Replace `out_dir/name` whole: written afresh, or `out_dir/link_from`'s files; the first checkpoint of a run
         deletes the run it replaced."""
         st, out_dir = self.state, self.config.out_dir
-        with atomic_directory(out_dir, name) as tmp:
-            if link_from:
-                link_checkpoint(out_dir / link_from, tmp)
-            else:
-                write_checkpoint(tmp, model=self.model, model_config=self.model_config, train_config=self.config,
-                                 label_map=self.label_map, state=st, optimizer=self.optimizer, scheduler=self.scheduler,
-                                 rng=rng)
+        try:
+            with atomic_directory(out_dir, name) as tmp:
+                if link_from:
+                    link_checkpoint(out_dir / link_from, tmp)
+                else:
+                    write_checkpoint(tmp, model=self.model, model_config=self.model_config, train_config=self.config,
+                                     label_map=self.label_map, state=st, optimizer=self.optimizer, scheduler=self.scheduler,
+                                     rng=rng)
+        except (OSError, RuntimeError) as error:  # a full disk: OSError, or torch.save's RuntimeError of a short write
+            raise CheckpointError(unwritten(out_dir / name, error)) from error
         if name == "last":
             self.saved_at = (st.epoch, st.batch_in_epoch, st.global_step)
         if self.replaced is not None:  # this run can now be continued: the one it replaces goes
