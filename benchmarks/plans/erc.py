@@ -69,7 +69,7 @@ CONCAT_CPU = {"frozen-half": ("model_config.frozen_layers=3",), "len128": ("mode
 # mpnet-cpu: all-mpnet-base-v2 at the rate its sweep chose on the GPU (erc-mpnet-lr-sweep-dialogxl-memory-bias.json), in
 # the GPU runs' bf16 mixed precision
 MPNET_CPU = ("backbone=all-mpnet-base-v2", "train.lr=2e-5", "train.mixed_precision=bf16")
-MPNET_CPU_DAILYDIALOG = (*MPNET_CPU, "train.epochs=2", "train.save_every_steps=100")
+MPNET_CPU_DAILYDIALOG = (*MPNET_CPU, "train.epochs=2", "train.save_every_steps=100", "model_config.chunk_tokens=256")
 
 PLANS: dict[str, list[Experiment]] = {
     "lr-sweep": [
@@ -102,7 +102,8 @@ PLANS: dict[str, list[Experiment]] = {
     "mpnet-cpu": [Experiment(f"erc-{dataset}-{model}-mpnet", model, dataset, SEEDS, MPNET_CPU, extra={"settings": list(MPNET_CPU)})
                   for model in ("dialogxl", "dialogxl-memory-grad") for dataset in ("meld", "emorynlp")],
     # DailyDialog (10.5 times MELD's tokens an epoch on this backbone): the memory bias, 2 epochs as on the GPU
-    # (`gpu_mpnet.sh dailydialog`); a checkpoint every 100 batches, since a run spans several working days of a CPU
+    # (`gpu_mpnet.sh dailydialog`); a checkpoint every 100 batches (a run takes many hours on a CPU), and chunks of
+    # 256 tokens, which change no number: 512 would need about 23 GB a step
     "mpnet-cpu-dailydialog": [Experiment("erc-dailydialog-dialogxl-memory-bias-mpnet", "dialogxl-memory-bias", "dailydialog", SEEDS,
                                          MPNET_CPU_DAILYDIALOG, extra={"settings": list(MPNET_CPU_DAILYDIALOG)})],
     "table3": [Experiment(f"erc-meld-dialogxl-{ablation}", f"dialogxl-{ablation}", "meld", SEEDS) for ablation in ABLATIONS],
