@@ -26,7 +26,8 @@
   backbone: about 20 minutes a MELD epoch on one thread in float32, 1.7 times faster in bf16 on a CPU with bfloat16
   instructions, ``erc-one-pass-speed-mpnet[-bf16].json``); resumable, a run at a time per core.
 - ``mpnet-cpu-dailydialog``: DialogXL with the memory bias on all-mpnet-base-v2, DailyDialog, over ``--seeds``: the rows of
-  ``benchmarks/gpu_mpnet.sh dailydialog`` on the CPU (2 epochs, bf16; about 2 hours an epoch on two threads).
+  ``benchmarks/gpu_mpnet.sh dailydialog`` on the CPU (2 epochs, bf16). Slow there: on a 2-core CPU (two threads, beside
+  another job) a batch of 16 conversations took 43 s, about 8 hours an epoch of 695 batches.
 - ``table3``: the five ablations of DialogXL on MELD.
 - ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
 - ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
