@@ -233,7 +233,8 @@ class LCAttentionModel(nn.Module):
         vectors = []
         for start in range(0, len(ids), chunk):
             part = ids[start : start + chunk, : int(lengths[start]) + 2]
-            vectors.append(self.encoder(input_ids=part, attention_mask=(part != c.pad_id).long()).last_hidden_state[:, 0])
+            states = self.encoder(input_ids=part, attention_mask=(part != c.pad_id).long()).last_hidden_state
+            vectors.append(states[:, 0].clone())  # a copy: a view would keep the chunk's every token state alive
         return torch.cat(vectors)[order.argsort()]
 
     def contextualise(self, vectors: torch.Tensor, mask: torch.Tensor, return_probs: bool = False):
