@@ -386,7 +386,7 @@ def demo(
     try:
         run_demo(dataset, out, model, train_dialogues, eval_dialogues, epochs, seed, data_dir, steps)
     except KeyboardInterrupt as interruption:  # Ctrl-C, or SIGTERM in the fine-tune: the demo has no --resume
-        from turnformer.training import Terminated
+        from turnformer.training import Terminated  # torch: loaded only when the command runs
 
         what = {"": "the demo stopped before its fine-tune; the demo run again starts over",
                 "fine-tune": f"the demo's fine-tune in {out / 'run'} did not finish; the demo run again starts it over",
