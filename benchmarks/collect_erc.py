@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from turnformer.results import machine, machine_line, make_result, paper_score, write_result
@@ -29,7 +30,24 @@ def best_entry(result: dict, max_epoch: int | None = None) -> tuple[dict | None,
     if max_epoch is None:
         return next((h for h in result["history"] if h.get("epoch") == result["best_epoch"]), None), result["stopped_early"]
     finished = [h for h in result["history"] if h.get("complete") and h["epoch"] <= max_epoch]
-    return max(finished, key=lambda h: (h["validation"]["primary"], -h["epoch"]), default=None), len(finished) < max_epoch
+    def rank(h: dict) -> tuple[float, int]:  # a NaN validation score never beats a number, as in training
+        score = h["validation"]["primary"]
+        return (-math.inf if math.isnan(score) else score), -h["epoch"]
+
+    return max(finished, key=rank, default=None), len(finished) < max_epoch
+
+
+def recipe_differences(recipe: dict, other: dict) -> list[str]:
+    """The settings two runs' recipes both record and set differently (the task, dataset, model, backbone and the
+    training settings `run_config` keeps); a setting only one records is a later default, not a difference."""
+    def flat(r: dict) -> dict:
+        config = run_config(r)
+        return {**{k: r.get(k) for k in ("task", "dataset", "model", "backbone")},
+                **{f"{section}.{key}": value for section in ("model_config", "train") for key, value in config[section].items()},
+                **{k: v for k, v in config.items() if k not in ("model_config", "train")}}
+
+    a, b = flat(recipe), flat(other)
+    return [f"{key}: {a[key]!r} / {b[key]!r}" for key in sorted(set(a) & set(b)) if a[key] != b[key]]
 
 
 def run_config(recipe: dict) -> dict:
@@ -61,6 +79,13 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
             partial_runs.append({"run": str(run), "seed": info["seed"], "stop_reason": result["stop_reason"], "limits": info.get("limits")})
         if best is None:
             raise SystemExit(f"{run}: no finished epoch")
+        if not isinstance(info.get("seed"), int) or isinstance(info["seed"], bool):
+            raise SystemExit(f"{run / 'run.json'}: seed {info.get('seed')!r} is not a whole number")
+        if info["seed"] in seeds:
+            raise SystemExit(f"{run}: seed {info['seed']} twice (also {runs[seeds.index(info['seed'])]}): one run a seed")
+        if recipe is not None and (differences := recipe_differences(recipe, info["recipe"])):
+            raise SystemExit(f"{run}: trained with another recipe than {runs[0]} ({'; '.join(differences[:5])}): "
+                             "one results file holds runs of one recipe")
         recipe = info["recipe"]
         seeds.append(info["seed"])
         generation = info["recipe"]["task"] == "generation"  # primary is minus the perplexity

@@ -303,7 +303,10 @@ def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float |
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     status = "done" if code == 0 else f"FAILED ({code}): " + " | ".join((out / "train.log").read_text().strip().splitlines()[-3:])
     print(f"{experiment.id} seed {seed}: {status}\n", end="", flush=True)
-    if prune:  # finished or failed: its records stay, its checkpoints go
+    result = run_result(out) if code == 0 else None
+    if prune and result is not None and not result.get("stopped_early"):
+        # trained whole: its records stay, its checkpoints go; a run cut by the deadline keeps last/ to go on from, and a
+        # failed one (refused, as when another training writes into the folder) keeps what is there
         for name in ("last", "best"):
             shutil.rmtree(out / name, ignore_errors=True)
     return out
@@ -323,7 +326,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grid-seeds", default="1", help="Seeds of the act-grid cells (fewer than the main rows').")
     parser.add_argument("--swda-train", type=int, default=120, help="Training conversations of SwDA for figure4.")
     parser.add_argument("--deadline", type=float, default=None, help="Seconds from now by which every run stops.")
-    parser.add_argument("--prune", action="store_true", help="Delete a run's checkpoints when it ends (keep its records).")
+    parser.add_argument("--prune", action="store_true", help="Delete a run's checkpoints when it has trained whole (keep its records; a run cut by --deadline or failed "
+                             "keeps them).")
     parser.add_argument("--datasets", default=None, help="Keep only the experiments on these datasets (comma-separated).")
     parser.add_argument("--models", default=None, help="Keep only the experiments of these models (comma-separated).")
     parser.add_argument("--experiments", default=None, help="Keep only these experiment ids (comma-separated), "
@@ -479,13 +483,19 @@ def write_sweep(model: str, runs: list[tuple[Experiment, dict]], results_dir: Pa
     rates: dict[str, dict[str, float]] = {}
     for e, record in runs:
         rates.setdefault(e.extra["lr"], {})[e.dataset] = record["extra"]["validation"][0]
+    datasets = {e.dataset for e, _ in runs}
+    if missing := {lr: sorted(datasets - set(scores)) for lr, scores in rates.items() if set(scores) != datasets}:
+        # a rate scored on fewer datasets is not comparable with the others' means
+        print(f"{model}: no sweep file: rates without a run on every dataset ({missing})", flush=True)
+        return
     mean = {lr: sum(scores.values()) / len(scores) for lr, scores in rates.items()}
     chosen = max(mean, key=mean.get)
+    partial = [cut for _, r in runs for cut in (r["extra"].get("partial") or [])]
     record = make_result(
         f"erc-lr-sweep-{model}", task="erc", dataset="meld+emorynlp", split="validation", model=model,
         metric="weighted_f1_at_chosen_lr", scores=list(rates[chosen].values()), seeds=[1] * len(rates[chosen]),
         backbone="all-MiniLM-L6-v2",
-        extra={"chosen_lr": chosen, "validation": rates, "mean_by_lr": mean,
+        extra={"chosen_lr": chosen, "validation": rates, "mean_by_lr": mean, "partial": partial or False,
                "selection": "best mean validation weighted F1 over MELD and EmoryNLP (one seed each)"},
     )
     record["recipes"] = {e.id: r["recipe"] for e, r in runs}

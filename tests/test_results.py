@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -662,3 +663,90 @@ def test_a_results_file_lists_the_code_that_differs_from_its_commit(tmp_path, mo
         assert f"DOCS_DIR / \"{name}\"" in source and f'default=Path("docs/{name}")' not in source, (script, option)
     monkeypatch.syspath_prepend(str(results.CHECKOUT / "benchmarks"))  # act_speed imports _timing beside it
     assert load_benchmark_script("act_speed").PLOT == results.CHECKOUT / "docs" / "dialogue-act-prediction-time.png"
+
+
+def _with_run_json(out: Path, **changes) -> Path:
+    info = json.loads((out / "run.json").read_text())
+    for key, value in changes.items():
+        if key == "seed":
+            info["seed"] = value
+        else:
+            section, name = key.split("__")
+            info["recipe"].setdefault(section, {})[name] = value
+    (out / "run.json").write_text(json.dumps(info))
+    return out
+
+
+def test_collecting_refuses_runs_of_other_recipes_the_same_seed_twice_and_a_seed_not_a_number(tmp_path):
+    """Runs of another learning rate were averaged with the others under the last one's name; one folder given twice
+    counted twice."""
+    collect = load_benchmark_script("collect_erc").collect
+    first = _fake_run(tmp_path / "s1", [50, 60], [40, 45])
+    second = _with_run_json(_fake_run(tmp_path / "s2", [50, 60], [41, 46]), seed=2)
+    assert collect("x", [first, second])["seeds"] == [1, 2]
+    other = _with_run_json(_fake_run(tmp_path / "s3", [50, 60], [40, 45]), seed=3, train__lr=0.5)
+    _with_run_json(first, train__lr=5e-5)
+    with pytest.raises(SystemExit, match=r"s3: trained with another recipe than .*s1 \(train.lr: 5e-05 / 0.5\)"):
+        collect("x", [first, other])
+    with pytest.raises(SystemExit, match=r"s1: seed 1 twice"):
+        collect("x", [first, first])
+    text = _with_run_json(_fake_run(tmp_path / "s4", [50, 60], [40, 45]), seed="2")
+    with pytest.raises(SystemExit, match=r"seed '2' is not a whole number"):
+        collect("x", [first, text])
+    # a setting that only one run records (added since, at its default) is not a difference
+    newer = _with_run_json(_fake_run(tmp_path / "s5", [50, 60], [40, 45]), seed=5, train__new_setting=1)
+    assert collect("x", [second, newer])["seeds"] == [2, 5]
+
+
+def test_a_nan_validation_epoch_is_never_the_best_of_the_first_epochs(tmp_path):
+    collect = load_benchmark_script("collect_erc").collect
+    run = _fake_run(tmp_path / "nan", [50, 60, 70], [30, 40, 45])
+    result = json.loads((run / "result.json").read_text())
+    result["history"][0]["validation"]["primary"] = float("nan")
+    (run / "result.json").write_text(json.dumps(result))
+    assert collect("x", [run], max_epoch=3)["scores"] == [45]
+    assert collect("x", [run], max_epoch=1, allow_partial=True)["scores"] == [30]  # the only epoch there is
+
+
+def test_a_results_file_whose_std_is_not_its_scores_is_refused():
+    from turnformer.results import result_problem
+
+    record = make_result("x", task="erc", dataset="meld", split="test", model="m", metric="f1", scores=[1.0, 3.0], seeds=[1, 2])
+    assert result_problem(record, "x") is None
+    assert "std 123 is not the sample standard deviation of its scores (1.41421)" in result_problem({**record, "std": 123}, "x")
+
+
+def test_prune_keeps_the_checkpoint_of_a_run_cut_by_the_deadline_or_failed(tmp_path, monkeypatch):
+    """--prune deleted last/ of a run the deadline cut, so it was never continued, and the checkpoints of a run refused
+    because another training was writing into its folder."""
+    bench = load_benchmark_script("run")
+    experiment = bench.plan("table2", (1,), (1,), 120)[0]
+    outcomes = {"whole": (0, None), "cut": (0, "time budget of 60 s used up at step 3"), "failed": (2, None)}
+    for name, (code, stop_reason) in outcomes.items():
+        runs = tmp_path / name
+        out = bench.run_dir(experiment, 1, runs)
+
+        def train(command, stop_reason=stop_reason, out=out, code=code, **kwargs):
+            (out / "last").mkdir(exist_ok=True)
+            (out / "best").mkdir(exist_ok=True)
+            if code == 0:
+                (out / "result.json").write_text(json.dumps({"stopped_early": stop_reason is not None,
+                                                             "stop_reason": stop_reason, "history": []}))
+            return subprocess.CompletedProcess(command, code)
+
+        monkeypatch.setattr(bench.subprocess, "run", train)
+        bench.run_one(experiment, 1, runs, None, False, prune=True)
+        assert (out / "last").is_dir() == (name != "whole"), name
+
+
+def test_a_learning_rate_sweep_with_a_rate_not_run_on_every_dataset_writes_no_choice(tmp_path, capsys):
+    bench = load_benchmark_script("run")
+    sweep = [e for e in bench.plan("lr-sweep", (1,), (1,), 120) if e.model == "dialogxl"]
+    record = lambda score, partial=False: {"extra": {"validation": [score], "partial": partial}, "recipe": {}}  # noqa: E731
+    runs = [(e, record(50.0)) for e in sweep if not (e.extra["lr"] == "1e-4" and e.dataset == "meld")]
+    bench.write_sweep("dialogxl", runs, tmp_path)
+    assert "no sweep file: rates without a run on every dataset ({'1e-4': ['meld']})" in capsys.readouterr().out
+    assert not list(tmp_path.iterdir())
+    cut = [{"run": "r", "seed": 1, "stop_reason": "time budget"}]
+    bench.write_sweep("dialogxl", [(e, record(50.0, cut if e.extra["lr"] == "5e-5" else False)) for e in sweep], tmp_path)
+    assert json.loads((tmp_path / "erc-lr-sweep-dialogxl.json").read_text())["extra"]["partial"] == cut * 2

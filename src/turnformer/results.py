@@ -223,8 +223,11 @@ def result_problem(record: Any, name: str) -> str | None:
         return f"seeds {seeds!r:.60}: expected one per score (or none, for a measurement)"
     if not finite(record["mean"]) or not finite(record["std"]):
         return f"mean {record['mean']!r}, std {record['std']!r}: expected finite numbers"
-    if not math.isclose(record["mean"], statistics.fmean(scores), rel_tol=1e-6, abs_tol=1e-9):
-        return f"mean {record['mean']!r} is not the mean of its scores ({statistics.fmean(scores):.6g})"
+    mean, std = mean_std(scores)
+    if not math.isclose(record["mean"], mean, rel_tol=1e-6, abs_tol=1e-9):
+        return f"mean {record['mean']!r} is not the mean of its scores ({mean:.6g})"
+    if not math.isclose(record["std"], std, rel_tol=1e-6, abs_tol=1e-9):
+        return f"std {record['std']!r} is not the sample standard deviation of its scores ({std:.6g})"
     return None
 
 
