@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collect_erc import collect, run_config  # noqa: E402
+from collect_erc import collect, recipe_differences, run_config  # noqa: E402
 from plans import PLANS, TASKS, Experiment  # noqa: E402
 
 from turnformer.recipes import load_recipe, recipe_for_dataset  # noqa: E402
@@ -182,6 +182,8 @@ def with_earlier_seeds(record: dict, earlier: dict) -> dict:
     """`record` (the runs on disk) joined with the seeds of an earlier collection of the same training that it lacks,
     in seed order; a seed in both is the runs' own. `earlier` must come from `earlier_record`."""
     if record["config"] != earlier["config"]:  # the runs on disk trained something else: the earlier seeds cannot join
+        print(f"{record['experiment']}: warning: seeds {earlier['seeds']} of the earlier results file were trained with "
+              f"other settings than the runs here, and are replaced by seeds {record['seeds']}", flush=True)
         return record
     kept = [i for i, s in enumerate(earlier["seeds"]) if s not in record["seeds"]]
     if not kept:
@@ -446,6 +448,10 @@ def collected(e: Experiment, earlier: dict | None, runs_dir: Path, results_dir: 
         print(f"{e.id}: seeds {list(e.seeds)} already collected in {results_dir / e.id}.json", flush=True)
         return None
     record = collect(e.id, runs, allow_partial=True, extra=e.extra, max_epoch=e.max_epoch)
+    trained = json.loads((runs[0] / "run.json").read_text())["recipe"]
+    if differences := recipe_differences(resolved_recipe(e), trained):  # the file's config is the runs', said here
+        print(f"{e.id}: warning: its runs trained other settings than the plan's ({'; '.join(differences[:5])}); the "
+              "results file records the runs' own", flush=True)
     if earlier is not None:
         record = with_earlier_seeds(record, earlier)
     if "window" in e.extra:  # a cell of the W x P grid: the paper's number for that cell, if it ran it

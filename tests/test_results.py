@@ -750,3 +750,16 @@ def test_a_learning_rate_sweep_with_a_rate_not_run_on_every_dataset_writes_no_ch
     cut = [{"run": "r", "seed": 1, "stop_reason": "time budget"}]
     bench.write_sweep("dialogxl", [(e, record(50.0, cut if e.extra["lr"] == "5e-5" else False)) for e in sweep], tmp_path)
     assert json.loads((tmp_path / "erc-lr-sweep-dialogxl.json").read_text())["extra"]["partial"] == cut * 2
+
+
+def test_runs_of_other_settings_than_the_plans_are_said_when_collected(tmp_path, monkeypatch, capsys):
+    """A run folder trained with another learning rate was collected under the plan's recipe without a word."""
+    bench = load_benchmark_script("run")
+    experiment = bench.plan("table2", (1,), (1,), 120)[0]
+    run = _with_run_json(_fake_run(bench.run_dir(experiment, 1, tmp_path), [50, 60], [40, 45]), train__lr=0.5)
+    plan_recipe = {**json.loads((run / "run.json").read_text())["recipe"], "train": {"epochs": 5, "lr": 5e-5}}
+    monkeypatch.setattr(bench, "resolved_recipe", lambda e: plan_recipe)
+    record = bench.collected(experiment, None, tmp_path, tmp_path)
+    assert record["config"]["train"]["lr"] == 0.5
+    assert f"{experiment.id}: warning: its runs trained other settings than the plan's (train.lr: 5e-05 / 0.5)" in \
+        capsys.readouterr().out
