@@ -42,7 +42,7 @@ def recipe_differences(recipe: dict, other: dict) -> list[str]:
     training settings `run_config` keeps); a setting only one records is a later default, not a difference."""
     def flat(r: dict) -> dict:
         config = run_config(r)
-        return {**{k: r.get(k) for k in ("task", "dataset", "model", "backbone")},
+        return {**{k: r[k] for k in ("task", "dataset", "model", "backbone") if k in r},
                 **{f"{section}.{key}": value for section in ("model_config", "train") for key, value in config[section].items()},
                 **{k: v for k, v in config.items() if k not in ("model_config", "train")}}
 

@@ -105,8 +105,10 @@ def recipe_record(experiment: Experiment, runs_dir: Path, results_dir: Path = CH
         return None
     recipe = json.loads(path.read_text())
     config, extra = recipe["config"], experiment.extra
+    trained = {**{k: recipe[k] for k in ("task", "dataset", "model")}, **config}  # (its "backbone" is a label)
+    other = [d for d in recipe_differences(resolved_recipe(experiment), trained) if not d.startswith("train.epochs:")]
     same_training = (config["train"]["epochs"] == experiment.max_epoch and config["train"]["batch_size"] == extra["batch_size"]
-                     and (config["window"], config["context_padding"]) == (extra["window"], extra["padding"]))
+                     and (config["window"], config["context_padding"]) == (extra["window"], extra["padding"]) and not other)
     if not same_training or recipe["extra"].get("partial") or not set(experiment.seeds) <= set(recipe["seeds"]):
         return None
     index = [recipe["seeds"].index(s) for s in experiment.seeds]

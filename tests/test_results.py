@@ -763,3 +763,24 @@ def test_runs_of_other_settings_than_the_plans_are_said_when_collected(tmp_path,
     assert record["config"]["train"]["lr"] == 0.5
     assert f"{experiment.id}: warning: its runs trained other settings than the plan's (train.lr: 5e-05 / 0.5)" in \
         capsys.readouterr().out
+
+
+def test_a_grid_cell_does_not_read_a_recipe_results_file_of_other_settings(tmp_path):
+    """A cell took its score from its recipe's results file when epochs, batch, window and padding agreed, whatever the
+    learning rate those runs trained with."""
+    bench = load_benchmark_script("run")
+    cell = {c.id: c for c in bench.plan("act-grid", (1,), (1,), 120)}["dialogue-act-swda-lstm-blstm-w1-p5"]
+    settings = bench.resolved_recipe(cell)
+    config = {**bench.run_config(settings), "train": {**settings["train"], "epochs": cell.max_epoch}}
+
+    def recipe_file(config):
+        record = make_result(cell.recipe_runs, task="dialogue-act", dataset="swda", split="test", model="lstm-blstm",
+                             config=config, metric="accuracy", scores=[75.0], seeds=[1],
+                             extra={"validation": [78.0], "best_epoch": [3], "partial": False},
+                             command="turnformer train --seed 1 --out r/seed1 (recipe values as in config)")
+        write_result(record, tmp_path / "results")
+
+    recipe_file(config)
+    assert bench.recipe_record(cell, tmp_path / "runs", tmp_path / "results")["scores"] == [75.0]
+    recipe_file({**config, "train": {**config["train"], "lr": 0.77}})
+    assert bench.recipe_record(cell, tmp_path / "runs", tmp_path / "results") is None
