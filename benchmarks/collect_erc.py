@@ -3,8 +3,9 @@ file: the test score at each run's best validation epoch, mean and std over seed
 
     python benchmarks/collect_erc.py --experiment erc-meld-dialogxl runs/meld-dialogxl-s1 runs/meld-dialogxl-s2 ...
 
-A run cut short (time budget, interrupt) or trained on a subset is refused unless --allow-partial,
-and is then marked as such in the results file.
+A run cut short (time budget, interrupt), trained on a subset, or resumed with changed training settings (its
+run.json's ``resumed_with_changes``) is refused unless --allow-partial, and is then marked as such in the results file.
+Runs of different recipes, or two runs of one seed, are refused.
 
 --max-epoch N scores the runs as if they had stopped after N epochs: the test score at the best validation epoch
 among the first N (the schedules are constant, so longer runs' first epochs are the shorter runs' training). It puts
@@ -73,10 +74,13 @@ def collect(experiment: str, runs: list[Path], allow_partial: bool = False, extr
         except (OSError, ValueError) as e:  # no such folder, no finished epoch yet, a damaged file
             raise SystemExit(f"error: {run}: not a trained run ({e})") from None
         best, cut_short = best_entry(result, max_epoch)
-        if cut_short or info.get("limits"):
+        changes = info.get("resumed_with_changes")  # resumed with other training settings: not one run of its recipe
+        if cut_short or info.get("limits") or changes:
             if not allow_partial:
-                raise SystemExit(f"{run}: cut short or trained on a subset; pass --allow-partial to record it as such")
-            partial_runs.append({"run": str(run), "seed": info["seed"], "stop_reason": result["stop_reason"], "limits": info.get("limits")})
+                raise SystemExit(f"{run}: cut short, trained on a subset or resumed with changed settings; pass "
+                                 "--allow-partial to record it as such")
+            partial_runs.append({"run": str(run), "seed": info["seed"], "stop_reason": result["stop_reason"], "limits": info.get("limits"),
+                                 **({"resumed_with_changes": changes} if changes else {})})
         if best is None:
             raise SystemExit(f"{run}: no finished epoch")
         if not isinstance(info.get("seed"), int) or isinstance(info["seed"], bool):

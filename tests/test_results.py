@@ -784,3 +784,14 @@ def test_a_grid_cell_does_not_read_a_recipe_results_file_of_other_settings(tmp_p
     assert bench.recipe_record(cell, tmp_path / "runs", tmp_path / "results")["scores"] == [75.0]
     recipe_file({**config, "train": {**config["train"], "lr": 0.77}})
     assert bench.recipe_record(cell, tmp_path / "runs", tmp_path / "results") is None
+
+
+def test_a_run_resumed_with_changed_settings_is_collected_as_partial(tmp_path):
+    collect = load_benchmark_script("collect_erc").collect
+    run = _fake_run(tmp_path / "changed", [50, 60], [40, 45])
+    info = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**info, "resumed_with_changes": ["grad_clip: 1.0 -> 0.5"]}))
+    with pytest.raises(SystemExit, match="resumed with changed settings; pass --allow-partial"):
+        collect("x", [run])
+    partial = collect("x", [run], allow_partial=True)["extra"]["partial"]
+    assert partial[0]["resumed_with_changes"] == ["grad_clip: 1.0 -> 0.5"]

@@ -793,3 +793,17 @@ def test_run_json_records_the_settings_a_resumed_run_kept(tmp_path):
                    run_info=given)
     assert json.loads((out / "run.json").read_text())["recipe"]["train"] == {"lr": 0.05, "epochs": 2}
     assert len(result.history) == 2
+
+
+def test_a_run_resumed_with_changed_settings_says_so_in_run_json(tmp_path):
+    """Resumed with another gradient clip, the run was recorded as one training of the new settings."""
+    out = tmp_path / "run"
+    info = {"recipe": {"train": {"grad_clip": 1.0}}}
+    train(new_model(), TRAIN, accuracy_eval(SPLITS), config(out, epochs=1, grad_clip=1.0), label_map=LABELS, run_info=info)
+    assert "resumed_with_changes" not in json.loads((out / "run.json").read_text())
+    train(new_model(), TRAIN, accuracy_eval(SPLITS), config(out, epochs=2, grad_clip=0.5, resume=True), label_map=LABELS,
+          run_info={"recipe": {"train": {"grad_clip": 0.5}}})
+    assert json.loads((out / "run.json").read_text())["resumed_with_changes"] == ["grad_clip: 1.0 -> 0.5"]
+    train(new_model(), TRAIN, accuracy_eval(SPLITS), config(out, epochs=3, grad_clip=0.5, resume=True), label_map=LABELS,
+          run_info={"recipe": {"train": {"grad_clip": 0.5}}})  # a later resumption keeps what the earlier one changed
+    assert json.loads((out / "run.json").read_text())["resumed_with_changes"] == ["grad_clip: 1.0 -> 0.5"]

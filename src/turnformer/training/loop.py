@@ -100,6 +100,8 @@ def train(
             run_info = {**run_info, "mixed_precision": accelerator.mixed_precision, "machine": machine()}
             if trainer.kept and isinstance((run_info.get("recipe") or {}).get("train"), dict):  # as trained, not as given
                 run_info["recipe"] = {**run_info["recipe"], "train": {**run_info["recipe"]["train"], **trainer.kept}}
+            if changes := earlier_changes(config.out_dir) + trainer.changed:  # the run is not one training of its recipe
+                run_info["resumed_with_changes"] = changes
             (config.out_dir / "run.json").write_text(json.dumps(run_info, indent=2, default=str) + "\n")
         try:
             return trainer.run()
@@ -107,6 +109,15 @@ def train(
             if accelerator.is_main_process and not any((config.out_dir / kept).exists() for kept in ("last", "best")):
                 remove_made(made)
             raise
+
+
+def earlier_changes(out_dir: Path) -> list[str]:
+    """The changed settings earlier resumptions of the run in `out_dir` recorded in its run.json."""
+    try:
+        changes = json.loads((out_dir / "run.json").read_text()).get("resumed_with_changes")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return changes if isinstance(changes, list) else []
 
 
 def unwritten(checkpoint: Path, error: BaseException) -> str:
@@ -198,6 +209,7 @@ class _Trainer:
         self.state = TrainState(num_train_batches=self.n_batches, world_size=self.world, schedule_steps=schedule_steps)
         self.replaced: Path | None = None  # an earlier run in out_dir, set aside until this run's first checkpoint
         self.kept: dict[str, Any] = {}  # training settings a resumed run keeps from its checkpoint, not those given
+        self.changed: list[str] = []  # training settings a resumed run changed ("grad_clip: 5.0 -> 0.5")
         checkpoint = self._load_for_resume()
         self.wrapped, self.optimizer = accelerator.prepare(_LossForward(model), self.optimizer)
         if checkpoint is not None:
@@ -307,6 +319,7 @@ class _Trainer:
         ]
         if config.scheduler != "linear" and state.num_train_batches and state.num_train_batches != self.n_batches:
             changed.append(f"training batches an epoch: {state.num_train_batches} -> {self.n_batches}")
+        self.changed = changed
         if changed and self.acc.is_main_process:
             logger.warning("resuming with a changed training config (%s): the optimizer and schedule state come from "
                            "the checkpoint, the result will differ from an uninterrupted run", "; ".join(changed))
