@@ -424,7 +424,8 @@ def main(argv: list[str] | None = None) -> None:
         for e, s, out in starting:
             print(f"{e.id} seed {s}: turnformer {' '.join(train_arguments(e, s, out, deadline))}", flush=True)
         return
-    print(f"{len(jobs)} runs, {args.workers} at a time", flush=True)
+    to_train = sum(1 for e, s in jobs if starts(e, run_dir(e, s, args.runs_dir)))
+    print(f"{to_train} of {len(jobs)} runs to train (the others have finished), {args.workers} at a time", flush=True)
     # a cell that reads the runs of another experiment of this command starts once those have finished
     ids = {e.id for e in experiments}
     readers = {e.id for e in experiments if e.recipe_runs in ids}
