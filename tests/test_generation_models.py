@@ -529,3 +529,19 @@ def test_full_width_and_spanish_marks_are_glued_as_written():
     for text, written in cases.items():
         assert detokenize(words(text)) == written
         assert words(written) == words(text)
+
+
+def test_what_words_split_inside_a_written_word_is_joined_again():
+    """`words` splits numbers, hyphenated words and addresses at their marks; a reply shows them whole, and reads back as
+    the same words. A mark between words stays apart."""
+    from turnformer.data.generation_vocab import detokenize, words
+
+    cases = {"it costs $ 3 . 50 , ok ?": "It costs $3.50, ok?",
+             "at 7 : 30 , 10 , 000 people came": "At 7:30, 10,000 people came",
+             "send an e - mail to a @ b . com or see www . google . com .": "Send an e-mail to a@b.com or see www.google.com.",
+             "a 24 - hour store": "A 24-hour store",
+             "one , two . 5 people": "One, two. 5 people",
+             "is it 3 , 45 ?": "Is it 3, 45?"}
+    for text, written in cases.items():
+        assert detokenize(words(text)) == written
+        assert words(written) == words(text)

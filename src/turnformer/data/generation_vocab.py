@@ -48,7 +48,9 @@ def detokenize(tokens: Sequence[str]) -> str:
     """`words`' lower-cased words as ordinary text: ``["i", "don't", "know", ",", "thanks", "."]`` -> "I don't know, thanks.".
     Marks are glued to the word they belong to: closing ones and ``.,!?;:%`` (and their full-width forms) to the one
     before, opening brackets, ``$ #`` and ``¿ ¡`` to the one after, a contraction's typographic apostrophe to both its parts (DailyDialog writes
-    "I ’ m"), and double quotes in pairs, each to the words it encloses."""
+    "I ’ m"), and double quotes in pairs, each to the words it encloses. What `words` split inside a written word is
+    joined again: numbers (``3 . 50``, ``7 : 30``, ``10 , 000``), hyphenated words (``e - mail``), web and e-mail
+    addresses (``www . google . com``, ``a @ b . com``)."""
     tokens, quotes = list(tokens), 0
     for i, token in enumerate(tokens):
         if token == '"':
@@ -58,10 +60,28 @@ def detokenize(tokens: Sequence[str]) -> str:
     text = re.sub(r"([(\[{$#（「『【¿¡]) ", r"\1", text)  # and Spanish's opening marks
     text = re.sub(r"([，。！？：；、）」』】]) ", r"\1", text)  # full-width marks hold their own space
     text = re.sub(r"(?<=\w) ’ (?=(?:s|m|t|d|ll|re|ve)\b)", "’", text)  # "I ’ m" (`words` keeps "I'm" whole)
+    text = _join_within_words(text)
     text = text.replace("\x00 ", "").replace(" \x00", "").replace("\x00", "")
     text = re.sub(r"\bi\b", "I", text)
     return re.sub(r"(^|[.!?] )([¿¡]?[a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
 
+
+# What `words` splits inside a written word, after `detokenize` glued marks to the word before ("3. 50"): a decimal
+# point or a time's colon between digits, a thousands comma before three digits, a hyphen between letters or digits
+# (DailyDialog writes "e-mail" 13 times as often as a spaced dash), and the dots and @ of web and e-mail addresses
+_WITHIN_WORDS = (
+    (re.compile(r"(?<=\d)([.:]) (?=\d)"), r"\1"),
+    (re.compile(r"(?<=\d), (?=\d{3}\b)"), ","),
+    (re.compile(r"(?<=[^\W_]) - (?=[^\W_])"), "-"),
+    (re.compile(r"\b(www)\. (?=\w)|(?<=\w)\. (?=(?:com|org|net|edu|gov)\b)", re.IGNORECASE), lambda m: (m.group(1) or "") + "."),
+    (re.compile(r"(?<=\w) @ (?=\w)"), "@"),
+)
+
+
+def _join_within_words(text: str) -> str:
+    for pattern, joined in _WITHIN_WORDS:
+        text = pattern.sub(joined, text)
+    return text
 
 @dataclass(frozen=True)
 class Utterance:
