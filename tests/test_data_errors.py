@@ -534,3 +534,37 @@ def test_a_benchmark_named_bare_wins_over_a_folder_or_file_of_its_name_here_in_a
         assert stats["dataset"] == "meld" and stats["splits"]["test"]["dialogues"] == 1
     result = CliRunner().invoke(data_app, ["stats", "./meld", "--json"])  # the folder, written as a path
     assert result.exit_code == 2 and "meld: a folder with no .jsonl or .jsonl.gz conversation files" in result.output
+
+
+def test_meld_real_text_shaped_like_mojibake_stays(tmp_path):
+    """A Latin letter before a curly quote, a guillemet or an ellipsis has the shape of UTF-8 read a byte a character
+    ("Spaß“" would decode to N'Ko): such text is kept as written, not "repaired"."""
+    texts = ["„Das macht Spaß“", "«CAFÉ»", "He said “Olé…” and left", "Señor Ñ¿", "Ah ×’ x"]
+    write_meld(tmp_path, MELD_HEADER + "".join(_meld_row(i + 1, text, uid=i) for i, text in enumerate(texts)))
+    ds = load_split("meld", "train", tmp_path)
+    assert [t.text for t in ds[0]] == texts and not ds.report
+
+
+def test_mutual_a_gzipped_item_is_read_and_another_file_counted(tmp_path):
+    """Items are *.txt, gzip-compressed *.txt.gz too; a file of another name (an item saved as .json) is not read
+    without a word: it is counted."""
+    import gzip
+
+    write_mutual(tmp_path, {"dev_1.txt": _item(1), "dev_2.txt.gz": gzip.compress(json.dumps(_item(2)).encode()),
+                            "dev_3.json": _item(3), ".hidden": b"x"})
+    ds = load_split("mutual", "dev", tmp_path)
+    assert [it.id for it in ds] == ["dev_1", "dev_2"]
+    assert ds.report.counts == {"other_file": 1} and "dev_3.json: not an item file" in ds.report.messages[0]
+
+
+def test_meld_an_utterance_longer_than_pythons_csv_field_limit_loads(tmp_path):
+    long = "word " * 40_000  # 200,000 characters: past csv's default 131,072
+    write_meld(tmp_path, MELD_HEADER + _meld_row(1, f'"{long}"') + _meld_row(2, "Hi", uid=1))
+    ds = load_split("meld", "train", tmp_path)
+    assert [t.text for t in ds[0]] == [long, "Hi"]
+
+
+def test_meld_an_error_in_a_row_of_several_lines_names_the_line_it_starts_on(tmp_path):
+    write_meld(tmp_path, MELD_HEADER + _meld_row(1, "Hello") + _meld_row(2, '"one\ntwo\nthree"', emotion="happy", uid=1))
+    with pytest.raises(DialogueError, match=r"train_sent_emo\.csv:3: Emotion: unknown label 'happy'"):
+        load_split("meld", "train", tmp_path)

@@ -288,3 +288,13 @@ def test_download_of_a_corpus_fetched_by_hand_says_how_to_get_it(name, tmp_path)
     with pytest.raises(DownloadError, match=r"cannot be downloaded by turnformer.*Download .*docs/data-format\.md"):
         download(name, tmp_path)
     assert list(tmp_path.iterdir()) == []   # nothing written
+
+
+@pytest.mark.parametrize("line", ["hit:5_conv:9,1,proud,A prompt.,3,This was a best friend. I won $1,000,5|5|5_2|2|5,\n",
+                                  "hit:5_conv:9,1,proud,A prompt.,3,We won 2,1,,\n"])
+def test_empathetic_dialogues_a_comma_before_digits_in_the_utterance_is_refused(tmp_path, line):
+    # the digits after the stray comma ("000", "1") are no selfeval (numbers parted by | and _): the utterance would be
+    # read as "... I won $1"
+    write_ed(tmp_path, train=ED_TRAIN + line)
+    with pytest.raises(DialogueError, match=r":7: utterance: a comma not written _comma_"):
+        load_split("empathetic-dialogues", "train", tmp_path)

@@ -254,13 +254,17 @@ def read_bytes(path: Path) -> bytes:
     return raw
 
 
-def text_files(folder: Path) -> list[Path]:
-    """The ``*.txt`` files of `folder`; a folder that cannot be read is an error (a glob would find none in it)."""
+def folder_names(folder: Path) -> list[str]:
+    """The names in `folder`; a folder that cannot be read is an error (a glob would find none in it)."""
     try:
-        names = os.listdir(folder)
+        return os.listdir(folder)
     except PermissionError:
         raise DialogueError(f"{folder}: Permission denied") from None
-    return [folder / name for name in names if name.endswith(".txt")]
+
+
+def text_files(folder: Path) -> list[Path]:
+    """The ``*.txt`` files of `folder`."""
+    return [folder / name for name in folder_names(folder) if name.endswith(".txt")]
 
 
 def first_line(path: Path) -> str:

@@ -70,7 +70,7 @@ def read_file(path: Path, report: LoadReport, split: str, base: Path | None = No
         if not scene:
             report.add("empty_scene", f"{shown}: {where}: scene with no utterances skipped")
             continue
-        turns = []
+        turns, turn_ids = [], {}  # turn id -> its index in the scene
         for j, utt in enumerate(scene):
             at = f"{where}[{j}]"
             if not isinstance(utt, dict):
@@ -103,7 +103,7 @@ def read_file(path: Path, report: LoadReport, split: str, base: Path | None = No
                 report.add("padded_label", f"{shown}: {at}.{key}: {label!r} read as {trimmed!r}")
                 label = trimmed
             turn_id = utt.get("utterance_id") if isinstance(utt.get("utterance_id"), str) else None
-            if turn_id is not None and (earlier := next((i for i, t in enumerate(turns) if t.id == turn_id), None)) is not None:
+            if turn_id is not None and (earlier := turn_ids.setdefault(turn_id, j)) != j:
                 raise DialogueError(f"{path}: {at}.utterance_id: {turn_id!r} is already the id of {where}[{earlier}]")
             try:
                 turns.append(Turn(speaker=speaker.strip(), text=text, labels={"emotion": label}, id=turn_id))

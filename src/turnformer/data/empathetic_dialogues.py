@@ -21,7 +21,8 @@ The known defect, and what is done about it: some lines have more than 8 comma-s
 commas in the trailing ``selfeval``/``tags`` columns). Only the first 8 fields are used (the fields
 read, ``conv_id`` to ``utterance``, come before those columns; ParlAI's loader reads the same leading
 fields), and each such line is counted in the load report as ``extra_fields`` with file and line; where the
-seventh field is no ``selfeval`` (digits, ``|`` and ``_``, as ``5|5|5_2|2|5``), the stray comma is in the
+seventh field is no ``selfeval`` (numbers parted by ``|`` and ``_``, as ``5|5|5_2|2|5``; bare digits, as the
+``000`` of an utterance's ``$1,000``, are none), the stray comma is in the
 utterance, which would be read cut short, and the line is an error. Also reported, not changed:
 ``conversation_rows_not_contiguous``, ``utterances_reordered`` and ``conversation_field_differs`` (a row whose
 ``context`` or ``prompt`` differs from its conversation's first row; the first row's value is kept).
@@ -46,7 +47,7 @@ FILE_SPLITS = {"train": "train", "validation": "valid", "test": "test"}
 HEADER = ("conv_id", "utterance_idx", "context", "prompt", "speaker_idx", "utterance", "selfeval", "tags")
 N_FIELDS = len(HEADER)
 COMMA = "_comma_"
-SELFEVAL = re.compile(r"[\d|_ ]*")  # "5|5|5_2|2|5", or empty
+SELFEVAL = re.compile(r" *(?:\d+(?: *[|_] *\d+)+)? *")  # "5|5|5_2|2|5", or empty: never bare digits ("$1,000")
 EMOTIONS = [
     "afraid", "angry", "annoyed", "anticipating", "anxious", "apprehensive", "ashamed", "caring", "confident",
     "content", "devastated", "disappointed", "disgusted", "embarrassed", "excited", "faithful", "furious",

@@ -20,7 +20,8 @@ Repaired and reported:
 
 * ``mojibake_repaired``: an utterance's or a speaker's text that was UTF-8 decoded a byte a character, as
   cp1252 or as Latin-1 (``â€™`` or ``â\x80\x99`` for ``’``), is decoded back, each such run alone (a real
-  ``é`` beside it stays); a C1 control character left (``\x92``: cp1252's byte read as Latin-1, as MELD's
+  ``é`` beside it stays) and only to what such runs stand for in text of Latin letters (accented letters,
+  punctuation, currency and letter-like signs, symbols, emoji: a real ``ß“`` or ``é…”`` stays); a C1 control character left (``\x92``: cp1252's byte read as Latin-1, as MELD's
   first release has eight of) becomes cp1252's character (``’``). The official CSVs here have none.
 * ``padded_label``: an Emotion or Sentiment with spaces at its ends.
 
@@ -57,13 +58,18 @@ _MOJIBAKE = re.compile(
     f"[\u00c2-\u00df]{_CONTINUATION}|[\u00e0-\u00ef]{_CONTINUATION}{{2}}|[\u00f0-\u00f4]{_CONTINUATION}{{3}}"
 )
 _C1 = re.compile("[\u0080-\u009f]")
+# What such a run decodes back to in text of Latin letters: accented letters, punctuation (’ “ … —), currency and
+# letter-like signs (€ ™), symbols and emoji. Real text has runs of the same shape that decode elsewhere (a German
+# "Spaß“" to N'Ko, "Olé…”" to a CJK character): they stay as they are.
+_PLAUSIBLE = re.compile("[\u00a0-\u024f\u2000-\u206f\u20a0-\u20cf\u2100-\u21ff\u2600-\u27bf\U0001f000-\U0001faff]")
 
 
 def _decoded_back(match: re.Match) -> str:
     try:
-        return bytes(_BYTE_OF[c] for c in match.group()).decode("utf-8")
+        decoded = bytes(_BYTE_OF[c] for c in match.group()).decode("utf-8")
     except UnicodeDecodeError:
         return match.group()
+    return decoded if _PLAUSIBLE.fullmatch(decoded) else match.group()
 
 
 def _c1_as_cp1252(match: re.Match) -> str:
@@ -110,6 +116,7 @@ def _label(value: str, allowed: list[str], path: Path, line: int, column: str, r
 def read_csv(path: Path, report: LoadReport, base: Path | None = None) -> list[Dialogue]:
     """Read one MELD-format CSV file into dialogues."""
     text = decode_utf8(read_bytes(path), path, report)
+    csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # a field may be as long as the file (Python's limit: 128K)
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = next(reader)
@@ -132,13 +139,13 @@ def read_csv(path: Path, report: LoadReport, base: Path | None = None) -> list[D
     meta: dict[int, dict] = {}
     last_did: int | None = None
     while True:
+        line = reader.line_num + 1  # where the row starts (a quoted field may hold line breaks)
         try:
             row = next(reader)
         except StopIteration:
             break
         except csv.Error as err:
             raise DialogueError(f"{path}:{reader.line_num}: malformed CSV: {err}") from None
-        line = reader.line_num
         if not row or all(not f.strip() for f in row):
             report.add("blank_line", f"{shown}:{line}: blank row skipped")
             continue

@@ -6,7 +6,8 @@ Files: ``mutual/mutual/{train,dev,test}/*.txt`` and ``mutual/mutual_plus/{train,
     {"answers": "B", "options": ["f : ...", "f : ...", "f : ...", "f : ..."],
      "article": "m : excuse me . how much is this suit ? f : it 's on sale today ...", "id": "train_1"}
 
-Files are read in natural order (``train_1``, ``train_2``, ..., ``train_10``). Each file is one
+Files are read in natural order (``train_1``, ``train_2``, ..., ``train_10``); a gzip-compressed one may be named
+``*.txt.gz``, and any other file in the folder is not read and is counted (``other_file``). Each file is one
 `ResponseSelectionItem`: the ``article`` split into turns at its speaker markers is the context, the
 four ``options`` are the candidates, ``answers`` A-D is the answer index 0-3. The test answers are
 hidden (``" "``) and become ``answer=None``; score on the validation (dev) split.
@@ -36,13 +37,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from turnformer.data._io import display, load_json, text_files
+from turnformer.data._io import display, folder_names, load_json
 from turnformer.data.report import DataNotFoundError, DatasetSplit, LoadReport
 from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn, is_blank
 
 NAMES = {"mutual": "mutual", "mutual-plus": "mutual_plus"}  # dataset name -> subfolder of mutual/
 FILE_SPLITS = {"train": "train", "validation": "dev", "test": "test"}
 ANSWERS = ["A", "B", "C", "D"]
+ITEM_FILES = (".txt", ".txt.gz")
 LABEL_SETS = {"answer": ANSWERS}
 N_OPTIONS = 4
 AMBIGUOUS = "m;f"
@@ -141,9 +143,12 @@ def load(root: Path, split: str, name: str = "mutual") -> DatasetSplit:
     folder = root / NAMES[name] / FILE_SPLITS[split]
     if not folder.is_dir():
         raise DataNotFoundError(f"{folder}: split folder not found")
-    files = sorted(text_files(folder), key=lambda p: natural_key(p.name))
+    names = sorted(folder_names(folder), key=natural_key)
+    files = [folder / n for n in names if n.endswith(ITEM_FILES)]
     if not files:
         raise DialogueError(f"{folder}: no item files (*.txt)")
+    for other in (n for n in names if not n.endswith(ITEM_FILES) and not n.startswith(".")):
+        report.add("other_file", f"{display(folder / other, root.parent)}: not an item file (*.txt, *.txt.gz); not read")
     items, first_file = [], {}
     for path in files:
         item = read_item(path, report, base=root.parent)
