@@ -974,3 +974,94 @@ def test_output_that_cannot_be_written_is_one_line_not_a_traceback():
         done = subprocess.run([sys.executable, "-m", "turnformer.cli", "data", "list"], stdout=full, stderr=subprocess.PIPE,
                               text=True)
     assert done.returncode == 2 and done.stderr.strip() == "error: the output cannot be written: No space left on device"
+
+
+@pytest.mark.parametrize("command", [["data", "stats"], ["plot", "masks", "--json", "--input"]])
+def test_a_reader_gone_before_a_table_or_a_json_line_ends_the_command_as_a_closed_pipe(tmp_path, command):
+    """rich's console and a plain write to standard output both end on a closed pipe with 141, quietly, as `--out -`
+    does (rich's own answer, and click's, is exit code 1)."""
+    import subprocess
+    import sys
+
+    conversations = _write(tmp_path, "c.jsonl", [_dialogue(i) for i in range(3)])
+    env = {**os.environ, "TURNFORMER_ALLOCATOR": "system"}
+    process = subprocess.Popen([sys.executable, "-c", "from turnformer.cli import main; main()", *command, str(conversations)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    process.stdout.close()  # the reader is gone before the command writes
+    _, said = process.communicate(timeout=120)
+    assert process.returncode == 141 and b"Traceback" not in said and b"error" not in said.lower(), said.decode()
+
+
+def test_threads_are_set_without_loading_torch_and_a_usage_error_answers_without_it():
+    import subprocess
+    import sys
+
+    script = ("import sys; from typer.testing import CliRunner; from turnformer import cli\n"
+              "result = CliRunner().invoke(cli.app, ['--threads', '1', 'train', '--bogus'])\n"
+              "print(result.exit_code, 'torch' in sys.modules, __import__('os').environ.get('OMP_NUM_THREADS'))\n"
+              "import torch; print(torch.get_num_threads())")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TURNFORMER_THREADS")}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120).stdout
+    assert out.split() == ["2", "False", "1", "1"], out
+
+
+def test_an_interrupted_command_without_its_own_message_says_it_was_interrupted(monkeypatch, capsys):
+    import sys
+
+    from turnformer import cli
+    from turnformer.data import cli as data_cli
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(data_cli, "_run", interrupt)
+    monkeypatch.setattr(cli, "INTERRUPT_SAID", [])
+    monkeypatch.setenv("TURNFORMER_ALLOCATOR", "system")
+    monkeypatch.setattr(sys, "argv", ["turnformer", "data", "stats", "meld"])
+    with pytest.raises(SystemExit) as end:
+        cli.main()
+    assert end.value.code == 130 and "interrupted (Ctrl-C)" in capsys.readouterr().err
+
+
+def test_a_refused_command_leaves_no_output_folder_behind(trained_run, tmp_path):
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text("not json\n")
+    out = tmp_path / "new" / "deeper" / "p.jsonl"
+    result = CliRunner().invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(junk), "--out", str(out)])
+    assert result.exit_code == 2 and not (tmp_path / "new").exists(), result.output
+    good = _write(tmp_path, "good.jsonl", [_dialogue(0)])
+    result = CliRunner().invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(good), "--out", str(out)])
+    assert result.exit_code == 0 and out.is_file(), result.output  # the folders are made when the file is written
+
+
+def test_an_output_check_creates_nothing_but_refuses_a_folder_it_may_not_write_in(tmp_path):
+    from turnformer.data._io import check_output_file
+
+    assert check_output_file(tmp_path / "a" / "b" / "c.txt") == tmp_path / "a" / "b" / "c.txt"
+    assert list(tmp_path.iterdir()) == []
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        if os.access(locked, os.W_OK):  # as root every folder is writable: nothing to refuse
+            pytest.skip("running as a user who may write in a read-only folder")
+        for path in (locked / "c.txt", locked / "new" / "c.txt"):
+            with pytest.raises(DialogueError, match="cannot be written: Permission denied"):
+                check_output_file(path)
+    finally:
+        locked.chmod(0o755)
+
+
+def test_an_interrupt_before_the_first_block_leaves_no_partial_file(tmp_path):
+    from turnformer.data._io import PartialOutput
+
+    def blocks():
+        raise KeyboardInterrupt
+        yield b"", 0
+
+    out = tmp_path / "new" / "p.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        PartialOutput(out, {"k": 1}).write(blocks(), lambda: None)
+    assert not (tmp_path / "new").exists()
+    PartialOutput(out, {"k": 1}).write(iter([]), lambda: None)  # no block at all: an empty file
+    assert out.read_bytes() == b"" and sorted(p.name for p in out.parent.iterdir()) == ["p.jsonl"]

@@ -29,7 +29,7 @@ from turnformer.allocator import start_with_allocator_settings
 from turnformer.backbones.cli import backbone_app
 from turnformer.data._io import OutputClosed, PartialOutput, check_output_file as check_file, write_chunks
 from turnformer.data import get_info, normalize_split
-from turnformer.data.cli import data_app
+from turnformer.data.cli import Output, data_app, write_line
 from turnformer.data.stats import dataset_stats, print_stats
 from turnformer.dialogue import Dialogue, DialogueError, output_names
 from turnformer.errors import CheckpointError
@@ -46,7 +46,7 @@ app.add_typer(data_app, name="data", help="Benchmark datasets: statistics, downl
 app.add_typer(backbone_app, name="backbone", help="Offline backbones: load and check against transformers.")
 app.add_typer(plot_app, name="plot")
 # markup=False: texts, labels, ids and paths from users are printed as written ("[laughs]" is no style tag)
-console = Console(markup=False)
+console = Output(markup=False)
 err = Console(stderr=True, soft_wrap=True, markup=False)  # paths in messages stay whole, to copy
 
 # What a user's input can raise: each ends the command with its one-line message (KeyError: a field of a run or item).
@@ -110,6 +110,15 @@ def asks_for_help(argv: list[str]) -> bool:
     return "--help" in (argv[: argv.index("--")] if "--" in argv else argv)
 
 
+INTERRUPT_SAID = []  # a command that says what its interruption kept appends to it; `main` says it for the others
+
+
+def say_interrupted(what: str) -> None:
+    """``interrupted`` and `what` (what the command kept, how to go on) on stderr."""
+    err.print(Text.assemble(("interrupted", "yellow"), what), highlight=False, soft_wrap=True)
+    INTERRUPT_SAID.append(what)
+
+
 def said(message: str) -> None:
     """A line about what a command did (``wrote N predictions to FILE``), on stderr; --quiet leaves it out."""
     if logging.getLogger("turnformer").isEnabledFor(logging.INFO):
@@ -129,16 +138,20 @@ def default_threads() -> int:
 
 def set_threads(threads: Optional[int]) -> None:
     """``--threads`` (or TURNFORMER_THREADS; at most the machine's cores), else OMP_NUM_THREADS when set, else
-    `default_threads`."""
-    import torch  # loaded only when a command runs (start-up cost): not for `turnformer --help` nor `CMD --help`
-
+    `default_threads`. Torch is not loaded for it (this runs before click reads the command's arguments, so a usage
+    error answers at once): the count goes to OMP_NUM_THREADS and MKL_NUM_THREADS, which torch reads when a command
+    loads it; where torch is loaded already, to torch itself."""
     if threads is None and os.environ.get("OMP_NUM_THREADS"):
         return
     cores = os.cpu_count() or 1
     if threads is not None and threads > cores:  # more threads than cores only makes them wait for each other
         warnings.warn(f"--threads {threads}: this machine has {cores} cores; using {cores}")
         threads = cores
-    torch.set_num_threads(threads or default_threads())
+    threads = threads or default_threads()
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    else:
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
 
 
 def describe(error: Exception) -> str:
@@ -272,7 +285,7 @@ def plot_masks_command(
     if out is not None:
         said(f"wrote {plot_masks(view, out, title=f'dialogue {chosen.id or dialogue or 0}')}")
     if as_json:
-        sys.stdout.write(json.dumps(view.to_json()) + "\n")
+        write_line(json.dumps(view.to_json()))
 
 
 @plot_app.command("attention")
@@ -323,7 +336,7 @@ def plot_attention_command(
     if out is not None:
         said(f"wrote {plot_attention(view, out)}")
     if as_json:
-        sys.stdout.write(json.dumps(view.to_json()) + "\n")
+        write_line(json.dumps(view.to_json()))
 
 
 @plot_app.command("act-attention")
@@ -380,8 +393,10 @@ def demo(
     seed: int = typer.Option(1, min=0, max=2**32 - 1, help="Random seed (a whole number, 0 to 2**32 - 1)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
-    """Emotion recognition end to end: dataset statistics, DialogXL's masks on one conversation,
-    a fine-tune bounded to a few minutes, its test score, and a conversation annotated."""
+    """Emotion recognition end to end: statistics, masks, a short fine-tune, its score, a conversation annotated.
+
+    The dataset's statistics, DialogXL's masks on one conversation, a fine-tune bounded to a few minutes, its test
+    score, and a conversation annotated one utterance at a time."""
     steps: list[str] = []  # the steps begun
     try:
         run_demo(dataset, out, model, train_dialogues, eval_dialogues, epochs, seed, data_dir, steps)
@@ -391,7 +406,7 @@ def demo(
         what = {"": "the demo stopped before its fine-tune; the demo run again starts over",
                 "fine-tune": f"the demo's fine-tune in {out / 'run'} did not finish; the demo run again starts it over",
                 "annotate": f"the demo stopped after its fine-tune, kept in {out / 'run'}"}[steps[-1] if steps else ""]
-        err.print(Text.assemble(("interrupted", "yellow"), f": {what}"), highlight=False, soft_wrap=True)
+        say_interrupted(f": {what}")
         raise typer.Exit(143 if isinstance(interruption, Terminated) else 130) from None
 
 
@@ -708,8 +723,7 @@ def interrupted(out: Path, interruption: KeyboardInterrupt, found: int | None) -
             saved = f"no checkpoint was written: {out / 'last'} is as it was, at step {step}"
     except (OSError, ValueError, KeyError):
         saved = "no checkpoint was written yet (no update had finished): the same command starts it again"
-    err.print(Text.assemble(("interrupted", "yellow"), f" ({'SIGTERM' if terminated else 'Ctrl-C'}): {saved}"),
-              highlight=False, soft_wrap=True)
+    say_interrupted(f" ({'SIGTERM' if terminated else 'Ctrl-C'}): {saved}")
     raise typer.Exit(143 if terminated else 130)
 
 
@@ -793,8 +807,10 @@ def predict(
     submission: Optional[Path] = typer.Option(None, help="Response selection: also write MuTual's submission file (id, then candidates best first)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
-    """Label every utterance of every conversation in a file, with probabilities; for a response-selection
-    model, score and rank the candidates of every item (a TSV file, a JSONL file with meta.candidates, or NAME:SPLIT)."""
+    """Label every utterance of every conversation in a file, or rank every item's candidate replies.
+
+    A conversation model labels every utterance, with probabilities; a response-selection model scores and ranks the
+    candidates of every item (a TSV file, a JSONL file with meta.candidates, or NAME:SPLIT)."""
     from turnformer.tasks.registry import TASKS  # torch: loaded only when the command runs
 
     try:
@@ -884,8 +900,7 @@ def write_going_on(predictions, out: Path, key: dict, blocks: Iterator[tuple[byt
         terminated = isinstance(interruption, Terminated)
         left = (f"{done()} are kept in {partial.partial}: the same command goes on from there" if partial.blocks
                 else "no block was finished: the same command starts again")
-        err.print(Text.assemble(("interrupted", "yellow"), f" ({'SIGTERM' if terminated else 'Ctrl-C'}): {left}"),
-                  highlight=False, soft_wrap=True)
+        say_interrupted(f" ({'SIGTERM' if terminated else 'Ctrl-C'}): {left}")
         raise typer.Exit(143 if terminated else 130)
     return kept
 
@@ -922,8 +937,7 @@ def generate(
     beam: int = typer.Option(1, "--beam", min=1, max=MAX_BEAM, help="Beam size (1 = greedy decoding)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
-    """Continue every conversation of a file with one generated reply (greedy decoding, or beam search
-    with --beam N), or chat."""
+    """Continue every conversation of a file with one generated reply (greedy, or --beam N), or chat."""
     from turnformer.tasks.registry import read_run  # torch: loaded only when the command runs
 
     try:
@@ -1009,8 +1023,9 @@ def serve(
     worker: Optional[str] = typer.Option(None, help="This process's name, put at the start of its session ids, for a "
                                          "router in front of several processes (README: several workers)."),
 ) -> None:
-    """Serve trained models over HTTP, with a web page: conversations annotated one utterance at a time, whole
-    conversations labelled, replies ranked or generated. Set TURNFORMER_TOKEN to require it as a bearer token."""
+    """Serve trained models over HTTP, with a web page (TURNFORMER_TOKEN: the bearer token it asks for).
+
+    Conversations annotated one utterance at a time, whole conversations labelled, replies ranked or generated."""
     # FastAPI, uvicorn and torch: loaded only when the command runs (start-up cost: `turnformer --help` stays fast)
     from turnformer.serve.app import checked_token, create_app
     from turnformer.serve.models import NAME, load_models, session_memory
@@ -1048,6 +1063,10 @@ def main() -> None:
     start_with_allocator_settings(__file__)  # glibc's malloc set for long conversations (turnformer.allocator)
     try:
         app()
+    except SystemExit as end:  # Ctrl-C in a command that keeps nothing to go on from: said here, in one line
+        if end.code == 130 and not INTERRUPT_SAID:
+            say_interrupted(" (Ctrl-C)")
+        raise
     except (OutputClosed, BrokenPipeError):  # `... | head`: the reader has what it wanted; end quietly, as a killed pipe writer does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         sys.exit(141)  # 128 + SIGPIPE, what a shell shows for a writer its pipe ended

@@ -20,8 +20,9 @@ BOM = "\ufeff"
 
 
 def check_output_file(path: Path, what: str = "") -> Path:
-    """Fail, naming the path, where a file cannot be written: a folder in its place, or a file where one of its
-    folders should be. Creates the missing folders; returns the path. `what` (an option's name) heads the message."""
+    """Fail, naming the path, where a file cannot be written: a folder in its place, a file where one of its folders
+    should be, a folder it may not write in. Creates nothing (the writers make the missing folders when they write, so
+    a command refused afterwards leaves none behind); returns the path. `what` (an option's name) heads the message."""
     path = Path(path)
     if str(path) == "-":  # standard output
         return path
@@ -31,13 +32,16 @@ def check_output_file(path: Path, what: str = "") -> Path:
     blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
     if blocking is not None:
         raise DialogueError(f"{head}: {blocking} is a file, not a folder")
-    try:  # the folder made, and a file really written there (a read-only or foreign folder fails here, not after the work)
-        path.parent.mkdir(parents=True, exist_ok=True)
+    try:  # a file (or the first missing folder) really made there and removed: a read-only or foreign folder fails
+        # here, not after the work
         if path.exists() and not os.access(path, os.W_OK):
             raise PermissionError(f"[Errno 13] Permission denied: '{path}'")
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
-        os.close(fd)
-        os.unlink(probe)
+        if path.parent.is_dir():
+            fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+            os.close(fd)
+            os.unlink(probe)
+        else:
+            os.rmdir(tempfile.mkdtemp(prefix=".probe.", dir=next(p for p in path.parents if p.is_dir())))
     except OSError as error:
         raise DialogueError(f"{head}: cannot be written: {error.strerror or error}") from None
     return path
@@ -102,6 +106,7 @@ def _write(path: Path, chunks: Iterable[bytes]) -> int:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         with open(path, "wb") as fh:
             return _write_to(fh, chunks, compress)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         mask = os.umask(0)
@@ -162,24 +167,24 @@ class PartialOutput:
         disk; then ``NAME`` in place of the partial file. An error (not an interrupt), in making a block or in writing
         it, removes the partial file, leaving things as they were; an interrupt keeps it, to go on from."""
         compress = self.path.name.endswith(".gz")
+        fh, made = None, iter(blocks)
         try:
-            with open(self.partial, "r+b" if self.blocks else "wb") as fh:
-                fh.truncate(self.bytes)
-                fh.seek(self.bytes)
-                made = iter(blocks)
-                while True:
-                    try:
-                        data, rows = next(made)
-                    except StopIteration:
-                        break
-                    except OSError as error:
-                        raise _NotWriting(error) from None
-                    fh.write(gzip.compress(data, mtime=0) if compress else data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                    self.blocks, self.rows, self.bytes = self.blocks + 1, self.rows + rows, fh.tell()
-                    _write(self.record, [json.dumps({"key": self.key, "blocks": self.blocks, "rows": self.rows,
-                                                      "bytes": self.bytes, "state": state()}).encode("utf-8")])
+            while True:
+                try:
+                    data, rows = next(made)
+                except StopIteration:
+                    break
+                except OSError as error:
+                    raise _NotWriting(error) from None
+                if fh is None:  # opened with the first block: an interrupt before it leaves no empty partial file
+                    fh = self._open()
+                fh.write(gzip.compress(data, mtime=0) if compress else data)
+                fh.flush()
+                os.fsync(fh.fileno())
+                self.blocks, self.rows, self.bytes = self.blocks + 1, self.rows + rows, fh.tell()
+                _write(self.record, [json.dumps({"key": self.key, "blocks": self.blocks, "rows": self.rows,
+                                                  "bytes": self.bytes, "state": state()}).encode("utf-8")])
+            (fh or self._open()).close()  # no block at all: an empty file
             os.replace(self.partial, self.path)
             self.record.unlink(missing_ok=True)
         except _NotWriting as making:
@@ -191,6 +196,17 @@ class PartialOutput:
         except Exception:
             self.discard()
             raise
+        finally:
+            if fh is not None:
+                fh.close()
+
+    def _open(self):
+        """The partial file, at the end of the kept blocks (the folder made if missing)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.partial, "r+b" if self.blocks else "wb")
+        fh.truncate(self.bytes)
+        fh.seek(self.bytes)
+        return fh
 
     def discard(self) -> None:
         self.partial.unlink(missing_ok=True)

@@ -15,12 +15,30 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from turnformer.data._io import check_output_file
+from turnformer.data._io import OutputClosed, check_output_file
 from turnformer.data.download import describe, download, verify
 from turnformer.data.jsonl import write_jsonl
 from turnformer.data.registry import DATASETS, dataset_dir, load_split, names_benchmark
 from turnformer.data.stats import dataset_stats, files_stats, print_stats
 from turnformer.dialogue import DialogueError
+
+
+class Output(Console):
+    """Standard output's console: a reader that stops early (``| head``) ends the command as every writer to a closed
+    pipe does here (`OutputClosed`: exit 141, quietly), where rich's own answer is exit code 1."""
+
+    def on_broken_pipe(self) -> None:
+        raise OutputClosed()
+
+
+def write_line(text: str) -> None:
+    """One line on standard output (a JSON record); a reader gone is `OutputClosed`."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise OutputClosed() from None
+
 
 data_app = typer.Typer(
     name="data",
@@ -57,7 +75,7 @@ def list_cmd() -> None:
         table.add_column(col, no_wrap=col in ("name", "folder"), overflow="fold")
     for info in DATASETS.values():
         table.add_row(info.name, info.title, info.task, info.primary_label, ", ".join(info.label_kinds), info.folder + "/")
-    Console(markup=False, width=None if sys.stdout.isatty() else 200).print(table)  # piped: whole rows, not 80 columns
+    Output(markup=False, width=None if sys.stdout.isatty() else 200).print(table)  # piped: whole rows, not 80 columns
 
 
 @data_app.command("stats")
@@ -85,9 +103,9 @@ def stats_cmd(
               "or several benchmarks: one call each")
     stats = _run(dataset_stats, paths[0], data_dir) if one_name else _run(files_stats, paths)
     if as_json:
-        sys.stdout.write(json.dumps(stats, ensure_ascii=False) + "\n")
+        write_line(json.dumps(stats, ensure_ascii=False))
         return
-    print_stats(stats, Console(markup=False))
+    print_stats(stats, Output(markup=False))
 
 
 @data_app.command("convert")
