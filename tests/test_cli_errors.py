@@ -1065,3 +1065,22 @@ def test_an_interrupt_before_the_first_block_leaves_no_partial_file(tmp_path):
     assert not (tmp_path / "new").exists()
     PartialOutput(out, {"k": 1}).write(iter([]), lambda: None)  # no block at all: an empty file
     assert out.read_bytes() == b"" and sorted(p.name for p in out.parent.iterdir()) == ["p.jsonl"]
+
+
+def test_a_ctrl_c_while_the_command_line_loads_ends_it_without_a_traceback():
+    import subprocess
+    import sys
+
+    script = ("import builtins\n"
+              "real = builtins.__import__\n"
+              "def loading(name, *args, **kwargs):\n"
+              "    if name == 'turnformer.cli':\n"
+              "        raise KeyboardInterrupt\n"
+              "    return real(name, *args, **kwargs)\n"
+              "builtins.__import__ = loading\n"
+              "from turnformer.__main__ import main\n"
+              "main()\n")
+    done = subprocess.run([sys.executable, "-c", script, "data", "list"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (130, "interrupted (Ctrl-C)\n")
+    shown = subprocess.run([sys.executable, "-m", "turnformer", "--help"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "Usage: python -m turnformer" in shown.stdout
