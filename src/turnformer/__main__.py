@@ -6,7 +6,7 @@ import sys
 
 def main() -> None:
     try:
-        from turnformer.cli import main as command_line
+        from turnformer.cli import main as command_line  # inside the guard: a Ctrl-C while it loads is caught
     except KeyboardInterrupt:
         sys.stderr.write("interrupted (Ctrl-C)\n")
         sys.exit(130)
