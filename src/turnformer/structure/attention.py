@@ -189,18 +189,21 @@ class _ReadWithPast(torch.autograd.Function):
 def _attention_with_past(query, key, value, mask, bias, dropout_p, return_probs, key_detached, value_detached, pairs):
     """`masked_attention` whose pairs in `pairs` read the current keys and values through detached copies."""
     live = ~pairs
-    scores = _ReadWithPast.apply(query * (1 / math.sqrt(query.shape[-1])), key, key_detached, live, True)  # [B, H, Q, K]
+    # [B, H, Q, K], a new tensor that nothing saves for backward: the bias and the mask go in in place.
+    scores = _ReadWithPast.apply(query * (1 / math.sqrt(query.shape[-1])), key, key_detached, live, True)
     if bias is not None:
-        scores = scores + bias.to(scores.dtype)
+        scores.add_(bias.to(scores.dtype))
     empty = None
     if mask is not None:
         empty = empty_rows(mask).unsqueeze(-1)
-        scores = scores.masked_fill(~(mask | empty), float("-inf"))
+        scores.masked_fill_(~(mask | empty), float("-inf"))
     probs = scores.softmax(dim=-1)
-    if empty is not None:
-        probs = probs.masked_fill(empty, 0.0)
     dropped = F.dropout(probs, p=dropout_p, training=dropout_p > 0)
     out = _ReadWithPast.apply(dropped, value, value_detached, live, False)
+    if empty is not None:  # empty rows zeroed in the output [B, H, Q, D] rather than the probabilities [B, H, Q, K]:
+        out = out.masked_fill(empty, 0.0)  # the same values and gradients, one pass over a smaller tensor
+        if return_probs:
+            probs = probs.masked_fill(empty, 0.0)
     return out, probs if return_probs else None
 
 
