@@ -1,13 +1,16 @@
 """One-pass DialogXL against the true limit: `transformers`' own model on the same tokens, packed.
 
     python benchmarks/erc_one_pass_speed.py training [--batches 24] [--repeats 3] [--threads 2] [--device cpu] [--backbone NAME]
-                                                     [--precision bf16]
+                                                     [--precision bf16] [--dataset NAME] [--chunk-tokens N]
     python benchmarks/erc_one_pass_speed.py encoder  [--repeats 3] [--threads 2] [--backbone NAME]
     python benchmarks/erc_one_pass_speed.py memory   [--lengths 50,200] [--threads 2] [--model concat-context] [--no-checkpoint]
 
 ``training`` -> ``erc-one-pass-speed[-DEVICE].json``: tokens per second of a whole training step (forward,
 backward, AdamW step) on real MELD training conversations, batched as training batches them (batch size 4,
-conversations grouped by length), for four sides, interleaved batch by batch (who goes first rotates):
+conversations grouped by length), for four sides, interleaved batch by batch (who goes first rotates).
+``--dataset emorynlp|dailydialog`` times that dataset's conversations under its DialogXL recipe
+(``...-DATASET...json``; set ``--batch-size`` to its recipe's), ``--chunk-tokens N`` DialogXL's chunk
+(``...-chunkN...json``):
 
 * ``hf_packed``: `transformers.BertModel` (all-MiniLM-L6-v2, its default attention) on the same token ids,
   one conversation a row (``[CLS] u_1 [SEP] [CLS] u_2 [SEP] ...``), padding masked, rows cut to its 512
@@ -64,15 +67,15 @@ HF_LIMIT = 512
 
 
 def setup(threads: int, device: str, seed: int = 0, data_dir=None, model_id: str = "dialogxl", changes: dict | None = None,
-          backbone: str = BACKBONE):
-    """The MELD recipe of `model_id` (DialogXL or a baseline) with `changes` to its model_config, on `backbone`."""
+          backbone: str = BACKBONE, dataset: str = "meld"):
+    """`dataset`'s recipe of `model_id` (DialogXL or a baseline) with `changes` to its model_config, on `backbone`."""
     from turnformer.data import load_split
     from turnformer.recipes import find_recipe, load_recipe
     from turnformer.tasks.erc import build_erc_model
 
     torch.set_num_threads(threads)
-    recipe = load_recipe(find_recipe("erc", model_id, "meld"))
-    split = load_split("meld", "train", data_dir)
+    recipe = load_recipe(find_recipe("erc", model_id, dataset))
+    split = load_split(dataset, "train", data_dir)
     labels = split.label_set(recipe.get("label_kind", "emotion"))
     torch.manual_seed(seed)
     model, tokenizer = build_erc_model(model_id, {**recipe["model_config"], **(changes or {})}, labels, backbone)
@@ -139,7 +142,9 @@ def training(args) -> dict:
     from turnformer.tasks.erc import encode_conversations, make_batches
     from turnformer.training import build_optimizer
 
-    recipe, split, labels, model, tokenizer = setup(args.threads, args.device, data_dir=args.data_dir, backbone=args.backbone)
+    changes = {"chunk_tokens": args.chunk_tokens} if args.chunk_tokens else None
+    recipe, split, labels, model, tokenizer = setup(args.threads, args.device, data_dir=args.data_dir, backbone=args.backbone,
+                                                    dataset=args.dataset, changes=changes)
     encoded, _ = encode_conversations(split.dialogues, tokenizer, "emotion", labels, model.config.max_utterance_tokens)
     all_batches = make_batches(encoded, args.batch_size, tokenizer.pad_token_id)
     batches = [b.to(args.device) for b in spread(all_batches, args.batches)]
@@ -290,6 +295,10 @@ def main() -> None:
     parser.add_argument("--precision", default="float32", choices=["float32", "bf16"],
                         help="training: every side under bfloat16 autocast (accelerate's mixed precision), with "
                              "one-pass DialogXL in float32 beside them")
+    parser.add_argument("--dataset", default="meld", choices=["meld", "emorynlp", "dailydialog"],
+                        help="training: the dataset whose training conversations, batched as its recipe does, are timed")
+    parser.add_argument("--chunk-tokens", type=count, default=None,
+                        help="training: DialogXL's model_config.chunk_tokens (default: the recipe's)")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--results-dir", default=None)
     args = parser.parse_args()
@@ -299,9 +308,13 @@ def main() -> None:
         parser.error(f"--backbone {args.backbone}: for training and encoder only")
     if args.precision != "float32" and args.part != "training":
         parser.error(f"--precision {args.precision}: for training only")
-    suffix = (("" if args.backbone == BACKBONE else "-mpnet") + ("" if args.precision == "float32" else f"-{args.precision}")
+    if (args.dataset != "meld" or args.chunk_tokens) and args.part != "training":
+        parser.error("--dataset and --chunk-tokens: for training only")
+    suffix = (("" if args.dataset == "meld" else f"-{args.dataset}") + ("" if args.backbone == BACKBONE else "-mpnet")
+              + ("" if args.precision == "float32" else f"-{args.precision}")
+              + (f"-chunk{args.chunk_tokens}" if args.chunk_tokens else "")
               + ("" if args.device == "cpu" else f"-{args.device.split(':')[0]}"))
-    common = dict(task="erc", dataset="meld", split="train", model="dialogxl", backbone=args.backbone, seeds=[0])
+    common = dict(task="erc", dataset=args.dataset, split="train", model="dialogxl", backbone=args.backbone, seeds=[0])
     config = {"threads": args.threads, "device": args.device, "batch_size": args.batch_size, "repeats": args.repeats,
               "precision": args.precision}
     start = time.perf_counter()
