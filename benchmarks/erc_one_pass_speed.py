@@ -168,13 +168,16 @@ def training(args) -> dict:
     for name, (_, step) in sides.items():  # warm-up
         timed(step, optimizers[name], batches[0], args.device, precision[name])
     seconds = {name: [] for name in sides}
+    per_batch = [{name: [] for name in sides} for _ in batches]  # each batch's seconds, a repeat each
     for r in range(args.repeats):
         totals = dict.fromkeys(sides, 0.0)
         for i, batch in enumerate(batches):
             names = list(sides)
             shift = (r + i) % len(names)
             for name in names[shift:] + names[:shift]:
-                totals[name] += timed(sides[name][1], optimizers[name], batch, args.device, precision[name])
+                took = timed(sides[name][1], optimizers[name], batch, args.device, precision[name])
+                totals[name] += took
+                per_batch[i][name].append(took)
         for name in sides:
             seconds[name].append(totals[name])
         print(f"repeat {r + 1}/{args.repeats}: " + ", ".join(f"{n} {s:.1f} s" for n, s in totals.items()), flush=True)
@@ -188,6 +191,13 @@ def training(args) -> dict:
         "ratio_one_pass_vs_hf_packed": rate["one_pass"] / rate["hf_packed"],
         "ratio_memory_bias_vs_hf_packed": rate["one_pass_memory_bias"] / rate["hf_packed"],
         "chunk_tokens": model.config.chunk_tokens,
+        # batch by batch, in epoch order: its size, the longest conversation, the chunks DialogXL encodes it in, and
+        # each side's median seconds over the repeats
+        "per_batch": [{"conversations": len(b.lengths), "utterances": b.turn_lengths.shape[1],
+                       "longest_tokens": int(b.turn_lengths.sum(1).max()), "tokens": int(b.turn_lengths.sum()),
+                       "hf_tokens": HFPacked.tokens(b), "chunks": len(model.chunks(b)),
+                       "seconds": {name: statistics.median(t) for name, t in times.items()}}
+                      for b, times in zip(batches, per_batch)],
     }
     if "recurrent" in rate:
         out["speedup_over_recurrent"] = rate["one_pass"] / rate["recurrent"]
