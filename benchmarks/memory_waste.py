@@ -23,7 +23,7 @@ batching (utterance t of every conversation, padded to the longest, special toke
 with XLNet's memory that keeps everything; and how many ConcatContext rows exceed ``--max-length``.
 
 Batches are formed as in training (`turnformer.tasks.erc.make_batches`: conversations sorted by
-number of turns, then cut into batches); ``extra.batches_in_data_order`` repeats the three
+number of tokens, then of turns, then cut into batches; the results files of before 2026-11-30 sorted by turns); ``extra.batches_in_data_order`` repeats the three
 batched measures with batches taken in the split's own order, as the paper batches. Utterances are tokenised with the all-MiniLM-L6-v2
 tokenizer and cut at ``--max-utterance-tokens`` as `encode_conversations` does. The headline score
 is the segment-recurrence waste in percent, averaged over steps; pooled shares are in ``extra``.
@@ -68,8 +68,8 @@ def tokenize(dialogues, tokenizer, max_utterance_tokens: int) -> list[list[list[
 
 
 def batches_like_training(conversations: list[list[list[int]]], batch_size: int) -> list[list[list[list[int]]]]:
-    """`make_batches`' grouping: stable sort by number of turns, then consecutive batches."""
-    ordered = sorted(conversations, key=len)
+    """`make_batches`' grouping: stable sort by number of tokens, then of turns; then consecutive batches."""
+    ordered = sorted(conversations, key=lambda turns: (sum(map(len, turns)), len(turns)))
     return [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
 
 

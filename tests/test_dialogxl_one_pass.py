@@ -12,7 +12,9 @@ import torch
 from turnformer.backbones import random_backbone, tiny_config
 from turnformer.models.dialogxl import DialogXL, DialogXLConfig, DialogXLSession
 from turnformer.recipes import RECIPES_DIR
-from turnformer.tasks.erc import EncodedConversation, make_batch
+from _benchmark_scripts import load_benchmark_script
+
+from turnformer.tasks.erc import EncodedConversation, make_batch, make_batches
 
 TOL = 1e-5
 # (cls, sep, pad) per architecture; XLNet puts its specials at the end of an utterance, the others around it
@@ -145,6 +147,37 @@ def test_chunks_respect_the_token_budget_and_cover_every_utterance():
         assert b - a == 1 or int(batch.turn_lengths[:, a:b].sum(1).max()) <= 20
     model.config.chunk_tokens = 1
     assert model.chunks(batch) == [(t, t + 1) for t in range(batch.turn_lengths.shape[1])]
+
+
+def test_training_batches_group_conversations_by_tokens_then_turns():
+    """Rows of about the same length in tokens: a batch of few long utterances and one of many short ones are not
+    padded to each other's length only because they have as many turns."""
+    cls, sep, pad = SPECIALS["bert"]
+
+    def conv(name: str, *turn_tokens: int) -> EncodedConversation:
+        return EncodedConversation(name, [[cls] + [7] * (n - 2) + [sep] for n in turn_tokens], [0] * len(turn_tokens),
+                                   [1] * len(turn_tokens))
+
+    convs = [conv("long-few", 60, 60), conv("short-many", *[4] * 10), conv("long-many", *[12] * 9), conv("tiny", 3, 3),
+             conv("40-in-2", 20, 20)]  # tokens 120, 40, 108, 6, 40
+    batches = make_batches(convs, 2, pad)
+    assert [b.ids for b in batches] == [["tiny", "40-in-2"], ["short-many", "long-many"], ["long-few"]]
+    assert [tuple(b.input_ids.shape) for b in batches] == [(2, 40), (2, 108), (1, 120)]
+
+
+def test_the_padding_benchmark_counts_what_training_batches_hold():
+    """benchmarks/erc_batch_padding.py: its chunks are `DialogXL.chunks`, its padded slots the batches' rows."""
+    bench = load_benchmark_script("erc_batch_padding")
+    g = torch.Generator().manual_seed(3)
+    convs = [conversation("bert", g, n) for n in (12, 3, 7, 1, 9, 4, 4)]
+    model = build("bert", chunk_tokens=20)
+    counted = bench.count(convs, 3, bench.GROUPINGS["tokens"], 20, 10, 2)
+    batches = make_batches(convs, 3, SPECIALS["bert"][2])
+    assert counted["padded_slots"] == sum(b.input_ids.numel() for b in batches)
+    assert counted["real_tokens"] == sum(int(b.turn_lengths.sum()) for b in batches)
+    assert counted["chunks"] == sum(len(model.chunks(b)) for b in batches)
+    for b in batches:
+        assert bench.chunk_ranges(b.turn_lengths.tolist(), 20) == model.chunks(b)
 
 
 def test_memory_grad_lets_the_history_learn_within_a_chunk():
