@@ -27,7 +27,8 @@
   instructions, ``erc-one-pass-speed-mpnet[-bf16].json``); resumable, a run at a time per core.
 - ``mpnet-cpu-dailydialog``: DialogXL with the memory bias on all-mpnet-base-v2, DailyDialog, over ``--seeds``: the rows of
   ``benchmarks/gpu_mpnet.sh dailydialog`` on the CPU (2 epochs, bf16). Slow there: on a 2-core CPU (two threads, beside
-  another job) a batch of 16 conversations took 43 s, about 8 hours an epoch of 695 batches.
+  a one-thread job) a batch of 16 conversations takes 14 s, about 2.7 hours an epoch of 695 batches (21.8 s while
+  batches were grouped by turns).
 - ``table3``: the five ablations of DialogXL on MELD.
 - ``table4``: DialogXL-emb (speaker-role embeddings instead of speaker/listener heads) on MELD and DailyDialog.
 - ``positions``: DialogXL on MELD with positions restarting in every utterance (the BERT-type
