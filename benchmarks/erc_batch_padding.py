@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Callable
 
 from turnformer.results import make_result, write_result
+from turnformer.tasks.erc import batch_order
 
 GROUPINGS: dict[str, Callable] = {
-    "tokens": lambda c: (sum(map(len, c.turn_ids)), len(c.turn_ids)),  # make_batches' `batch_order`
+    "tokens": batch_order,  # make_batches' grouping
     "turns": lambda c: len(c.turn_ids),  # before 2026-11-30
 }
 

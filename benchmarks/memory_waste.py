@@ -23,9 +23,9 @@ batching (utterance t of every conversation, padded to the longest, special toke
 with XLNet's memory that keeps everything; and how many ConcatContext rows exceed ``--max-length``.
 
 Batches are formed as in training (`turnformer.tasks.erc.make_batches`: conversations sorted by
-number of tokens, then of turns, then cut into batches; the results files of before 2026-11-30 sorted by turns); ``extra.batches_in_data_order`` repeats the three
-batched measures with batches taken in the split's own order, as the paper batches. Utterances are tokenised with the all-MiniLM-L6-v2
-tokenizer and cut at ``--max-utterance-tokens`` as `encode_conversations` does. The headline score
+number of tokens, then of turns, then cut into batches; the results files of before 2026-11-30 sorted them
+by turns); ``extra.batches_in_data_order`` repeats the three batched measures with batches taken in the
+split's own order, as the paper batches. Utterances are tokenised with the all-MiniLM-L6-v2 tokenizer and cut at ``--max-utterance-tokens`` as `encode_conversations` does. The headline score
 is the segment-recurrence waste in percent, averaged over steps; pooled shares are in ``extra``.
 """
 

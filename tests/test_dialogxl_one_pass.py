@@ -8,12 +8,11 @@ import tomllib
 
 import pytest
 import torch
+from _benchmark_scripts import load_benchmark_script
 
 from turnformer.backbones import random_backbone, tiny_config
 from turnformer.models.dialogxl import DialogXL, DialogXLConfig, DialogXLSession
 from turnformer.recipes import RECIPES_DIR
-from _benchmark_scripts import load_benchmark_script
-
 from turnformer.tasks.erc import EncodedConversation, make_batch, make_batches
 
 TOL = 1e-5
