@@ -395,6 +395,29 @@ def test_resume_in_mid_epoch_needs_the_same_batches(tmp_path):
         train(TinyClassifier(), TRAIN[:9], accuracy_eval(SPLITS), config(tmp_path, resume=True), label_map=LABELS)
 
 
+def test_resume_in_mid_epoch_needs_batches_of_the_same_examples(tmp_path):
+    """Batches that name their examples (``ids``, as ERC's do): as many batches, grouped otherwise, are refused in the
+    middle of an epoch, and the same ones go on; at an epoch's end another grouping is no harm."""
+    def named(batches, shift=0):
+        return [{**b, "ids": [f"example-{(8 * i + j + shift) % 80}" for j in range(len(b["y"]))]} for i, b in enumerate(batches)]
+
+    train(new_model(), named(TRAIN), accuracy_eval(SPLITS), config(tmp_path, max_steps=1), label_map=LABELS)
+    with pytest.raises(CheckpointError, match=r"middle of epoch 1: the training batches hold other examples"):
+        train(new_model(), named(TRAIN, shift=1), accuracy_eval(SPLITS), config(tmp_path, resume=True), label_map=LABELS)
+    result = train(new_model(), named(TRAIN), accuracy_eval(SPLITS), config(tmp_path, resume=True), label_map=LABELS)
+    assert [h["epoch"] for h in result.history] == [1, 2, 3]
+    at_epoch_end = tmp_path / "epoch-end"  # 10 batches in updates of 3, 3, 3, 1: step 4 ends epoch 1
+    train(new_model(), named(TRAIN), accuracy_eval(SPLITS), config(at_epoch_end, max_steps=4), label_map=LABELS)
+    result = train(new_model(), named(TRAIN, shift=1), accuracy_eval(SPLITS), config(at_epoch_end, resume=True), label_map=LABELS)
+    assert [h["epoch"] for h in result.history] == [1, 2, 3]
+    # ids that do not name every example (None) give no digest: nothing to compare, nothing refused
+    unnamed = [{**b, "ids": [None] * len(b["y"])} for b in TRAIN]
+    run_dir = tmp_path / "unnamed"
+    train(new_model(), unnamed, accuracy_eval(SPLITS), config(run_dir, max_steps=1), label_map=LABELS)
+    result = train(new_model(), named(TRAIN, shift=1), accuracy_eval(SPLITS), config(run_dir, resume=True), label_map=LABELS)
+    assert [h["epoch"] for h in result.history] == [1, 2, 3]
+
+
 def test_load_checkpoint_checks_keys_strictly(checkpoint):
     path = checkpoint / "best" / "model.safetensors"
     tensors = load_file(str(path))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -170,6 +171,19 @@ class _LossWindow:
         self.batches, self.start = 0, time.monotonic()
 
 
+def batches_digest(batches: Sequence[Any]) -> str | None:
+    """A digest of which examples each training batch holds, in order, where every batch names them (an ``ids``
+    attribute or key, none of them None: ERC's conversations); None where they do not. A run resumed in the middle of
+    an epoch must find the same batches, or the rest of the epoch would repeat some examples and skip others."""
+    digest = hashlib.sha1()
+    for batch in batches:
+        ids = batch.get("ids") if isinstance(batch, dict) else getattr(batch, "ids", None)
+        if not isinstance(ids, list | tuple) or not ids or any(i is None for i in ids):
+            return None
+        digest.update(json.dumps([str(i) for i in ids]).encode() + b"\n")
+    return digest.hexdigest()
+
+
 def _batches_per_process(n_batches: int, world: int, is_main_process: bool) -> int:
     """Each process's share of an epoch's batches; the tail of the shuffled order that the processes cannot share
     evenly is dropped, and the main process says so."""
@@ -206,7 +220,9 @@ class _Trainer:
                 "to %.0f%% of lr = %g and never reaches it; lower warmup_steps", config.warmup_steps, schedule_steps,
                 config.epochs, self.updates_per_epoch, 100 * schedule_steps / config.warmup_steps, config.lr)
         self.scheduler = build_scheduler(self.optimizer, config.scheduler, config.warmup_steps, schedule_steps)
-        self.state = TrainState(num_train_batches=self.n_batches, world_size=self.world, schedule_steps=schedule_steps)
+        self.digest = batches_digest(batches)
+        self.state = TrainState(num_train_batches=self.n_batches, world_size=self.world, schedule_steps=schedule_steps,
+                                batches_digest=self.digest)
         self.replaced: Path | None = None  # an earlier run in out_dir, set aside until this run's first checkpoint
         self.kept: dict[str, Any] = {}  # training settings a resumed run keeps from its checkpoint, not those given
         self.changed: list[str] = []  # training settings a resumed run changed ("grad_clip: 5.0 -> 0.5")
@@ -260,7 +276,7 @@ class _Trainer:
         if state.schedule_steps != self.state.schedule_steps:  # the schedule stays laid out as the run began
             self.scheduler = build_scheduler(self.optimizer, self.config.scheduler, self.config.warmup_steps,
                                              state.schedule_steps)
-        state.num_train_batches, state.world_size = self.n_batches, self.world
+        state.num_train_batches, state.world_size, state.batches_digest = self.n_batches, self.world, self.digest
         self.state = state
         if state.epoch > self.config.epochs:  # fewer epochs than the run has trained: it has trained them, and says so
             self.kept["epochs"] = state.epoch
@@ -294,6 +310,13 @@ class _Trainer:
                         f"cannot resume from {last} in the middle of epoch {state.epoch + 1}: the {what} changed "
                         f"({before} -> {now}), so the epoch's batch order is not the same; resume with the same one"
                     )
+            if state.batches_digest and self.digest and state.batches_digest != self.digest:
+                raise CheckpointError(
+                    f"cannot resume from {last} in the middle of epoch {state.epoch + 1}: the training batches hold other "
+                    "examples than when it was saved (another grouping of the data into batches, or other data), so the "
+                    "rest of the epoch would repeat some and skip others; resume with the same data and code, or "
+                    "start from the end of an epoch"
+                )
         if config.scheduler == "linear" and self.acc.is_main_process:  # laid out over epochs x batches when the run began
             for what, before, now in (("train.epochs", saved_train.get("epochs"), config.epochs),
                                       ("number of training batches an epoch", state.num_train_batches, self.n_batches)):

@@ -23,6 +23,7 @@ class TrainState:
     global_step: int = 0           # updates so far
     num_train_batches: int = 0
     world_size: int = 1
+    batches_digest: str | None = None  # which examples each training batch holds (`batches_digest`; None: not known)
     schedule_steps: int = 0        # the updates the learning-rate schedule is laid out over, from the run's start (0: not kept)
     epoch_loss_sum: float = 0.0    # sum of the batch losses of the epoch in progress, all processes
     epoch_loss_count: int = 0
