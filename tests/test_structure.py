@@ -381,6 +381,29 @@ def test_empty_rows_attend_to_nothing():
     assert empty_rows(speaker_rows).tolist() == [[True]]
 
 
+def test_empty_rows_attend_to_nothing_through_detached_keys():
+    """`past` (pairs reading the current keys through detached copies, every training chunk's path): an empty row's
+    output and probabilities are zero and it passes no gradient; every row's values are those without `past`."""
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 3, 4, requires_grad=True)
+    k = torch.randn(1, 2, 5, 4, requires_grad=True)
+    v = torch.randn(1, 2, 5, 4, requires_grad=True)
+    mask = torch.ones(1, 2, 3, 5, dtype=torch.bool)
+    mask[0, 1, 2] = False  # head 1, query 2 sees no key
+    pairs = torch.zeros(1, 1, 3, 3, dtype=torch.bool)
+    pairs[0, 0, 1:, 0] = True  # queries 1 and 2 read the first current key (key 2 of 5) as memory
+    past = (k[:, :, 2:].detach().clone().requires_grad_(), v[:, :, 2:].detach().clone().requires_grad_(), pairs)
+    bias = torch.randn(1, 2, 3, 5)
+    out, probs = masked_attention(q, k, v, mask, bias, return_probs=True, past=past)
+    plain, plain_probs = masked_attention(q, k, v, mask, bias, return_probs=True)
+    assert torch.allclose(out, plain, atol=1e-6) and torch.allclose(probs, plain_probs, atol=1e-6)
+    assert torch.equal(out[0, 1, 2], torch.zeros(4)) and torch.equal(probs[0, 1, 2], torch.zeros(5))
+    out.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v, past[0], past[1]))
+    assert torch.equal(q.grad[0, 1, 2], torch.zeros(4))
+    assert past[0].grad[0, :, 0].abs().sum() > 0  # the pairs marked read the detached copy
+
+
 def test_gaussian_local_bias_and_centres():
     centers, widths = lc_centers_and_widths(torch.zeros(1, 5), torch.zeros(1, 5), max_shift=2.0, max_width=4.0)
     assert centers.tolist() == [[0.0, 1.0, 2.0, 3.0, 4.0]]  # W_c = 0 -> c_i = i
