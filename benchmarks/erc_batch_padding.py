@@ -1,7 +1,7 @@
 """How much of an emotion-recognition training epoch is padding, with conversations grouped as training groups them
 (`turnformer.tasks.erc.make_batches`: by tokens, then turns) and as it grouped them before (by turns alone).
 
-    python benchmarks/erc_batch_padding.py [--datasets meld,emorynlp,dailydialog] [--backbone NAME]
+    python benchmarks/erc_batch_padding.py [--datasets meld,emorynlp,dailydialog,swda] [--backbone NAME]
 
 -> ``erc-batch-padding-DATASET.json``: for each dataset's training split, batched at its DialogXL recipe's batch size, and
 each grouping: the real tokens, the padded token slots the batches' rows hold (conversations x longest row; what
@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from turnformer.models.dialogxl import chunk_ranges
 from turnformer.results import make_result, write_result
 from turnformer.tasks.erc import batch_order
 
@@ -27,17 +28,6 @@ GROUPINGS: dict[str, Callable] = {
     "tokens": batch_order,  # make_batches' grouping
     "turns": lambda c: len(c.turn_ids),  # before 2026-11-30
 }
-
-
-def chunk_ranges(lengths: list[list[int]], chunk_tokens: int) -> list[tuple[int, int]]:
-    """`DialogXL.chunks` on plain lists: consecutive utterances while every row's tokens fit ``chunk_tokens``."""
-    ranges, start, running = [], 0, [0] * len(lengths)
-    for t in range(len(lengths[0])):
-        running = [used + row[t] for used, row in zip(running, lengths)]
-        if t > start and max(running) > chunk_tokens:
-            ranges.append((start, t))
-            start, running = t, [row[t] for row in lengths]
-    return ranges + [(start, len(lengths[0]))]
 
 
 def count(encoded, batch_size: int, order: Callable, chunk_tokens: int, mem_len: int, specials: int) -> dict:
@@ -60,14 +50,21 @@ def count(encoded, batch_size: int, order: Callable, chunk_tokens: int, mem_len:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", default="meld,emorynlp,dailydialog")
+    parser.add_argument("--datasets", default="meld,emorynlp,dailydialog,swda",
+                        help="datasets with a DialogXL recipe, comma-separated")
     parser.add_argument("--backbone", default="all-MiniLM-L6-v2")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--results-dir", default=None)
     args = parser.parse_args()
     from turnformer.backbones import load_backbone
     from turnformer.data import load_split
-    from turnformer.recipes import find_recipe, load_recipe
+    from turnformer.recipes import RECIPES_DIR, find_recipe, load_recipe
+
+    recipes = RECIPES_DIR.glob("erc-*-dialogxl.toml")  # erc-file-: a recipe for conversation files, not a dataset
+    known = sorted(path.name[4:-len("-dialogxl.toml")] for path in recipes if path.name != "erc-file-dialogxl.toml")
+    unknown = [d for d in args.datasets.split(",") if d not in known]
+    if unknown:
+        parser.error(f"--datasets: no DialogXL recipe for {', '.join(unknown)}; those with one: {', '.join(known)}")
     from turnformer.tasks.erc import encode_conversations
 
     _, tokenizer = load_backbone(args.backbone)

@@ -359,13 +359,19 @@ def test_packing_a_long_utterance_leaves_the_tokenizer_quiet():
     assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
 
 
-def test_empty_rows_attend_to_nothing():
+def attention_with_an_empty_row() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q [1, 2, 3, 4], k and v [1, 2, 5, 4] (seeded, with gradients), and a mask in which head 1's query 2 sees no key."""
     torch.manual_seed(0)
     q = torch.randn(1, 2, 3, 4, requires_grad=True)
     k = torch.randn(1, 2, 5, 4, requires_grad=True)
     v = torch.randn(1, 2, 5, 4, requires_grad=True)
     mask = torch.ones(1, 2, 3, 5, dtype=torch.bool)
     mask[0, 1, 2] = False  # head 1, query 2 sees no key
+    return q, k, v, mask
+
+
+def test_empty_rows_attend_to_nothing():
+    q, k, v, mask = attention_with_an_empty_row()
     assert empty_rows(mask).tolist() == [[[False, False, False], [False, False, True]]]
     out, probs = masked_attention(q, k, v, mask, return_probs=True)
     fast, _ = masked_attention(q, k, v, mask)
@@ -384,12 +390,7 @@ def test_empty_rows_attend_to_nothing():
 def test_empty_rows_attend_to_nothing_through_detached_keys():
     """`past` (pairs reading the current keys through detached copies, every training chunk's path): an empty row's
     output and probabilities are zero and it passes no gradient; every row's values are those without `past`."""
-    torch.manual_seed(0)
-    q = torch.randn(1, 2, 3, 4, requires_grad=True)
-    k = torch.randn(1, 2, 5, 4, requires_grad=True)
-    v = torch.randn(1, 2, 5, 4, requires_grad=True)
-    mask = torch.ones(1, 2, 3, 5, dtype=torch.bool)
-    mask[0, 1, 2] = False  # head 1, query 2 sees no key
+    q, k, v, mask = attention_with_an_empty_row()
     pairs = torch.zeros(1, 1, 3, 3, dtype=torch.bool)
     pairs[0, 0, 1:, 0] = True  # queries 1 and 2 read the first current key (key 2 of 5) as memory
     past = (k[:, :, 2:].detach().clone().requires_grad_(), v[:, :, 2:].detach().clone().requires_grad_(), pairs)

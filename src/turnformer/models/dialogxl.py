@@ -154,6 +154,20 @@ def update_memory(memory: Memory, layer_inputs: Sequence[torch.Tensor], current:
     return Memory(states, new_meta)
 
 
+def chunk_ranges(lengths: list[list[int]], chunk_tokens: int, end: int | None = None) -> list[tuple[int, int]]:
+    """Utterance ranges [a, b) that one pass encodes together, for rows of utterance token counts ``lengths`` [B][N]:
+    as many consecutive utterances as fit ``chunk_tokens`` tokens in every row (always at least one), over the first
+    ``end`` utterances (default: all; 0: none)."""
+    end = len(lengths[0]) if end is None else end
+    ranges, start, running = [], 0, [0] * len(lengths)
+    for t in range(end):
+        running = [used + row[t] for used, row in zip(running, lengths)]
+        if t > start and max(running) > chunk_tokens:
+            ranges.append((start, t))
+            start, running = t, [row[t] for row in lengths]
+    return ranges + [(start, end)] if end else []
+
+
 class PerLayerBias(Sequence):
     """The memory bias of each layer, [B, H, T, K], made when the encoder reaches that layer: one layer's at a time
     rather than every layer's for the whole forward pass (a chunk's attention is the largest thing it holds)."""
@@ -358,17 +372,8 @@ class DialogXL(UtteranceClassifier):
         return meta, (order - shift.gather(1, turn)).masked_fill(padding, 0)
 
     def chunks(self, batch: ConversationBatch, end: int | None = None) -> list[tuple[int, int]]:
-        """Utterance ranges [a, b) encoded together: as many consecutive utterances as fit ``chunk_tokens``
-        tokens in every row (always at least one), over the first ``end`` utterances (default: all; 0: none)."""
-        lengths = batch.turn_lengths.tolist()
-        end = len(lengths[0]) if end is None else end
-        ranges, start, running = [], 0, [0] * len(lengths)
-        for t in range(end):
-            running = [used + row[t] for used, row in zip(running, lengths)]
-            if t > start and max(running) > self.config.chunk_tokens:
-                ranges.append((start, t))
-                start, running = t, [row[t] for row in lengths]
-        return ranges + [(start, end)] if end else []
+        """`chunk_ranges` of the batch at ``chunk_tokens``."""
+        return chunk_ranges(batch.turn_lengths.tolist(), self.config.chunk_tokens, end)
 
     def encode_chunk(
         self, input_ids: torch.Tensor, meta: TokenMeta, position_ids: torch.Tensor, memory: Memory,

@@ -314,8 +314,8 @@ class _Trainer:
                 raise CheckpointError(
                     f"cannot resume from {last} in the middle of epoch {state.epoch + 1}: the training batches hold other "
                     "examples than when it was saved (another grouping of the data into batches, or other data), so the "
-                    "rest of the epoch would repeat some and skip others; resume with the same data and code, or "
-                    "start from the end of an epoch"
+                    "rest of the epoch would repeat some and skip others; resume with the same data and code, or start "
+                    "a new run (in another folder, or over this one: --overwrite)"
                 )
         if config.scheduler == "linear" and self.acc.is_main_process:  # laid out over epochs x batches when the run began
             for what, before, now in (("train.epochs", saved_train.get("epochs"), config.epochs),
