@@ -223,6 +223,7 @@ def test_a_setting_of_another_task_a_written_key_or_a_whole_section_is_refused_f
         ("erc-meld-dialogxl", 'recipe_path="x"', "recipe_path is written by the command itself, not set"),
         ("erc-meld-dialogxl", "train=5", "train is a section of settings; set one of them: train.NAME=VALUE"),
         ("erc-meld-dialogxl", "model_config=3", "model_config is a section of settings"),
+        ("erc-meld-dialogxl", "train={epochs=1, lr=", "'{epochs=1, lr=' is not a valid TOML inline table ("),
     ):
         with pytest.raises(DialogueError) as caught:
             load_recipe(recipe, [override])

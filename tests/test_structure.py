@@ -17,6 +17,7 @@ from turnformer.structure import (
     GLOBAL,
     HISTORY,
     LISTENER,
+    MEMORY,
     OTHER_UTTERANCE,
     REPLY_TO,
     SAME_UTTERANCE,
@@ -34,6 +35,7 @@ from turnformer.structure import (
     own_turns,
     pack_dialogues,
     pack_token_ids,
+    recent,
     sequence_meta,
     spoken_by,
     turn_relative_distance,
@@ -146,7 +148,6 @@ def test_dialogxl_head_masks_equal_brute_force(case, counts, mem_len):
 @settings(max_examples=40, deadline=None)
 @given(packed_batches(), st.integers(0, 6))
 def test_recent_memory_equals_brute_force(case, n):
-    from turnformer.structure import MEMORY, recent
     from turnformer.structure.reference import recent_visible
 
     meta = case[0].meta
@@ -588,3 +589,18 @@ def test_a_text_cut_by_characters_keeps_its_tokens_and_its_unknown_words_are_no_
     ids = encoded[0].turn_ids[0]
     assert ids == tokenizer("here it is:")["input_ids"][:-1] + [unk, sep]  # the hash one [UNK], then one [SEP]
     assert report.truncated_utterances == 1  # its text was cut: the model read only part of it
+
+
+@pytest.mark.parametrize("first", [0, 3_000_000_000])
+def test_counts_past_a_conversation_give_the_whole_conversation_s_mask(first):
+    """A window, memory length, speaker index or utterance count larger than any conversation's (beyond int64 too)
+    is the same mask as the largest that matters: no overflow, and own_turns' search stops at the keys' utterances."""
+    utterance = [[first + u for u in row] for row in ([0, 0, 1, 2, 2, 3, 4], [0, 1, 1, 2])]
+    meta = TokenMeta.from_lists(utterance, [[0, 0, 1, 0, 0, 1, 1], [1, 0, 0, 1]])
+    huge = 10**20
+    for big, enough in ((local(huge), local(5)), (own_turns(huge), own_turns(5)), (own_turns(10**12), own_turns(5)),
+                        (spoken_by(huge), spoken_by(2))):
+        assert big(meta, meta).tolist() == enough(meta, meta).tolist(), big.name
+    assert not spoken_by(huge)(meta, meta).any()
+    assert MEMORY(meta, meta).any() and recent(huge)(meta, meta).tolist() == MEMORY(meta, meta).tolist()
+    assert mask_from_name("local", window=huge)(meta, meta).tolist() == HISTORY(meta, meta).tolist()

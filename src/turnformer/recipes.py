@@ -261,9 +261,9 @@ def apply_overrides(recipe: dict[str, Any], overrides: list[str]) -> dict[str, A
         if not sep:
             raise DialogueError(f"--set {item!r}: expected KEY=VALUE, e.g. train.epochs=2")
         try:
-            value = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = raw
+            value, unparsed = tomllib.loads(f"v = {raw}")["v"], None
+        except tomllib.TOMLDecodeError as e:
+            value, unparsed = raw, e
         *sections, last = key.strip().split(".")
         if not all(part.strip() for part in (*sections, last)):
             raise DialogueError(f"--set {item!r}: {'empty key' if not key.strip() else f'an empty name in {key.strip()!r}'}; "
@@ -277,8 +277,11 @@ def apply_overrides(recipe: dict[str, Any], overrides: list[str]) -> dict[str, A
                 raise DialogueError(f"--set {item!r}: {section!r} is not a section")
         if isinstance(node.get(last), dict):  # a section: its keys are set one by one, never the whole table replaced
             if not isinstance(value, dict):
+                if raw.strip().startswith("{"):
+                    raise DialogueError(f"--set {item!r}: {raw.strip()!r} is not a valid TOML inline table ({unparsed}); "
+                                        f"e.g. {key.strip()}={{name = 1, other = 'x'}}")
                 raise DialogueError(f"--set {item!r}: {key.strip()} is a section of settings; set one of them: "
-                                    f"{key.strip()}.NAME=VALUE")
+                                    f"{key.strip()}.NAME=VALUE, or all at once as a TOML inline table")
             value = {**node[last], **value}
         node[last] = value
     return recipe

@@ -91,11 +91,16 @@ CAUSAL = Mask("causal", lambda q, k: _k(k.order) <= _q(q.order))
 HISTORY = Mask("history", lambda q, k: _k(k.utterance) <= _q(q.utterance))
 
 
+# A count past every index a conversation can have: a larger window, memory length or speaker index is the same
+# mask, and a Python integer beyond int64 cannot meet a tensor.
+FAR = 2**62
+
+
 def spoken_by(speaker: int) -> Mask:
     """Keys spoken by ``speaker`` (whoever the query's speaker is)."""
     if speaker < 0:
         raise ValueError(f"spoken_by needs a speaker index >= 0 (padding is -1), got {speaker}")
-    return Mask(f"spoken_by({speaker})", lambda q, k: _k(k.speaker) == speaker)  # [B, 1, K]: the same for every query
+    return Mask(f"spoken_by({speaker})", lambda q, k: _k(k.speaker) == min(speaker, FAR))  # [B, 1, K]: the same for every query
 
 
 def _small_ints(values: torch.Tensor) -> torch.Tensor:
@@ -112,7 +117,9 @@ def _latest_utterances(candidates: torch.Tensor, k: TokenMeta, n: int) -> torch.
     n, not over tokens)."""
     key_utterance = _k(_small_ints(k.utterance))  # [B, 1, K]: the [B, Q, K] search below in 2 bytes a pair, not 8
     chosen, candidates = torch.zeros_like(candidates), candidates.clone()  # updated in place: no [B, Q, K] copies
-    for _ in range(n if candidates.shape[-1] else 0):  # no key: nothing to choose (and no maximum)
+    # a round takes one utterance: past the keys' distinct utterances it would choose nothing (however large n)
+    rounds = min(n, int(torch.unique(key_utterance).numel()))
+    for _ in range(rounds):
         latest = torch.where(candidates, key_utterance, -1).amax(-1, keepdim=True)  # [B, Q, 1]; -1: none left
         newest = (key_utterance == latest).logical_and_(candidates)
         chosen.logical_or_(newest)
@@ -148,7 +155,7 @@ def local(window: int) -> Mask:
 
     def pair_fn(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
         # Two broadcast comparisons instead of a [B, Q, K] integer difference.
-        return (_k(k.utterance) <= _q(q.utterance)) & (_k(k.utterance) >= _q(q.utterance - window))
+        return (_k(k.utterance) <= _q(q.utterance)) & (_k(k.utterance) >= _q(q.utterance - min(window, FAR)))
 
     return Mask(f"local({window})", pair_fn)
 
@@ -162,7 +169,7 @@ def recent(n: int | None) -> Mask:
     def pair_fn(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
         index, before = _k(k.memory_index), _q(q.memory_before)
         seen = (index >= 0) & (index < before)
-        return seen if n is None else seen & (index >= before - n)
+        return seen if n is None else seen & (index >= before - min(n, FAR))
 
     return Mask("memory" if n is None else f"recent({n})", pair_fn)
 
