@@ -25,6 +25,7 @@ from turnformer.structure import (
     SpecialTokens,
     TokenMeta,
     dialogxl_layout,
+    dropout_mask,
     empty_rows,
     gaussian_local_bias,
     kept_columns,
@@ -604,3 +605,49 @@ def test_counts_past_a_conversation_give_the_whole_conversation_s_mask(first):
     assert not spoken_by(huge)(meta, meta).any()
     assert MEMORY(meta, meta).any() and recent(huge)(meta, meta).tolist() == MEMORY(meta, meta).tolist()
     assert mask_from_name("local", window=huge)(meta, meta).tolist() == HISTORY(meta, meta).tolist()
+
+
+def test_dropout_mask_drops_each_element_with_probability_p():
+    """Every one of the four 16-bit lanes a 64-bit draw gives is uniform (a draw short of the top bit would never
+    drop in the fourth), the rate is p, p = 0 and 1 are none and all, and a seed gives the same mask."""
+    n = 1 << 20
+    for p in (0.1, 0.5):
+        dropped = dropout_mask((n,), p)
+        for lane in range(4):
+            assert abs(dropped[lane::4].float().mean().item() - p) < 0.005, (p, lane)
+    assert not dropout_mask((7, 9), 0.0).any() and dropout_mask((7, 9), 1.0).all()
+    assert dropout_mask((3, 5), 0.3).shape == (3, 5)
+    torch.manual_seed(5)
+    first, second = dropout_mask((64, 64), 0.3), dropout_mask((64, 64), 0.3)
+    torch.manual_seed(5)
+    assert torch.equal(dropout_mask((64, 64), 0.3), first) and not torch.equal(first, second)
+    with pytest.raises(ValueError, match="dropout probability 1.5"):
+        dropout_mask((2,), 1.5)
+
+
+@pytest.mark.parametrize("detached", [False, True])
+def test_attention_dropout_is_inverted_dropout_of_the_probabilities(detached):
+    """With dropout, the probabilities paths (`return_probs`, and detached keys: every training chunk's) give
+    (probabilities with the mask's pairs zeroed) / (1 - p) @ v, the mask drawn from the same random state, and its
+    gradients; p = 0 draws nothing."""
+    q, k, v, mask = attention_with_an_empty_row()
+    bias = torch.randn(1, 2, 3, 5)
+    past = (k[:, :, 2:].detach(), v[:, :, 2:].detach(), torch.zeros(1, 1, 3, 3, dtype=torch.bool)) if detached else None
+    torch.manual_seed(11)
+    out, probs = masked_attention(q, k, v, mask, bias, dropout_p=0.4, return_probs=True, past=past)
+    out.square().sum().backward()
+    got = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    torch.manual_seed(11)
+    dropped = dropout_mask(probs.shape, 0.4)
+    assert dropped.any() and not dropped.all()
+    _, reference_probs = masked_attention(q, k, v, mask, bias, return_probs=True)
+    expected = reference_probs.masked_fill(dropped, 0.0) / 0.6 @ v
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    expected.square().sum().backward()
+    for mine, theirs in zip(got, (q.grad, k.grad, v.grad)):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+    state = torch.get_rng_state()
+    masked_attention(q, k, v, mask, bias, dropout_p=0.0, return_probs=True, past=past)
+    assert torch.equal(torch.get_rng_state(), state)

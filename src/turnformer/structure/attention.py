@@ -16,6 +16,12 @@ detached memory, so their states get no gradient from later queries, while the k
 weights do. Encoding many segments at once, each (query, key) pair that would have gone through memory reads
 the key through a copy of its state detached before the projection; the forward values are the same, and
 so are the gradients, pair by pair.
+
+Dropout on the attention probabilities, where they are computed here (`probability_dropout`), draws 16 random bits a
+probability, 64 at a time, where `F.dropout` draws one random number each (`bernoulli_`), and keeps a bool mask for
+backward where `F.dropout` keeps a float32 one; the 1 / (1 - p) scale goes on the output [B, H, Q, D] rather than the
+probabilities [B, H, Q, K]. The drop probability is p rounded to a multiple of 2**-16. On the CPU only: CUDA's
+`F.dropout` is one fused kernel, and SDPA's own dropout (the path without probabilities) is left as it is.
 """
 
 from __future__ import annotations
@@ -73,12 +79,40 @@ def masked_attention(
         probs = scores.softmax(dim=-1)
         if empty is not None:
             probs = probs.masked_fill(empty, 0.0)
-        out = F.dropout(probs, p=dropout_p, training=dropout_p > 0) @ value
+        dropped, scale = probability_dropout(probs, dropout_p)
+        out = dropped @ value
+        if scale != 1:
+            out = out * scale
         return out, probs
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p)
     if empty is not None:
         out = out.masked_fill(empty, 0.0)
     return out, None
+
+
+def dropout_mask(shape: torch.Size | tuple[int, ...], p: float, device=None) -> torch.Tensor:
+    """bool `shape`: True = dropped, each independently with probability p rounded to a multiple of 2**-16 (16 bits
+    of torch's random generator an element, drawn 64 at a time)."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability {p}: expected 0 to 1")
+    threshold = round(p * 2**16) - 2**15  # P(int16 < threshold) = round(p * 2**16) / 2**16
+    if threshold > 2**15 - 1:  # p rounds to 1: every element
+        return torch.ones(shape, dtype=torch.bool, device=device)
+    n = math.prod(shape)
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-2**63, None)  # every 64-bit value
+    return bits.view(torch.int16)[:n].view(shape) < threshold
+
+
+def probability_dropout(probs: torch.Tensor, p: float) -> tuple[torch.Tensor, float]:
+    """(probabilities with dropped ones zeroed, the scale for the output they weigh): `F.dropout(probs, p)` @ v ==
+    dropped @ v * scale, with `dropout_mask`'s draw on the CPU (`F.dropout` itself elsewhere, scale 1); p = 0 is the
+    identity."""
+    if p == 0:
+        return probs, 1.0
+    if probs.device.type != "cpu":  # CUDA's F.dropout is one fused kernel drawing with Philox: left as it is
+        return F.dropout(probs, p), 1.0
+    dropped = probs.masked_fill(dropout_mask(probs.shape, p, probs.device), 0.0)
+    return dropped, (0.0 if p >= 1 else 1 / (1 - p))
 
 
 def _autocast_state(x: torch.Tensor) -> tuple[str, torch.dtype] | None:
@@ -198,8 +232,10 @@ def _attention_with_past(query, key, value, mask, bias, dropout_p, return_probs,
         empty = empty_rows(mask).unsqueeze(-1)
         scores.masked_fill_(~(mask | empty), float("-inf"))
     probs = scores.softmax(dim=-1)
-    dropped = F.dropout(probs, p=dropout_p, training=dropout_p > 0)
+    dropped, scale = probability_dropout(probs, dropout_p)
     out = _ReadWithPast.apply(dropped, value, value_detached, live, False)
+    if scale != 1:
+        out = out * scale
     if empty is not None:  # empty rows zeroed in the output [B, H, Q, D] rather than the probabilities [B, H, Q, K]:
         out = out.masked_fill(empty, 0.0)  # the same values and gradients, one pass over a smaller tensor
         if return_probs:
