@@ -336,3 +336,22 @@ def test_resume_with_a_data_file_moved_but_the_same_is_not_warned(tiny_backbone_
     moved.write_text(conversation_files["train"].read_text().replace("great news", "good news"))
     changed = runner.invoke(app, _train_args(files, tiny_backbone_dir, out, "--set", "train.epochs=3", "--resume"))
     assert changed.exit_code == 0 and "mixes the two trainings" in " ".join(changed.output.split()), changed.output
+
+
+def test_a_run_resumes_under_another_chunk_size_but_not_another_model(tiny_backbone_dir, conversation_files, tmp_path, caplog):
+    """chunk_tokens changes how DialogXL computes, not what: a resumed run may lower (or raise) it, and says so; a
+    setting that changes the model is still refused."""
+    out = tmp_path / "run"
+    first = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=1"))
+    assert first.exit_code == 0, first.output
+    other = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=2",
+                                           "--set", "model_config.window=2", "--resume"))
+    assert other.exit_code != 0 and "window: 5 in the checkpoint, 2 here" in " ".join(other.output.split())
+    with caplog.at_level("WARNING"):
+        resumed = runner.invoke(app, _train_args(conversation_files, tiny_backbone_dir, out, "--set", "train.epochs=2",
+                                                 "--set", "model_config.chunk_tokens=1", "--resume"))
+    assert resumed.exit_code == 0, resumed.output
+    assert "chunk_tokens 512 -> 1" in caplog.text
+    history = json.loads((out / "result.json").read_text())["history"]
+    assert [entry["epoch"] for entry in history] == [1, 2]
+    assert json.loads((out / "last" / "config.json").read_text())["model"]["chunk_tokens"] == 1

@@ -71,7 +71,7 @@ CONCAT_CPU = {"frozen-half": ("model_config.frozen_layers=3",), "len128": ("mode
 # mpnet-cpu: all-mpnet-base-v2 at the rate its sweep chose on the GPU (erc-mpnet-lr-sweep-dialogxl-memory-bias.json), in
 # the GPU runs' bf16 mixed precision
 MPNET_CPU = ("backbone=all-mpnet-base-v2", "train.lr=2e-5", "train.mixed_precision=bf16")
-MPNET_CPU_DAILYDIALOG = (*MPNET_CPU, "train.epochs=2", "train.save_every_steps=100", "model_config.chunk_tokens=256")
+MPNET_CPU_DAILYDIALOG = (*MPNET_CPU, "train.epochs=2", "train.save_every_steps=100", "model_config.chunk_tokens=384")
 
 PLANS: dict[str, list[Experiment]] = {
     "lr-sweep": [

@@ -5,11 +5,15 @@ writes it (``model_config.mem_len``), so that a bad ``--set`` is caught where th
 from __future__ import annotations
 
 from dataclasses import asdict, fields
-from typing import Iterable
+from typing import ClassVar, Iterable
 
 
 class ModelConfig:
-    """`to_dict` and `from_dict` of a model's config dataclass; `from_dict` refuses a setting the config has not."""
+    """`to_dict` and `from_dict` of a model's config dataclass; `from_dict` refuses a setting the config has not.
+    `COMPUTE_ONLY` names the settings that change how the model computes (memory, speed) and not what: a checkpoint
+    written under another value of them fits the model (a run can resume with a smaller chunk, say)."""
+
+    COMPUTE_ONLY: ClassVar[frozenset[str]] = frozenset()
 
     def to_dict(self) -> dict:
         return asdict(self)  # type: ignore[call-overload]

@@ -79,11 +79,14 @@ class DialogXLConfig(ModelConfig):
     # sets its rate.
     memory_bias: float | None = None
     # One pass: consecutive utterances are encoded together, up to this many tokens per conversation (at least
-    # one utterance a chunk, so 1 is the recurrent computation). Bounds activation memory; changes no number.
+    # one utterance a chunk, so 1 is the recurrent computation). Bounds activation memory; changes no number
+    # (`COMPUTE_ONLY`: a run may resume under another value).
     chunk_tokens: int = 512
     # Not in the paper: gradients flow from later utterances into earlier ones of the same chunk (the recurrence,
     # and the default, detach them), so the history is trained to be useful as context.
     memory_grad: bool = False
+
+    COMPUTE_ONLY = frozenset({"chunk_tokens"})
 
     def __post_init__(self) -> None:
         heads = self.heads

@@ -126,6 +126,8 @@ def model_mismatch(saved_config: dict[str, Any], model: nn.Module, config: Any) 
         # A setting added to the model after the checkpoint was written, at its default here, is the behaviour the
         # checkpoint was trained with: not a mismatch.
         saved = _with_added_settings(saved, config, _config_defaults(model))
+        # how the model computes, not what (e.g. DialogXL's chunk_tokens): the checkpoint's value does not bind
+        saved = {**saved, **{k: v for k, v in config.items() if k in compute_only_settings(model)}}
     if saved != config:
         if isinstance(saved, dict) and isinstance(config, dict):
             diffs = _differences(saved, config)
@@ -258,6 +260,21 @@ def _with_added_settings(saved: dict[str, Any], config: dict[str, Any], defaults
               if isinstance(v, dict) and isinstance(config.get(k), dict)}
     added = {k: v for k, v in config.items() if k not in saved and k in defaults and defaults[k] == v}
     return {**added, **saved, **nested}
+
+
+def compute_only_settings(model: nn.Module) -> frozenset[str]:
+    """The model config's settings that change how it computes and not what (`ModelConfig.COMPUTE_ONLY`)."""
+    return getattr(getattr(model, "config", None), "COMPUTE_ONLY", frozenset())
+
+
+def compute_only_changes(saved_config: dict[str, Any], model: nn.Module, config: Any) -> list[str]:
+    """The compute-only settings whose value differs between a checkpoint's config and `config` (``chunk_tokens
+    256 -> 384``), for a resumed run to say so."""
+    saved = saved_config.get("model")
+    if not isinstance(saved, dict) or not isinstance(config, dict):
+        return []
+    return [f"{k} {saved[k]!r} -> {config[k]!r}" for k in sorted(compute_only_settings(model))
+            if k in saved and k in config and saved[k] != config[k]]
 
 
 def _config_defaults(model: nn.Module) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from tqdm.auto import tqdm
 from turnformer.errors import CheckpointError
 from turnformer.results import machine
 from turnformer.training.checkpoint import (
-    MODEL_FILE, config_of, link_checkpoint, load_weights, model_mismatch, read_checkpoint, write_checkpoint,
+    MODEL_FILE, compute_only_changes, config_of, link_checkpoint, load_weights, model_mismatch, read_checkpoint,
+    write_checkpoint,
 )
 from turnformer.training.config import TrainConfig, TrainResult
 from turnformer.training.evaluation import evaluate, metric_text
@@ -298,6 +299,10 @@ class _Trainer:
             raise CheckpointError(f"cannot resume from {last}: {problems}; start a new run instead (in another folder, or over this one: --overwrite)")
         if checkpoint["label_map"] != self.label_map:
             raise CheckpointError(f"cannot resume from {last}: its label map differs from this run's")
+        changed = compute_only_changes(saved, self.model, self.model_config)
+        if changed and self.acc.is_main_process:
+            logger.warning("resuming from %s with %s: changes how the model computes (memory, speed), not what",
+                           last, ", ".join(changed))
         saved_train = saved.get("train") or {}
         if state.batch_in_epoch > 0:
             for what, before, now in (
