@@ -223,20 +223,35 @@ def test_streaming_session_equals_one_pass_prediction():
 
 
 def test_a_step_that_cannot_fit_is_refused_before_training(monkeypatch):
-    """The estimate depends on the chunk, not on the conversation's length; a setting that cannot fit the memory
+    """The estimate grows with the chunk and the batch; a longer conversation adds only its chunks' kept memory
+    (measured: `benchmarks/erc_step_memory.py`); a half precision needs less. A setting that cannot fit the memory
     available is an error naming the settings that bound it, before any training."""
     from turnformer.dialogue import DialogueError
     from turnformer.tasks import erc
 
     model = build("bert", chunk_tokens=64, mem_len=100)
-    assert model.training_memory_bytes(4, 5_000) == model.training_memory_bytes(4, 50_000)
+    layers, hidden = model.encoder.num_layers, model.encoder.config.hidden_size
+    kept = 4 * 100 * hidden * layers * 8  # one more chunk's memory, bytes
+    assert model.training_memory_bytes(4, 5_000, 80) - model.training_memory_bytes(4, 5_000, 79) == kept
+    assert model.training_memory_bytes(4, 5_000) < model.training_memory_bytes(4, 50_000)
     assert model.training_memory_bytes(4, 40) < model.training_memory_bytes(4, 5_000) < model.training_memory_bytes(8, 5_000)
+    assert model.training_memory_bytes(4, 5_000, precision="bf16") < model.training_memory_bytes(4, 5_000)
     batches = [batch_of("bert", turns=(30, 3))]
     monkeypatch.setattr(erc, "available_memory", lambda: (10**12, "this machine"))
     erc.check_training_memory(model, batches)
     monkeypatch.setattr(erc, "available_memory", lambda: (1000, "this machine"))
     with pytest.raises(DialogueError, match=r"batches of 2 conversations.*lower train.batch_size or model_config.chunk_tokens"):
         erc.check_training_memory(model, batches)
+    # the check counts the batches' chunks and takes the run's precision
+    chunks, longest = len(model.chunks(batches[0])), int(batches[0].turn_lengths.sum(1).max())
+    assert chunks > 1
+    half, full = model.training_memory_bytes(2, longest, chunks, "bf16"), model.training_memory_bytes(2, longest, chunks)
+    between = (half + full) // 2
+    assert half < between < full
+    monkeypatch.setattr(erc, "available_memory", lambda: (between, "this machine"))
+    erc.check_training_memory(model, batches, "bf16")
+    with pytest.raises(DialogueError, match=rf"in up to {chunks} chunks, mixed precision no"):
+        erc.check_training_memory(model, batches, "no")
 
 
 def mixed_precision_error(model: DialogXL, batch, one_pass: bool) -> float:

@@ -403,17 +403,25 @@ class DialogXL(UtteranceClassifier):
                            output_attentions=output_attentions, **extra)
         return out, update_memory(memory, out.hidden_states[:-1], meta, self.config.mem_len)
 
-    def training_memory_bytes(self, batch_size: int, longest_tokens: int) -> int:
+    def training_memory_bytes(self, batch_size: int, longest_tokens: int, chunks: int | None = None,
+                              precision: str = "no") -> int:
         """About how much memory one training step takes beyond the model and optimizer, for batches of `batch_size`
-        conversations whose longest has `longest_tokens` tokens: every layer keeps its attention [B, H, chunk,
-        memory + chunk] (probabilities, dropout, masks; about 20 bytes a pair, measured on all-MiniLM-L6-v2 at 3.0 GB
-        for 4 conversations of 50 utterances) and its token states; a longer conversation adds chunks, not memory."""
+        conversations whose longest has `longest_tokens` tokens, encoded in `chunks` chunks (None: as many as the
+        longest fills), under accelerate's mixed `precision` ("no", "bf16", "fp16"). Every layer keeps its attention
+        [B, H, chunk, memory + chunk] (probabilities, dropout, masks) and its token states while a chunk's graph is
+        live, and every chunk's memory [layers, B, memory, hidden] is kept for its recomputation in backward, so a
+        longer conversation adds that much a chunk. Bytes a pair, a state and a memory element measured with
+        `benchmarks/erc_step_memory.py` (all-MiniLM-L6-v2 and all-mpnet-base-v2, chunks of 256 and 512, in float32
+        and bf16; a half precision keeps about 0.65-0.8 of float32's), with room to spare."""
         chunk = min(max(self.config.chunk_tokens, self.config.max_utterance_tokens), longest_tokens)
         memory = min(self.config.mem_len, max(longest_tokens - chunk, 0))
+        chunks = chunks if chunks is not None else -(-longest_tokens // max(chunk, 1))
         config, layers = self.encoder.config, self.encoder.num_layers
-        attention = batch_size * config.num_attention_heads * chunk * (memory + chunk) * layers * 20
+        per_pair = 20 if precision == "no" else 11
+        attention = batch_size * config.num_attention_heads * chunk * (memory + chunk) * layers * per_pair
         states = batch_size * chunk * config.hidden_size * layers * 48
-        return attention + states
+        kept = chunks * batch_size * memory * config.hidden_size * layers * 8
+        return attention + states + kept
 
     def logits(self, batch: ConversationBatch) -> torch.Tensor:
         """[B, N, labels]: every utterance's logits, in one pass a chunk (`chunks`)."""

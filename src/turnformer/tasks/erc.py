@@ -12,6 +12,7 @@ training batches of 16 held 1.82 padded token slots for every real token; groupe
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -201,8 +202,8 @@ def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = Fa
     """Fine-tune an ERC recipe; returns the `TrainResult` (test score at the best validation epoch)."""
     set_seed(seed)  # before the classifier is initialised
     model, _, labels, batches, reports = prepare_erc(recipe, data_dir, limits)
-    check_training_memory(model, batches["train"])
     settings = recipe["train"]
+    check_training_memory(model, batches["train"], settings.get("mixed_precision"))
     config = recipe_train_config(settings, {"epochs": 4, "lr": 2e-5, "save_every_steps": 50}, seed=seed,
                                  out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
     run_info = run_description(recipe, seed, limits, labels, {s: vars(r) for s, r in reports.items()})
@@ -227,19 +228,23 @@ def available_memory() -> tuple[int | None, str]:
     return None, "this machine"
 
 
-def check_training_memory(model, batches: Sequence[ConversationBatch]) -> None:
+def check_training_memory(model, batches: Sequence[ConversationBatch], precision: str | None = None) -> None:
     """Refuse, before any training, a setting whose step would not fit the memory available (the kernel would kill
-    the run without a word), naming the settings that bound it."""
+    the run without a word), naming the settings that bound it. `precision`: the run's mixed precision (None:
+    accelerate's, ``ACCELERATE_MIXED_PRECISION``, else "no")."""
     estimate = getattr(model, "training_memory_bytes", None)
     if estimate is None or not batches:
         return
     batch_size = max(len(b.lengths) for b in batches)
     longest = max(int(b.turn_lengths.sum(1).max()) if b.turn_lengths is not None else 0 for b in batches)
-    need, (free, where) = estimate(batch_size, longest), available_memory()
+    chunks = max(len(model.chunks(b)) for b in batches)
+    precision = precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or "no"
+    need, (free, where) = estimate(batch_size, longest, chunks, precision), available_memory()
     if free is not None and need > free:
         raise DialogueError(
             f"one training step would take about {need / 2**30:.1f} GB (batches of {batch_size} conversations, the longest "
-            f"{longest} tokens, encoded {model.config.chunk_tokens} tokens at a time against a memory of {model.config.mem_len}), "
+            f"{longest} tokens, encoded {model.config.chunk_tokens} tokens at a time against a memory of {model.config.mem_len}, "
+            f"in up to {chunks} chunks, mixed precision {precision}), "
             f"and {where} has {free / 2**30:.1f} GB available: lower train.batch_size or model_config.chunk_tokens "
             f"(e.g. --set model_config.chunk_tokens=128), which changes no number")
 

@@ -1,0 +1,135 @@
+"""What one DialogXL training step takes in memory, measured, beside what the training-memory check estimates.
+
+    python benchmarks/erc_step_memory.py [--backbones all-MiniLM-L6-v2 all-mpnet-base-v2] [--precisions no bf16]
+        [--batch-sizes 2 4] [--chunks 256 512] [--tokens 1400 2800] [--threads 1]
+
+Each case is a child process of its own, started as the `turnformer` command starts (its allocator settings): the
+DailyDialog memory-bias recipe (memory of 450 tokens) on the backbone, in training mode, at ``chunk_tokens`` CHUNK,
+over a batch of B conversations of about T tokens each (each of ``--tokens``) (SwDA's test utterances one after another, each row
+from another place, with their act labels), forward and backward once, under bf16 autocast for ``bf16`` as
+``train.mixed_precision=bf16`` runs it. Measured: the peak resident memory during the step (the kernel's high-water
+mark, reset just before it) less the memory before it and the gradients' float32 buffers (the optimizer's side, which
+the estimate leaves out too). -> ``erc-step-memory.json``: each case's measured and estimated bytes; its score, the
+largest ratio of measured to estimated (below 1: the estimate covers every case), per precision in ``extra``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from turnformer.allocator import TUNABLES
+from turnformer.results import make_result, write_result
+
+RECIPE = "erc-dailydialog-dialogxl-memory-bias.toml"
+
+
+def status_kib(field: str) -> int:
+    """A /proc/self/status figure in KiB (VmRSS, VmHWM)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise SystemExit(f"/proc/self/status has no {field}: this benchmark needs Linux")
+
+
+def child(backbone: str, precision: str, batch_size: int, chunk: int, tokens: int, data_dir: str | None) -> None:
+    """One measurement in this process: prints a JSON row."""
+    import torch
+
+    from turnformer.data import load_split
+    from turnformer.dialogue import Dialogue
+    from turnformer.tasks.erc import build_erc_model, encode_conversations, make_batch
+
+    recipe = tomllib.loads((resources.files("turnformer") / "recipe_files" / RECIPE).read_text())
+    settings = {**recipe["model_config"], "chunk_tokens": chunk}
+    corpus = [t for d in load_split("swda", "test", data_dir).dialogues for t in d.turns]
+    labels = sorted({t.labels["act"] for t in corpus})
+    model, tokenizer = build_erc_model(recipe["model"], settings, labels, backbone)
+    model.train()
+    dialogues, start = [], 0
+    for row in range(batch_size):
+        turns, count = [], 0
+        while count < tokens:
+            turn = corpus[(start + len(turns)) % len(corpus)]
+            turns.append(turn)
+            count += len(tokenizer(turn.text)["input_ids"])
+        dialogues.append(Dialogue(turns=tuple(turns), id=f"swda-test-{row}"))
+        start += 7919 * (row + 1)  # each row from another place
+    encoded, _ = encode_conversations(dialogues, tokenizer, "act", labels, model.config.max_utterance_tokens)
+    batch = make_batch(encoded, tokenizer.pad_token_id)
+    longest = int(batch.turn_lengths.sum(1).max())
+    gradients = sum(p.numel() * 4 for p in model.parameters() if p.requires_grad)
+    before = status_kib("VmRSS") * 1024
+    Path("/proc/self/clear_refs").write_text("5")  # the high-water mark starts again from the current RSS
+    began = time.perf_counter()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        loss = model.loss(batch)
+    loss.backward()
+    seconds = time.perf_counter() - began
+    peak = status_kib("VmHWM") * 1024
+    measured = peak - before - gradients
+    print(json.dumps({"backbone": backbone, "precision": precision, "batch_size": batch_size, "chunk_tokens": chunk,
+                      "mem_len": model.config.mem_len, "longest_tokens": longest, "chunks": len(model.chunks(batch)),
+                      "seconds": round(seconds, 1), "rss_before_mib": round(before / 2**20), "peak_mib": round(peak / 2**20),
+                      "gradients_mib": round(gradients / 2**20), "measured_bytes": measured,
+                      "estimated_bytes": model.training_memory_bytes(batch_size, longest, len(model.chunks(batch)), precision)}))
+
+
+def measure(case: dict, args) -> dict:
+    env = {**os.environ, "GLIBC_TUNABLES": TUNABLES, "OMP_NUM_THREADS": str(args.threads),
+           "TURNFORMER_THREADS": str(args.threads)}
+    command = [sys.executable, __file__, "--child", "--backbones", case["backbone"], "--precisions", case["precision"],
+               "--batch-sizes", str(case["batch_size"]), "--chunks", str(case["chunk"]), "--tokens", str(case["tokens"])]
+    if args.data_dir:
+        command += ["--data-dir", args.data_dir]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise SystemExit(f"{case} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backbones", nargs="+", default=["all-MiniLM-L6-v2", "all-mpnet-base-v2"])
+    parser.add_argument("--precisions", nargs="+", choices=("no", "bf16"), default=["no", "bf16"])
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[2, 4])
+    parser.add_argument("--chunks", nargs="+", type=int, default=[256, 512])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1400, 2800], help="tokens a conversation (about)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--results-dir", default=None)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args.backbones[0], args.precisions[0], args.batch_sizes[0], args.chunks[0], args.tokens[0], args.data_dir)
+    rows = []
+    for backbone in args.backbones:
+        for precision in args.precisions:
+            for batch_size in args.batch_sizes:
+                for chunk in args.chunks:
+                    for tokens in args.tokens:
+                        case = {"backbone": backbone, "precision": precision, "batch_size": batch_size, "chunk": chunk,
+                                "tokens": tokens}
+                        row = measure(case, args)
+                        row["ratio"] = round(row["measured_bytes"] / row["estimated_bytes"], 3)
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
+    worst = {p: max(r["ratio"] for r in rows if r["precision"] == p) for p in args.precisions}
+    record = make_result("erc-step-memory", task="erc", dataset="swda test (conversations built from its utterances)",
+                         split="test", model="dialogxl-memory-bias", backbone=", ".join(args.backbones),
+                         metric="measured_over_estimated", scores=[max(worst.values())], seeds=[],
+                         extra={"worst_ratio_by_precision": worst, "rows": rows, "tokens": args.tokens,
+                                "threads": args.threads, "recipe": RECIPE})
+    kwargs = {"results_dir": Path(args.results_dir)} if args.results_dir else {}
+    print(json.dumps(worst), "->", write_result(record, **kwargs))
+
+
+if __name__ == "__main__":
+    main()
