@@ -412,7 +412,7 @@ class DialogXL(UtteranceClassifier):
         live, and every chunk's memory [layers, B, memory, hidden] is kept for its recomputation in backward, so a
         longer conversation adds that much a chunk. Bytes a pair, a state and a memory element measured with
         `benchmarks/erc_step_memory.py` (all-MiniLM-L6-v2 and all-mpnet-base-v2, chunks of 256 and 512, in float32
-        and bf16; a half precision keeps about 0.65-0.8 of float32's), with room to spare."""
+        and bf16; a half precision keeps about 0.65-0.9 of float32's), with room to spare."""
         chunk = min(max(self.config.chunk_tokens, self.config.max_utterance_tokens), longest_tokens)
         memory = min(self.config.mem_len, max(longest_tokens - chunk, 0))
         chunks = chunks if chunks is not None else -(-longest_tokens // max(chunk, 1))
