@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 
 
@@ -15,6 +18,16 @@ def timed_train_step(model, optimizer, batch) -> float:
     loss.backward()
     optimizer.step()
     return time.perf_counter() - start
+
+
+def child_measurement(script: str, arguments: list[str], env: dict[str, str], what: str, data_dir: str | None = None) -> dict:
+    """Run `script` again in a process of its own with `arguments` (and ``--data-dir``) under `env`: the JSON row its
+    last line prints; its failure ends the benchmark, naming `what` and showing the end of its errors."""
+    command = [sys.executable, script, *arguments, *(["--data-dir", data_dir] if data_dir else [])]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise SystemExit(f"{what} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def spread(items, n: int) -> list:

@@ -19,11 +19,10 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from _timing import child_measurement
 from turnformer.allocator import TUNABLES
 from turnformer.results import make_result, write_result
 
@@ -68,13 +67,8 @@ def measure(case: str, setting: str, args) -> dict:
         env["GLIBC_TUNABLES"] = SETTINGS[setting]
     env.update(OMP_NUM_THREADS=str(args.threads), TURNFORMER_THREADS=str(args.threads))
     long, _, utterances = case.partition("-")
-    command = [sys.executable, __file__, "--child", long, "--utterances", utterances or "0"]
-    if args.data_dir:
-        command += ["--data-dir", args.data_dir]
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode:
-        raise SystemExit(f"{case} under {setting} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child_measurement(__file__, ["--child", long, "--utterances", utterances or "0"], env, f"{case} under {setting}",
+                             args.data_dir)
 
 
 def main() -> None:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 import tomllib
 from importlib import resources
 from pathlib import Path
 
+from _timing import child_measurement
 from turnformer.allocator import TUNABLES
 from turnformer.results import make_result, write_result
 
@@ -85,14 +84,9 @@ def child(backbone: str, precision: str, batch_size: int, chunk: int, tokens: in
 def measure(case: dict, args) -> dict:
     env = {**os.environ, "GLIBC_TUNABLES": TUNABLES, "OMP_NUM_THREADS": str(args.threads),
            "TURNFORMER_THREADS": str(args.threads)}
-    command = [sys.executable, __file__, "--child", "--backbones", case["backbone"], "--precisions", case["precision"],
-               "--batch-sizes", str(case["batch_size"]), "--chunks", str(case["chunk"]), "--tokens", str(case["tokens"])]
-    if args.data_dir:
-        command += ["--data-dir", args.data_dir]
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode:
-        raise SystemExit(f"{case} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    arguments = ["--child", "--backbones", case["backbone"], "--precisions", case["precision"], "--batch-sizes",
+                 str(case["batch_size"]), "--chunks", str(case["chunk"]), "--tokens", str(case["tokens"])]
+    return child_measurement(__file__, arguments, env, str(case), args.data_dir)
 
 
 def main() -> None:
