@@ -5,9 +5,9 @@
 
 Each case is a child process of its own, started as the `turnformer` command starts (its allocator settings): the
 DailyDialog memory-bias recipe (memory of 450 tokens) on the backbone, in training mode, at ``chunk_tokens`` CHUNK,
-over a batch of B conversations of about T tokens each (each of ``--tokens``) (SwDA's test utterances one after another, each row
-from another place, with their act labels), forward and backward once, under bf16 autocast for ``bf16`` as
-``train.mixed_precision=bf16`` runs it. Measured: the peak resident memory during the step (the kernel's high-water
+over a batch of B conversations of about T tokens each, T each of ``--tokens`` (SwDA's test utterances one after
+another, each row from another place, with their act labels), forward and backward once, under bf16 autocast for
+``bf16`` as ``train.mixed_precision=bf16`` runs it. Measured: the peak resident memory during the step (the kernel's high-water
 mark, reset just before it) less the memory before it and the gradients' float32 buffers (the optimizer's side, which
 the estimate leaves out too). -> ``erc-step-memory.json``: each case's measured and estimated bytes; its score, the
 largest ratio of measured to estimated (below 1: the estimate covers every case), per precision in ``extra``.

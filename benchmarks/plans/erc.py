@@ -26,7 +26,7 @@
   backbone: about 20 minutes a MELD epoch on one thread in float32, 1.7 times faster in bf16 on a CPU with bfloat16
   instructions, ``erc-one-pass-speed-mpnet[-bf16].json``); resumable, a run at a time per core.
 - ``mpnet-cpu-dailydialog``: DialogXL with the memory bias on all-mpnet-base-v2, DailyDialog, over ``--seeds``: the rows of
-  ``benchmarks/gpu_mpnet.sh dailydialog`` on the CPU (2 epochs, bf16). Slow there: on a 2-core CPU (two threads, beside
+  ``benchmarks/gpu_mpnet.sh dailydialog`` on the CPU (2 epochs, bf16, chunks of 384 tokens). Slow there: on a 2-core CPU (two threads, beside
   a one-thread job) a batch of 16 conversations takes 14 s, about 2.7 hours an epoch of 695 batches (21.8 s while
   batches were grouped by turns).
 - ``table3``: the five ablations of DialogXL on MELD.
