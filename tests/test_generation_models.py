@@ -541,7 +541,8 @@ def test_what_words_split_inside_a_written_word_is_joined_again():
              "send an e - mail to a @ b . com or see www . google . com .": "Send an e-mail to a@b.com or see www.google.com.",
              "a 24 - hour store": "A 24-hour store",
              "one , two . 5 people": "One, two. 5 people",
-             "is it 3 , 45 ?": "Is it 3, 45?"}
+             "is it 3 , 45 ?": "Is it 3, 45?",
+             "in 1990 , 100 people came ; 1 , 000 , 000 more": "In 1990, 100 people came; 1,000,000 more"}
     for text, written in cases.items():
         assert detokenize(words(text)) == written
         assert words(written) == words(text)

@@ -67,11 +67,11 @@ def detokenize(tokens: Sequence[str]) -> str:
 
 
 # What `words` splits inside a written word, after `detokenize` glued marks to the word before ("3. 50"): a decimal
-# point or a time's colon between digits, a thousands comma before three digits, a hyphen between letters or digits
+# point or a time's colon between digits, a thousands comma between a group of one to three digits and one of three, a hyphen between letters or digits
 # (DailyDialog writes "e-mail" 13 times as often as a spaced dash), and the dots and @ of web and e-mail addresses
 _WITHIN_WORDS = (
     (re.compile(r"(?<=\d)([.:]) (?=\d)"), r"\1"),
-    (re.compile(r"(?<=\d), (?=\d{3}\b)"), ","),
+    (re.compile(r"\b(\d{1,3}(?:,\d{3})*), (?=\d{3}\b)"), r"\1,"),  # "10 , 000", not "1990 , 100"
     (re.compile(r"(?<=[^\W_]) - (?=[^\W_])"), "-"),
     (re.compile(r"\b(www)\. (?=\w)|(?<=\w)\. (?=(?:com|org|net|edu|gov)\b)", re.IGNORECASE), lambda m: (m.group(1) or "") + "."),
     (re.compile(r"(?<=\w) @ (?=\w)"), "@"),
