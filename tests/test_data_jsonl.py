@@ -134,6 +134,19 @@ def test_a_gzip_compressed_file_is_read_whatever_its_name_and_a_truncated_one_is
         read_jsonl(truncated)
 
 
+def test_a_file_compressed_twice_is_named_as_such(tmp_path):
+    import gzip
+
+    from turnformer.data._io import read_bytes
+
+    plain = write_lines(tmp_path / "conv.jsonl", conv(HI))
+    twice = tmp_path / "twice.jsonl.gz"
+    twice.write_bytes(gzip.compress(gzip.compress(plain.read_bytes())))
+    for read in (read_jsonl, read_bytes):  # line by line, and whole
+        with pytest.raises(DialogueError, match=r"twice\.jsonl\.gz: compressed twice"):
+            read(twice)
+
+
 def test_null_labels_are_no_label_and_counted(tmp_path):
     path = write_lines(tmp_path / "conv.jsonl", conv({**HI, "labels": {"emotion": None, "act": "inform"}},
                                                      {"speaker": "B", "text": "Yo", "emotion": None}))

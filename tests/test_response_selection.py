@@ -181,9 +181,10 @@ def test_jsonl_items_need_candidates():
     # a plain string is a candidate's text, spoken by the next speaker, as ResponseRanker.rank takes it
     mixed = Dialogue(turns=(Turn("m", "where to ?"),), id="d3", meta={"candidates": ["the bank .", {"speaker": "m", "text": "home"}]})
     assert [(c.speaker, c.text) for c in dialogue_to_item(mixed).candidates] == [("m's partner", "the bank ."), ("m", "home")]
-    for bad in (["  \u200b"], [3], [{"speaker": "f"}]):
-        with pytest.raises(DialogueError, match=r"meta.candidates\[0\]: expected a non-empty text"):
+    for bad in (["  \u200b"], [3], [{"speaker": "f"}], [""]):
+        with pytest.raises(DialogueError, match=r"meta.candidates\[0\]: expected a non-empty text") as refused:
             dialogue_to_item(Dialogue(turns=(Turn("m", "hi"),), id="d4", meta={"candidates": bad}))
+        assert str(refused.value).endswith(f"got {bad[0]!r}")  # what the file holds, as written
 
 
 # --------------------------------------------------------------------------- packing

@@ -306,6 +306,7 @@ def plot_attention_command(
     layer, mean over the heads of each type): the DialogXL paper's Figure 5."""
     from turnformer.models.dialogxl import DialogXL  # torch: loaded only when the command runs
     from turnformer.plots import figure_path, plot_attention
+    from turnformer.tasks.common import run_task
     from turnformer.tasks.registry import get_model_builder, get_task
 
     if out is None and not as_json:
@@ -321,9 +322,10 @@ def plot_attention_command(
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
         utterance_in(chosen, utterance, "--utterance")
         if checkpoint is not None:
-            _, model, tokenizer, _ = load_trained(checkpoint)
+            _, model, tokenizer, run = load_trained(checkpoint)
             if not isinstance(model, DialogXL):
-                raise DialogueError(f"--checkpoint {checkpoint}: a {type(model).__name__} run; attention plots need a DialogXL run")
+                raise DialogueError(f"--checkpoint {checkpoint}: a run of {run_task(run)} model {run['recipe'].get('model')!r}; "
+                                    "attention plots need a DialogXL run (plot act-attention shows a dialogue-act model's)")
         else:
             counts = heads.split(",")
             if len(counts) != 4 or not all(c.strip().isdigit() for c in counts):

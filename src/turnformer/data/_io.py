@@ -264,10 +264,17 @@ def read_bytes(path: Path) -> bytes:
         raise DialogueError(f"{path}: is a directory, expected a file") from None
     if raw.startswith(GZIP_MAGIC):
         try:
-            return gzip.decompress(raw)
+            raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as e:
             raise DialogueError(f"{path}: a gzip file that cannot be decompressed ({e})") from None
+        if raw.startswith(GZIP_MAGIC):
+            raise twice_compressed(path)
     return raw
+
+
+def twice_compressed(path: Path) -> DialogueError:
+    return DialogueError(f"{path}: compressed twice: what gzip decompresses is gzip again (decompress it once, e.g. "
+                         "`gunzip`, and give the file of text inside, compressed once or not at all)")
 
 
 def folder_names(folder: Path) -> list[str]:
@@ -342,6 +349,8 @@ def iter_lines(path: Path, report: LoadReport | None = None) -> Iterator[tuple[i
         i = -1
         try:
             for i, piece in enumerate(fh):  # binary lines end at b"\n" only
+                if i == 0 and compressed and piece.startswith(GZIP_MAGIC):
+                    raise twice_compressed(path)
                 piece = piece.removesuffix(b"\n").removesuffix(b"\r")
                 if (cr := piece.find(b"\r")) >= 0:
                     raise DialogueError(

@@ -97,12 +97,11 @@ def dialogue_to_item(dialogue: Dialogue, where: str = "", report: LoadReport | N
     if not isinstance(candidates, list) or not candidates:
         raise DialogueError(f"{where}: meta.candidates: expected a non-empty list of {{speaker, text}} candidate responses")
     turns = []
-    for i, c in enumerate(candidates):
-        if isinstance(c, str):  # a plain text, as ResponseRanker.rank takes: spoken by the next speaker
-            c = {"text": c}
+    for i, given in enumerate(candidates):
+        c = {"text": given} if isinstance(given, str) else given  # a plain text, as ResponseRanker.rank takes: spoken by the next speaker
         if not isinstance(c, dict) or not isinstance(c.get("text"), str) or is_blank(c["text"]):
             raise DialogueError(f"{where}: meta.candidates[{i}]: expected a non-empty text or {{\"speaker\": ..., \"text\": non-empty}}, "
-                                f"got {c!r:.60}")
+                                f"got {given!r:.60}")
         for name in sorted(c.keys() - {"speaker", "text"}) if report is not None else ():
             report.ignore_field(where, f"meta.candidates[{i}].{name}", name)
         speaker = c.get("speaker")
