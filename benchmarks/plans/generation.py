@@ -24,7 +24,8 @@
   with its attention as the Transformer's too (``BUILT_AS_TRANSFORMER``), then without its memory (``c_max = 0``) or
   without its inter-query layer (``inter_layers = 0``), and without its memory with its decoder reading every query
   (``cross_attention = "queries"``); PHAED without its memory (``phaed-no-recurrence``), with its
-  turn embeddings at unit scale and from zero; the Transformer and PHAED with one utterance of context for every
+  turn embeddings at unit scale and from zero; the paper's other ablations (without speaker tokens, turn embeddings,
+  turn-level attention); the Transformer and PHAED with one utterance of context for every
   response (``CONTEXT_ONE``), and PHAED there without its inter-query layer and memory, its attention drawn as the
   Transformer's (``AS_TRANSFORMER``), and that again without a turn embedding on the response, with its layers
   started as copies of one, and both (``AS_TRANSFORMER_REST``).
@@ -183,6 +184,11 @@ PLANS: dict[str, list[Experiment]] = {
                    (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *settings),
                    task=TASK, extra={"scale": GENERATION_FULL_CPU})
         for name, settings in (("phaed-no-recurrence", ()), ("phaed-no-recurrence-turns-zero", TURNS_ZERO))] + [
+        # the paper's other ablations (its Table 3): without the speaker tokens, the turn embeddings, the turn-level
+        # relative attention
+        Experiment(f"{TASK}-dailydialog-{model}-full-cpu", model, "dailydialog", GRID_SEEDS,
+                   tuple(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), task=TASK, extra={"scale": GENERATION_FULL_CPU})
+        for model in ("phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn")] + [
         # every response with one utterance of context, the Transformer and PHAED: PHAED's distance where its structure
         # has nothing to do
         Experiment(f"{TASK}-dailydialog-{model}-context1-full-cpu", model, "dailydialog", GRID_SEEDS,
