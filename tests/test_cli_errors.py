@@ -1053,6 +1053,9 @@ def test_an_output_check_creates_nothing_but_refuses_a_folder_it_may_not_write_i
         for path in (refused / "c.txt", refused / "new" / "c.txt"):
             with pytest.raises(DialogueError, match="cannot be written: (Permission denied|Operation not permitted)"):
                 check_output_file(path)
+        if os.path.isfile("/proc/version"):  # a file that exists, in a folder where no file can be made: the folder is named
+            with pytest.raises(DialogueError, match=r"/proc/version: cannot be written: .* \(making a file in /proc, as"):
+                check_output_file(Path("/proc/version"))
     finally:
         locked.chmod(0o755)
 

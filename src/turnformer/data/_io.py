@@ -32,18 +32,22 @@ def check_output_file(path: Path, what: str = "") -> Path:
     blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
     if blocking is not None:
         raise DialogueError(f"{head}: {blocking} is a file, not a folder")
-    try:  # a file (or the first missing folder) really made there and removed: a read-only or foreign folder fails
-        # here, not after the work
-        if path.exists() and not os.access(path, os.W_OK):
-            raise PermissionError(f"[Errno 13] Permission denied: '{path}'")
-        if path.parent.is_dir():
-            fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise DialogueError(f"{head}: cannot be written: Permission denied")
+    # a file (or the first missing folder) really made there and removed, as the writers make one beside the path and
+    # rename it: a read-only or foreign folder fails here, not after the work
+    folder = path.parent if path.parent.is_dir() else next(p for p in path.parents if p.is_dir())
+    try:
+        if folder == path.parent:
+            fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=folder)
             os.close(fd)
             os.unlink(probe)
         else:
-            os.rmdir(tempfile.mkdtemp(prefix=".probe.", dir=next(p for p in path.parents if p.is_dir())))
+            os.rmdir(tempfile.mkdtemp(prefix=".probe.", dir=folder))
     except OSError as error:
-        raise DialogueError(f"{head}: cannot be written: {error.strerror or error}") from None
+        made = "a file" if folder == path.parent else "a folder"
+        raise DialogueError(f"{head}: cannot be written: {error.strerror or error} (making {made} in {folder}, as the "
+                            "writers do)") from None
     return path
 
 
