@@ -67,8 +67,9 @@ def detokenize(tokens: Sequence[str]) -> str:
 
 
 # What `words` splits inside a written word, after `detokenize` glued marks to the word before ("3. 50"): a decimal
-# point or a time's colon between digits, a thousands comma between a group of one to three digits and one of three, a hyphen between letters or digits
-# (DailyDialog writes "e-mail" 13 times as often as a spaced dash), and the dots and @ of web and e-mail addresses
+# point or a time's colon between digits, a thousands comma between a group of one to three digits and one of three,
+# a hyphen between letters or digits (DailyDialog writes "e-mail" 13 times as often as a spaced dash), and the dots
+# and @ of web and e-mail addresses
 _WITHIN_WORDS = (
     (re.compile(r"(?<=\d)([.:]) (?=\d)"), r"\1"),
     (re.compile(r"\b(\d{1,3}(?:,\d{3})*), (?=\d{3}\b)"), r"\1,"),  # "10 , 000", not "1990 , 100"
