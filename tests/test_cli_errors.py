@@ -456,6 +456,7 @@ def test_resume_without_a_checkpoint_says_so(tiny_backbone_dir, files, tmp_path)
                                  *_tiny(tiny_backbone_dir)])
     assert result.exit_code == 0, result.output
     assert "holds no checkpoint yet; starting from the beginning" in result.output
+    assert result.output.count("no checkpoint") == 1, result.output  # said once, not by the command and again by the loop
 
 
 def test_resume_on_other_data_warns(tiny_backbone_dir, files, tmp_path):

@@ -588,9 +588,8 @@ def train(
         loaded = training_recipe(task, model, dataset, recipe, files, set_)
         if resume and (out / "last").exists() and not (out / "last").is_dir():
             fail(f"{out / 'last'}: a file where the run's checkpoint folder should be; move it, then --resume again")
-        if resume and not any((out / name).is_dir() for name in ("last", ".last.old", "best")):  # .last.old: a save cut short
-            err.print(f"note: --resume: {out} holds no checkpoint yet; starting from the beginning", highlight=False, soft_wrap=True)
-        elif resume and (changed := changed_since_checkpoint(out, loaded, limits or None)):
+        checkpointed = any((out / name).is_dir() for name in ("last", ".last.old", "best"))  # .last.old: a save cut short
+        if resume and checkpointed and (changed := changed_since_checkpoint(out, loaded, limits or None)):
             err.print(f"warning: --resume: this run reads other data or settings than the run that wrote {out / 'last'} "
                       f"({'; '.join(changed)}); its result mixes the two trainings", highlight=False)
         result = trainer(loaded, out, seed, data_dir, resume, time_budget, limits or None)

@@ -262,7 +262,7 @@ class _Trainer:
                                       "evaluate best/ as it is, or start over with --overwrite (the old run is kept "
                                       "until the new one's first checkpoint)")
             if self.acc.is_main_process:
-                logger.info("resume: no checkpoint at %s, starting afresh", last)
+                logger.info("resume: %s holds no checkpoint yet; starting from the beginning", out_dir)
                 if holds_set_aside_run(replaced_run_folder(out_dir)):  # a replacement that never checkpointed: it goes on replacing
                     self.replaced = replaced_run_folder(out_dir)
             return None
