@@ -16,7 +16,8 @@ the split's responses, nothing retrained, with the memory's turn embeddings:
   TE(2) counted back; TE(t - 2) for TE(t - 1) counted from the start, at least TE(1)): told apart, at another turn;
 - ``no-memory``: the decoder reads no memory (``c_max = 0`` at inference).
 
-A PHAED without memory (``phaed-no-recurrence``) is scored as trained only. Only the memory changes: an earlier
+A PHAED without memory (``phaed-no-recurrence``) is scored as trained only; one without turn embeddings
+(``phaed-no-turn-emb``) as trained and without its memory. Only the memory changes: an earlier
 response's tokens are read by no other part of the model (the encoder's masks keep them out of the queries;
 cross-attention reads queries). Written to
 ``generation-phaed-memory-turns-<experiment, less generation-dailydialog->-seed<N>.json`` (the headline: the
@@ -79,13 +80,15 @@ def memory_variant(model: PHAED, variant: str):
 
 def memory_perplexities(run: Path, split: str = "test", data_dir=None, limit: int | None = None) -> dict[str, float]:
     """{variant: perplexity of the split's responses} of the PHAED run's best checkpoint; of a PHAED without memory
-    (``c_max = 0``), as trained only."""
+    (``c_max = 0``), as trained only; of one without turn embeddings (``phaed-no-turn-emb``), as trained and without
+    its memory (the other variants change only turn embeddings)."""
     model, vocab, description = load_trained(run)
     if not isinstance(model, PHAED):
         raise SystemExit(f"{run}: not a PHAED run")
     batches, _ = split_batches(model, vocab, description, split, data_dir, limit)
     scores = {}
-    for variant in VARIANTS if model.config.c_max > 0 else ("trained",):
+    variants = VARIANTS if model.config.turn_embeddings else ("trained", "no-memory")
+    for variant in variants if model.config.c_max > 0 else ("trained",):
         with memory_variant(model, variant):
             scores[variant] = round(evaluate_perplexity(model, batches)["perplexity"], 4)
         print(f"{run} {variant}: perplexity {scores[variant]}", flush=True)

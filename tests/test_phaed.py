@@ -404,6 +404,23 @@ def test_the_memory_turn_measure_changes_only_the_memory(vocab):
             pass
 
 
+def test_the_memory_turn_measure_scores_a_phaed_without_turn_embeddings_with_and_without_its_memory(vocab, monkeypatch):
+    """benchmarks/phaed_memory_turns.py on `phaed-no-turn-emb`: its memory has no turn embedding to change, so the
+    measure scores it as trained and without its memory only, each the model's own likelihood."""
+    from _benchmark_scripts import load_benchmark_script
+
+    measure = load_benchmark_script("phaed_memory_turns")
+    model, without = tiny(vocab, turn_embeddings=False), tiny(vocab, turn_embeddings=False, c_max=0)
+    each = batches(model, vocab, make_instances(DIALOGUES))
+    monkeypatch.setattr(measure, "load_trained", lambda run: (model, vocab, {}))
+    monkeypatch.setattr(measure, "split_batches", lambda *args: (each, None))
+    scores = measure.memory_perplexities("run")
+    assert list(scores) == ["trained", "no-memory"]
+    assert scores["trained"] == pytest.approx(measure.evaluate_perplexity(model, each)["perplexity"], abs=1e-3)
+    assert scores["no-memory"] == pytest.approx(measure.evaluate_perplexity(without, each)["perplexity"], abs=1e-3)
+    assert scores["trained"] != scores["no-memory"]
+
+
 def test_the_memory_turn_measure_names_a_folder_it_cannot_score(tmp_path, monkeypatch):
     """benchmarks/phaed_memory_turns.py: a folder that is not a run is one line naming it, no traceback."""
     from _benchmark_scripts import load_benchmark_script
