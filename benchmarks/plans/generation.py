@@ -24,7 +24,7 @@
   with its attention as the Transformer's too (``BUILT_AS_TRANSFORMER``), then without its memory (``c_max = 0``) or
   without its inter-query layer (``inter_layers = 0``), and without its memory with its decoder reading every query
   (``cross_attention = "queries"``); PHAED without its memory (``phaed-no-recurrence``), with its
-  turn embeddings at unit scale and from zero; the paper's other ablations (without speaker tokens, turn embeddings,
+  turn embeddings at unit scale, from zero, and none; the paper's other ablations (without speaker tokens, turn embeddings,
   turn-level attention); the Transformer and PHAED with one utterance of context for every
   response (``CONTEXT_ONE``), and PHAED there without its inter-query layer and memory, its attention drawn as the
   Transformer's (``AS_TRANSFORMER``), and that again without a turn embedding on the response, with its layers
@@ -179,12 +179,14 @@ PLANS: dict[str, list[Experiment]] = {
                                ("phaed-built-as-transformer-no-recurrence-queries",
                                 (*BUILT_AS_TRANSFORMER, "model_config.c_max=0", "model_config.cross_attention=queries")))] + [
         # without the memory of earlier responses (c_max = 0, the paper's ablation), with the turn embeddings at unit
-        # scale and from zero: whether what the zero-started turn embeddings cost is the memory (docs/generation.md)
+        # scale, from zero, and none: whether what the zero-started turn embeddings, and the ablation without them,
+        # cost is the memory (docs/generation.md)
         Experiment(f"{TASK}-dailydialog-{name}-full-cpu", "phaed-no-recurrence", "dailydialog", GRID_SEEDS,
                    (*(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), *settings),
                    task=TASK, extra={"scale": GENERATION_FULL_CPU})
-        for name, settings in (("phaed-no-recurrence", ()), ("phaed-no-recurrence-turns-zero", TURNS_ZERO))] + [
-        # the paper's other ablations (its Table 3): without the speaker tokens, the turn embeddings, the turn-level
+        for name, settings in (("phaed-no-recurrence", ()), ("phaed-no-recurrence-turns-zero", TURNS_ZERO),
+                               ("phaed-no-recurrence-no-turn-emb", ("model_config.turn_embeddings=false",)))] + [
+        # the paper's other ablations (its Table 4): without the speaker tokens, the turn embeddings, the turn-level
         # relative attention
         Experiment(f"{TASK}-dailydialog-{model}-full-cpu", model, "dailydialog", GRID_SEEDS,
                    tuple(f"{k}={v}" for k, v in GENERATION_FULL_CPU.items()), task=TASK, extra={"scale": GENERATION_FULL_CPU})
