@@ -16,7 +16,8 @@ A seed whose run was cut short is trained again (or continued, where its folder 
 and continue from their checkpoint when the command is repeated. A run not started a minute before the deadline
 (``LAST_START``) is not started: the command ends by its deadline, and a repeat of it starts that run.
 With ``--workers`` above 1 every run gets one CPU thread (the runs share the machine, or one GPU).
-``--dry-run`` prints the runs the command would start, and starts none.
+``--dry-run`` prints the runs the command would start, and starts none. Ctrl-C stops the runs (each saves its
+checkpoint and says so) and the command, which collects nothing then: repeated, it goes on.
 
 What a results row trained is one file: every run folder gets config.toml when its run starts, the complete recipe
 (the recipe file with the plan's overrides applied; ``turnformer train --recipe config.toml`` trains it again), and
@@ -287,6 +288,9 @@ def starts(experiment: Experiment, out: Path) -> bool:
     return out.parent.name == experiment.id and not finished(out)
 
 
+INTERRUPTED = (130, 143)  # a training's exit on Ctrl-C or SIGTERM (the shells' codes), after saving what it had
+
+
 def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float | None, single_thread: bool, prune: bool) -> Path:
     out = run_dir(experiment, seed, runs_dir)
     if not starts(experiment, out):
@@ -305,7 +309,13 @@ def run_one(experiment: Experiment, seed: int, runs_dir: Path, deadline: float |
         log.write(" ".join(command) + "\n")
         log.flush()
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-    status = "done" if code == 0 else f"FAILED ({code}): " + " | ".join((out / "train.log").read_text().strip().splitlines()[-3:])
+    said = (out / "train.log").read_text().strip().splitlines()
+    if code == 0:
+        status = "done"
+    elif code in INTERRUPTED:  # Ctrl-C or SIGTERM: the training said whether it saved a checkpoint to go on from
+        status = f"interrupted: {said[-1]}"
+    else:
+        status = f"FAILED ({code}): " + " | ".join(said[-3:])
     print(f"{experiment.id} seed {seed}: {status}\n", end="", flush=True)
     result = run_result(out) if code == 0 else None
     if prune and result is not None and not result.get("stopped_early"):
@@ -429,9 +439,14 @@ def main(argv: list[str] | None = None) -> None:
     # a cell that reads the runs of another experiment of this command starts once those have finished
     ids = {e.id for e in experiments}
     readers = {e.id for e in experiments if e.recipe_runs in ids}
-    with ThreadPoolExecutor(args.workers) as pool:
-        for phase in ([job for job in jobs if job[0].id not in readers], [job for job in jobs if job[0].id in readers]):
-            list(pool.map(lambda job: run_one(*job, args.runs_dir, deadline, args.workers > 1, args.prune), phase))
+    try:
+        with ThreadPoolExecutor(args.workers) as pool:
+            for phase in ([job for job in jobs if job[0].id not in readers], [job for job in jobs if job[0].id in readers]):
+                list(pool.map(lambda job: run_one(*job, args.runs_dir, deadline, args.workers > 1, args.prune), phase))
+    except KeyboardInterrupt:  # Ctrl-C reaches the trainings too: each has saved its checkpoint and said so above
+        print("interrupted: nothing collected; the same command goes on with the runs not finished", file=sys.stderr,
+              flush=True)
+        raise SystemExit(130) from None
     collect_all(experiments, from_recipe_files, earlier, args.runs_dir, args.results_dir)
 
 

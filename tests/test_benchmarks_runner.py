@@ -210,6 +210,31 @@ def fake_run(out: Path, seed: int, recipe: dict, validation: float) -> None:
                                                  "stop_reason": None, "history": history}))
 
 
+def test_an_interrupted_run_is_said_as_such_and_ctrl_c_ends_the_runner_without_a_traceback(tmp_path, monkeypatch, capsys):
+    """A training stopped by Ctrl-C (exit 130, its checkpoint saved) was reported as FAILED, and the runner ended in a
+    KeyboardInterrupt traceback."""
+    experiment = next(e for e in bench.plan("figure4-cpu", (2,), (1,), 120) if e.extra["mem_len"] == 0)
+
+    def interrupted(command, stdout, **kwargs):
+        stdout.write("interrupted (Ctrl-C): saved DIR/last at step 7\n")
+        return subprocess.CompletedProcess(command, 130)
+
+    monkeypatch.setattr(bench.subprocess, "run", interrupted)
+    bench.run_one(experiment, 2, tmp_path, None, single_thread=True, prune=False)
+    said = capsys.readouterr().out
+    assert f"{experiment.id} seed 2: interrupted: interrupted (Ctrl-C): saved DIR/last at step 7" in said and "FAILED" not in said
+
+    def ctrl_c(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench, "run_one", ctrl_c)
+    monkeypatch.setattr(bench, "collect_all", lambda *args: pytest.fail("an interrupted command collected"))
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["--plan", "figure4-cpu", "--runs-dir", "runs", "--results-dir", "results"])
+    assert stopped.value.code == 130 and "interrupted: nothing collected" in capsys.readouterr().err
+
+
 def test_a_results_file_holds_the_recipe_its_runs_trained(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no results collected earlier
     written = []
