@@ -24,8 +24,8 @@
   with its attention as the Transformer's too (``BUILT_AS_TRANSFORMER``), then without its memory (``c_max = 0``) or
   without its inter-query layer (``inter_layers = 0``), and without its memory with its decoder reading every query
   (``cross_attention = "queries"``); PHAED without its memory (``phaed-no-recurrence``), with its
-  turn embeddings at unit scale, from zero, and none; the paper's other ablations (without speaker tokens, turn embeddings,
-  turn-level attention); the Transformer and PHAED with one utterance of context for every
+  turn embeddings at unit scale, from zero, and none; the paper's other ablations (without speaker tokens, turn
+  embeddings, turn-level attention); the Transformer and PHAED with one utterance of context for every
   response (``CONTEXT_ONE``), and PHAED there without its inter-query layer and memory, its attention drawn as the
   Transformer's (``AS_TRANSFORMER``), and that again without a turn embedding on the response, with its layers
   started as copies of one, and both (``AS_TRANSFORMER_REST``).
