@@ -39,7 +39,8 @@ backward; a length whose process fails (killed for memory) is recorded as such a
 
 ``--precision bf16`` (``training``): every side's forward under bfloat16 autocast, as ``train.mixed_precision = "bf16"``
 trains (``...-bf16[-DEVICE].json``), with a fifth side, ``one_pass_float32`` (one-pass DialogXL without autocast,
-interleaved like the others): what mixed precision itself gains on this machine.
+interleaved like the others): what mixed precision itself gains on this machine. On a CPU without bfloat16
+instructions, where autocast emulates the type, the file is ``...-bf16-emulated.json``.
 
 Classifier heads are randomly initialised (seeded): speed does not depend on training.
 """
@@ -320,13 +321,19 @@ def main() -> None:
         parser.error(f"--precision {args.precision}: for training only")
     if (args.dataset != "meld" or args.chunk_tokens) and args.part != "training":
         parser.error("--dataset and --chunk-tokens: for training only")
+    from turnformer.training.loop import cpu_has_bf16
+
+    # bf16 on a CPU without bfloat16 instructions (autocast emulates it) is a measurement of its own
+    cpu_bf16 = {"cpu_bf16": cpu_has_bf16()} if args.precision == "bf16" and args.device == "cpu" else {}
+    emulated_bf16 = cpu_bf16 == {"cpu_bf16": False}
     suffix = (("" if args.dataset == "meld" else f"-{args.dataset}") + ("" if args.backbone == BACKBONE else "-mpnet")
               + ("" if args.precision == "float32" else f"-{args.precision}")
+              + ("-emulated" if emulated_bf16 else "")
               + (f"-chunk{args.chunk_tokens}" if args.chunk_tokens else "")
               + ("" if args.device == "cpu" else f"-{args.device.split(':')[0]}"))
     common = dict(task="erc", dataset=args.dataset, split="train", model="dialogxl", backbone=args.backbone, seeds=[0])
     config = {"threads": args.threads, "device": args.device, "batch_size": args.batch_size, "repeats": args.repeats,
-              "precision": args.precision}
+              "precision": args.precision, **cpu_bf16}
     start = time.perf_counter()
     if args.part == "training":
         out = training(args)

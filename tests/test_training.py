@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from turnformer.results import machine
+from turnformer.training import loop
 from turnformer.training import (
     CHECKPOINT_FILES, CheckpointError, TrainConfig, build_optimizer, build_scheduler, epoch_order, load_checkpoint,
     read_checkpoint_config, set_seed, train,
@@ -268,6 +269,24 @@ def test_fp16_without_a_gpu_is_refused_before_the_run_starts(tmp_path, monkeypat
     model = AutocastRecorder()  # the next run in the process is as it would be
     train(model, TRAIN, accuracy_eval(SPLITS), config(tmp_path / "no", epochs=1, mixed_precision="no"), label_map=LABELS)
     assert model.autocast == [None] * len(TRAIN)
+
+
+def test_bf16_on_a_cpu_without_bfloat16_instructions_is_warned_of_and_still_trains(tmp_path, monkeypatch, caplog):
+    """Autocast emulates bfloat16 there, many times slower than float32: the run says so, and trains as asked."""
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    if torch.cuda.is_available():
+        pytest.skip("the warning is for CPU runs")
+    assert isinstance(loop.cpu_has_bf16(), bool)  # this machine's answer, whichever it is
+    for has_bf16 in (True, False):
+        monkeypatch.setattr(loop, "cpu_has_bf16", lambda: has_bf16)
+        caplog.clear()
+        model, out = AutocastRecorder(), tmp_path / str(has_bf16)
+        with caplog.at_level("WARNING", logger="turnformer.training"):
+            train(model, TRAIN, accuracy_eval(SPLITS), config(out, epochs=1, mixed_precision="bf16"), label_map=LABELS)
+        warned = [r.getMessage() for r in caplog.records if "without bfloat16 instructions" in r.getMessage()]
+        assert len(warned) == (0 if has_bf16 else 1)
+        assert model.autocast == [torch.bfloat16] * len(TRAIN)
+    assert "train.mixed_precision = \"no\"" in warned[0]
 
 
 class RefusesItsFirstBatch(TinyClassifier):
