@@ -24,7 +24,8 @@
   the GPU sweep chose, bf16 mixed precision as on the GPU), MELD and EmoryNLP, over ``--seeds``: the rows of
   ``benchmarks/gpu_mpnet.sh paper-attention memory-grad`` where a 2-core CPU trains them (one-pass DialogXL on this
   backbone: about 20 minutes a MELD epoch on one thread in float32, 1.7 times faster in bf16 on a CPU with bfloat16
-  instructions, ``erc-one-pass-speed-mpnet[-bf16].json``); resumable, a run at a time per core.
+  instructions, ``erc-one-pass-speed-mpnet[-bf16].json``, and about 7 times slower in bf16 on one without them,
+  ``erc-one-pass-speed-bf16-emulated.json``, where the training warns of it); resumable, a run at a time per core.
 - ``mpnet-cpu-dailydialog``: DialogXL with the memory bias on all-mpnet-base-v2, DailyDialog, over ``--seeds``: the rows of
   ``benchmarks/gpu_mpnet.sh dailydialog`` on the CPU (2 epochs, bf16, chunks of 384 tokens). Slow there: on a 2-core CPU (two threads, beside
   a one-thread job) a batch of 16 conversations takes 14 s, about 2.7 hours an epoch of 695 batches (21.8 s while
