@@ -420,10 +420,28 @@ def scheduled_jobs(experiments: list[Experiment], earlier: dict, runs_dir: Path,
     return jobs
 
 
+def emulated_bf16_warning(experiments: list[Experiment]) -> str | None:
+    """A line for experiments that train in bf16 where no GPU is and the CPU has no bfloat16 instructions: autocast
+    emulates the type there, many times slower than float32 (docs/dialogxl.md). None otherwise."""
+    bf16 = [e.id for e in experiments if "train.mixed_precision=bf16" in e.overrides]
+    if not bf16:
+        return None
+    import torch
+    from turnformer.training.loop import cpu_has_bf16
+
+    if torch.cuda.is_available() or cpu_has_bf16():
+        return None
+    return (f"warning: {len(bf16)} experiment(s) train in bf16 mixed precision ({bf16[0]}{', ...' if len(bf16) > 1 else ''}) "
+            "and this CPU has no bfloat16 instructions: autocast emulates the type, many times slower than float32 "
+            "(train each with `turnformer train ... --set train.mixed_precision=no` instead)")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     deadline = time.time() + args.deadline if args.deadline is not None else None
     experiments = selected_experiments(args)
+    if warning := emulated_bf16_warning(experiments):
+        print(warning, file=sys.stderr, flush=True)
     from_recipe_files = {e.id: record for e in experiments if (record := recipe_record(e, args.runs_dir, args.results_dir))}
     earlier = {e.id: record for e in experiments
                if e.id not in from_recipe_files and (record := earlier_record(e, args.results_dir))}

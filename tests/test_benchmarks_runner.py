@@ -129,6 +129,23 @@ def test_dry_run_lists_the_runs_it_would_start_and_starts_none(argv, runs, tmp_p
             "--set train.epochs=2 --limit-train 30 --limit-eval 8")
 
 
+def test_bf16_plans_on_a_cpu_without_bfloat16_instructions_are_warned_of_up_front(tmp_path, monkeypatch, capsys):
+    import torch
+
+    from turnformer.training import loop
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for has_bf16, plan in ((False, "mpnet-cpu"), (True, "mpnet-cpu"), (False, "table2")):
+        monkeypatch.setattr(loop, "cpu_has_bf16", lambda: has_bf16)
+        bench.main(["--plan", plan, "--runs-dir", "runs", "--results-dir", "results", "--dry-run"])
+        err = capsys.readouterr().err
+        warned = plan == "mpnet-cpu" and not has_bf16
+        assert ("no bfloat16 instructions" in err) == warned, (plan, has_bf16)
+        if warned:
+            assert "experiment(s) train in bf16 mixed precision (erc-" in err and "train.mixed_precision=no" in err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--models", "transformr"], "--models: not in the plans: transformr (the plans have"),
     (["--datasets", "daily"], "--datasets: not in the plans: daily"),
