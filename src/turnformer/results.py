@@ -254,7 +254,7 @@ MAIN_ROWS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "response-selection-mutual-plain-encoder-cpu")),
     ("DRA and PHAED: response generation on DailyDialog (test perplexity)", (
         *(f"generation-dailydialog-{model}" for model in ("smollm2", "smollm2-phaed")),
-        *(f"generation-dailydialog-{model}{scale}" for scale in ("-full-cpu-2epochs", "-full-cpu", "-cpu")
+        *(f"generation-dailydialog-{model}{scale}" for scale in ("-full-cpu-10epochs", "-full-cpu-2epochs", "-full-cpu", "-cpu")
           for model in ("transformer", "transformer-dra", "dialogbert", "dialogbert-dra", "phaed", "gpt2-scratch")),
         *(f"generation-dailydialog-{model}-cpu" for model in ("smollm2", "smollm2-phaed", "smollm2-zeroshot")))),
 )
