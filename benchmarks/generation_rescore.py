@@ -11,11 +11,12 @@
 
     python benchmarks/generation_rescore.py --split validation [--models transformer,transformer-dra,...]
     python benchmarks/generation_rescore.py --split test --models transformer,...,phaed-no-recurrence
-                                            [--runs-dir runs/gen] [--suffix=-cpu] [--limit-dialogues 100]
+                                            [--runs-dir runs/gen] [--suffix=-cpu] [--limit-dialogues N]
 
 Word vectors: all-MiniLM-L6-v2's word pieces (`turnformer.tasks.generation_metrics.minilm_word_vectors`).
-``--limit-dialogues`` must match the runs' evaluation limit (the ``generation-cpu`` plan scores the first 100
-validation and test conversations).
+By default each run is scored on the conversations it scored itself (its ``run.json``'s limits: the ``generation-cpu``
+plan's first 100 validation and test conversations, all of them for the full-data plans); ``--limit-dialogues N``
+takes the first N instead.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ def score_runs(runs_dir: Path, experiment: str, seeds: list[int], split: str, li
         if not (run_dir / "result.json").exists():
             raise SystemExit(f"{run_dir}: no finished run (result.json) to score")
         model, vocab, run = load_trained(run_dir)
-        out.append(evaluate_split(model, vocab, run, split, data_dir, limit, vectors))
+        # by default the conversations the run itself scored (run.json's limits; none: the whole split)
+        run_limit = limit if limit is not None else (run.get("limits") or {}).get(split)
+        out.append({**evaluate_split(model, vocab, run, split, data_dir, run_limit, vectors), "limit_dialogues": run_limit})
         print(f"{experiment} seed {seed} {split}: perplexity {out[-1]['perplexity']:.2f}, BLEU-2 {out[-1]['bleu_2']:.2f}, "
               f"Distinct-2 {out[-1]['distinct_2']:.2f}, embedding average {out[-1]['embedding_average']:.2f}", flush=True)
     return out
@@ -52,7 +55,7 @@ def validation_record(model_id: str, experiment: str, seeds: list[int], scored: 
     return make_result(
         f"{experiment}-validation", task="generation", dataset="dailydialog", split="validation", model=model_id,
         metric="perplexity", scores=[m["perplexity"] for m in scored], seeds=seeds, paper=paper[0] if paper else None,
-        backbone=pretrained_start(model_id), config={"limit_dialogues": args.limit_dialogues, "runs": str(args.runs_dir / experiment)},
+        backbone=pretrained_start(model_id), config={"limit_dialogues": scored[0]["limit_dialogues"], "runs": str(args.runs_dir / experiment)},
         extra={**{k: [m[k] for m in scored] for k in REPLY_METRICS + EMBEDDING_METRICS},
                "instances": scored[0]["instances"], "sample": scored[0]["sample"],
                "paper_bleu_2": paper[1] if paper else None, "paper_distinct_2": paper[2] if paper else None,
@@ -87,7 +90,8 @@ def main() -> None:
     parser.add_argument("--suffix", default="-cpu", help="Experiment suffix of the runs: '-cpu' or '' (the GPU plan).")
     parser.add_argument("--models", default=",".join(DRA_VALIDATION))
     parser.add_argument("--seeds", default=None, help="Default: 1,2,3 for validation; the record's seeds for test.")
-    parser.add_argument("--limit-dialogues", type=int, default=100)
+    parser.add_argument("--limit-dialogues", type=int, default=None,
+                        help="The first N conversations of the split (default: those the run scored, its run.json's limits).")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()

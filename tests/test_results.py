@@ -621,6 +621,29 @@ def test_rescored_metrics_keep_the_trainings_provenance_and_say_their_own(tmp_pa
         rescore.add_embedding_metrics("generation-dailydialog-x-cpu", [1, 2], scored[:1], tmp_path)
 
 
+
+def test_rescoring_reads_the_conversations_the_run_scored_unless_told(tmp_path, monkeypatch):
+    """benchmarks/generation_rescore.py scored every run on the first 100 conversations unless told otherwise: a run
+    trained and scored on the whole split (the full-data plans) was rescored on a hundredth of it, and its record gave
+    that as the split's score."""
+    rescore = load_benchmark_script("generation_rescore")
+    runs = {"whole": {"limits": None}, "cut": {"limits": {"train": 1000, "validation": 100, "test": 100}}}
+    for name in runs:
+        (tmp_path / name / "seed1").mkdir(parents=True)
+        (tmp_path / name / "seed1" / "result.json").write_text("{}")
+    read = []
+    monkeypatch.setattr(rescore, "load_trained", lambda run_dir: (None, None, runs[run_dir.parent.name]))
+
+    def evaluate_split(model, vocab, run, split, data_dir, limit, vectors):
+        read.append(limit)
+        return {"perplexity": 1.0, "bleu_2": 0.0, "distinct_2": 0.0, "embedding_average": 0.0}
+
+    monkeypatch.setattr(rescore, "evaluate_split", evaluate_split)
+    scored = [rescore.score_runs(tmp_path, name, [1], "validation", limit, None, None)[0]
+              for name, limit in (("whole", None), ("cut", None), ("whole", 7))]
+    assert read == [None, 100, 7]
+    assert [m["limit_dialogues"] for m in scored] == [None, 100, 7]
+
 def test_a_results_file_lists_the_code_that_differs_from_its_commit(tmp_path, monkeypatch):
     """A result measured with uncommitted changes carried only the commit, as if the commit alone had made it; the
     files it names, and the figures' default places, were taken from the folder a script started in."""
