@@ -11,12 +11,15 @@
 
     python benchmarks/generation_rescore.py --split validation [--models transformer,transformer-dra,...]
     python benchmarks/generation_rescore.py --split test --models transformer,...,phaed-no-recurrence
-                                            [--runs-dir runs/gen] [--suffix=-cpu] [--limit-dialogues N]
+                                            [--runs-dir runs/gen] [--suffix=-cpu]
+    python benchmarks/generation_rescore.py --split test --limit-dialogues 100 --runs-dir runs/gen-full \
+                                            --suffix=-full-cpu-10epochs --models transformer --seeds 1
 
 Word vectors: all-MiniLM-L6-v2's word pieces (`turnformer.tasks.generation_metrics.minilm_word_vectors`).
 By default each run is scored on the conversations it scored itself (its ``run.json``'s limits: the ``generation-cpu``
-plan's first 100 validation and test conversations, all of them for the full-data plans); ``--limit-dialogues N``
-takes the first N instead.
+plan's first 100 validation and test conversations, all of them for the full-data plans). ``--limit-dialogues N``
+scores the first N of either split instead, into a record of their own, ``...-SPLIT-first-N.json`` (so that a run
+trained on all the data can be set beside rows scored on the first 100 conversations).
 """
 
 from __future__ import annotations
@@ -50,10 +53,13 @@ def score_runs(runs_dir: Path, experiment: str, seeds: list[int], split: str, li
     return out
 
 
-def validation_record(model_id: str, experiment: str, seeds: list[int], scored: list[dict], args) -> dict:
-    paper = DRA_VALIDATION.get(model_id)
+def split_record(model_id: str, experiment: str, seeds: list[int], scored: list[dict], args) -> dict:
+    """The scores of `scored` as a record of their own: EXPERIMENT-validation (the conversations the runs scored), or
+    EXPERIMENT-SPLIT-first-N where --limit-dialogues N chose them."""
+    name = f"{experiment}-{args.split}" + (f"-first-{args.limit_dialogues}" if args.limit_dialogues is not None else "")
+    paper = DRA_VALIDATION.get(model_id) if args.split == "validation" else None
     return make_result(
-        f"{experiment}-validation", task="generation", dataset="dailydialog", split="validation", model=model_id,
+        name, task="generation", dataset="dailydialog", split=args.split, model=model_id,
         metric="perplexity", scores=[m["perplexity"] for m in scored], seeds=seeds, paper=paper[0] if paper else None,
         backbone=pretrained_start(model_id), config={"limit_dialogues": scored[0]["limit_dialogues"], "runs": str(args.runs_dir / experiment)},
         extra={**{k: [m[k] for m in scored] for k in REPLY_METRICS + EMBEDDING_METRICS},
@@ -91,7 +97,8 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(DRA_VALIDATION))
     parser.add_argument("--seeds", default=None, help="Default: 1,2,3 for validation; the record's seeds for test.")
     parser.add_argument("--limit-dialogues", type=int, default=None,
-                        help="The first N conversations of the split (default: those the run scored, its run.json's limits).")
+                        help="The first N conversations of the split, into a record of their own "
+                             "(default: those the run scored, its run.json's limits).")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
@@ -107,8 +114,8 @@ def main() -> None:
         else:
             seeds = [1, 2, 3]
         scored = score_runs(args.runs_dir, experiment, seeds, args.split, args.limit_dialogues, vectors, args.data_dir)
-        if args.split == "validation":
-            record = validation_record(model_id, experiment, seeds, scored, args)
+        if args.split == "validation" or args.limit_dialogues is not None:
+            record = split_record(model_id, experiment, seeds, scored, args)
         else:
             record = add_embedding_metrics(experiment, seeds, scored, RESULTS_DIR)
         print(f"-> {write_result(record)}", flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -593,8 +594,6 @@ def test_a_results_files_commit_and_folder_are_the_checkouts_wherever_a_script_s
 
 
 def test_the_speed_scripts_refuse_sizes_below_one_before_they_run():
-    import argparse
-
     timing = load_benchmark_script("_timing")
     assert timing.count("3") == 3 and timing.counts("10,200") == [10, 200]
     for bad in ("0", "-5", "abc", "1.5"):
@@ -643,6 +642,16 @@ def test_rescoring_reads_the_conversations_the_run_scored_unless_told(tmp_path, 
               for name, limit in (("whole", None), ("cut", None), ("whole", 7))]
     assert read == [None, 100, 7]
     assert [m["limit_dialogues"] for m in scored] == [None, 100, 7]
+    # conversations chosen by --limit-dialogues make a record of their own, on either split
+    for split, limit, name, split_limit in (("validation", None, "x-validation", None),
+                                            ("validation", 7, "x-validation-first-7", 7),
+                                            ("test", 7, "x-test-first-7", 7)):
+        args = argparse.Namespace(split=split, limit_dialogues=limit, runs_dir=tmp_path)
+        one = {**dict.fromkeys(rescore.REPLY_METRICS + rescore.EMBEDDING_METRICS, 0.0), "perplexity": 20.0,
+               "instances": 9, "sample": [], "limit_dialogues": split_limit}
+        record = rescore.split_record("transformer", "x", [1], [one], args)
+        assert (record["experiment"], record["split"], record["config"]["limit_dialogues"]) == (name, split, split_limit)
+        assert (record["paper"] is not None) == (split == "validation")  # DRA's Table 1 is on validation
 
 def test_a_results_file_lists_the_code_that_differs_from_its_commit(tmp_path, monkeypatch):
     """A result measured with uncommitted changes carried only the commit, as if the commit alone had made it; the
