@@ -620,7 +620,6 @@ def test_rescored_metrics_keep_the_trainings_provenance_and_say_their_own(tmp_pa
         rescore.add_embedding_metrics("generation-dailydialog-x-cpu", [1, 2], scored[:1], tmp_path)
 
 
-
 def test_rescoring_reads_the_conversations_the_run_scored_unless_told(tmp_path, monkeypatch):
     """benchmarks/generation_rescore.py scored every run on the first 100 conversations unless told otherwise: a run
     trained and scored on the whole split (the full-data plans) was rescored on a hundredth of it, and its record gave
@@ -652,6 +651,7 @@ def test_rescoring_reads_the_conversations_the_run_scored_unless_told(tmp_path, 
         record = rescore.split_record("transformer", "x", [1], [one], args)
         assert (record["experiment"], record["split"], record["config"]["limit_dialogues"]) == (name, split, split_limit)
         assert (record["paper"] is not None) == (split == "validation")  # DRA's Table 1 is on validation
+
 
 def test_a_results_file_lists_the_code_that_differs_from_its_commit(tmp_path, monkeypatch):
     """A result measured with uncommitted changes carried only the commit, as if the commit alone had made it; the
