@@ -295,9 +295,9 @@ def test_dialogbert_encoding_each_utterance_as_a_row_of_its_own_equals_the_flat_
 @pytest.mark.parametrize("c_max", [1, 3])
 def test_phaed_computing_only_the_tokens_it_reads_equals_its_former_code(vocab, c_max):
     """PHAED's encoder computes the queries' tokens alone and its memory's pass the remembered responses' alone
-    (`kept_columns`), where its former code computed every context token: with fewer (c_max = 1: the newer of two
-    earlier responses) and more responses remembered than a context holds, the same logits, gradients, greedy and beam
-    responses."""
+    (`kept_columns`; the FFNs not even the padding this leaves where rows keep different numbers), where its former code
+    computed every context token: with fewer (c_max = 1: the newer of two earlier responses) and more responses
+    remembered than a context holds, the same logits, gradients, greedy and beam responses."""
     model = seeded(lambda: build_generator("phaed", {**SMALL, "max_response_words": 4, "c_max": c_max}, vocab)).eval()
     old = seeded(lambda: former.PHAED(model.config, model.pad_id, model.eou_id)).eval()
     model.load_state_dict(perturbed(old).state_dict())
@@ -310,13 +310,21 @@ def test_phaed_computing_only_the_tokens_it_reads_equals_its_former_code(vocab, 
             widths.setdefault(name, args[0].shape[1])
         return hook
 
+    def first_rows(name):  # the FFN's tokens: those of the width that are real, every row's laid end to end
+        def hook(module, args):
+            widths.setdefault(name, args[0].shape[0])
+        return hook
+
     for name in ("inner", "decoder"):
         getattr(model, name)[0].register_forward_pre_hook(first_width(name))
+        getattr(model, name)[0].ff.register_forward_pre_hook(first_rows(f"{name} ffn"))
     torch.testing.assert_close(model(batch)[real], old(batch)[real], **CLOSE)
     role, turn = batch.context_role.tolist(), batch.context_turn.tolist()
     newest = [sorted({t for t, r in zip(turns, roles) if r == 2})[:c_max] for turns, roles in zip(turn, role)]  # 1 = newest
     remembered = [sum(r == 2 and t in kept for t, r in zip(*row)) for row, kept in zip(zip(turn, role), newest)]
-    assert widths == {"inner": max(roles.count(1) for roles in role), "decoder": max(remembered)}
+    assert widths == {"inner": max(roles.count(1) for roles in role), "decoder": max(remembered),
+                      "inner ffn": sum(roles.count(1) for roles in role), "decoder ffn": sum(remembered)}
+    assert widths["inner ffn"] < len(role) * widths["inner"]  # the batch's rows hold queries of different lengths
     assert (max(remembered) < max(roles.count(2) for roles in role)) == (c_max == 1)  # c_max = 1 leaves an older one out
     for m in (model, old):
         m.zero_grad()
