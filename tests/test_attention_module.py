@@ -275,9 +275,9 @@ def test_generators_equal_their_former_code(vocab, model_id):
 
 
 @pytest.mark.parametrize("model_id", ["dialogbert", "dialogbert-dra"])
-def test_dialogbert_encoding_each_utterance_as_a_row_of_its_own_equals_the_flat_context(vocab, model_id):
-    """DialogBERT's utterance encoder runs over each utterance as a row of its own (memory and time grow with the
-    utterances, not with the square of the context), where its former code ran over the flat context under a
+def test_dialogbert_encoding_the_utterances_packed_into_rows_equals_the_flat_context(vocab, model_id):
+    """DialogBERT's utterance encoder runs over the utterances packed into rows of their own (memory and time grow with
+    the utterances, not with the square of the context), where its former code ran over the flat context under a
     same-utterance mask: with the token memory too (the decoder reads every token's state), the same logits,
     gradients and greedy responses."""
     from turnformer.models.dialogbert import utterance_rows
@@ -289,7 +289,27 @@ def test_dialogbert_encoding_each_utterance_as_a_row_of_its_own_equals_the_flat_
     batch = generation_batch(model, vocab)
     rows = utterance_rows(batch, model.pad_id)
     assert rows.batch.context.shape[1] < batch.context.shape[1]  # rows as long as the longest utterance
+    utterances = int(sum(len(set(t for t, i in zip(turns, ids) if i != model.pad_id))
+                         for turns, ids in zip(batch.context_turn.tolist(), batch.context.tolist())))
+    assert len(rows.batch.context) < utterances  # packed: short utterances share a row
+    assert rows.batch.context.ne(model.pad_id).sum() == batch.context.ne(model.pad_id).sum()  # every token once
     assert_generate_the_same(model, old, batch)
+
+
+def test_first_fit_packs_lengths_into_rows_without_overlap():
+    """Each length lies inside its row at its offset, no two overlap, places number a row's lengths 0, 1, ... in the
+    order they were placed, and first-fit decreasing needs no more rows than the lengths' sum over the width, rounded
+    up, here."""
+    from turnformer.models.dialogbert import first_fit
+
+    lengths = [5, 9, 2, 7, 3, 3, 1, 9, 4]
+    row, offset, place = first_fit(lengths, 9)
+    assert max(row) + 1 == -(-sum(lengths) // 9) == 5
+    for r in set(row):
+        spans = sorted((offset[i], offset[i] + lengths[i], place[i]) for i in range(len(lengths)) if row[i] == r)
+        assert spans[-1][1] <= 9 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+        assert [p for *_, p in spans] == list(range(len(spans)))
+    assert first_fit([], 0) == ([], [], [])
 
 
 @pytest.mark.parametrize("c_max", [1, 3])
