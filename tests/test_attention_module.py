@@ -296,20 +296,20 @@ def test_dialogbert_encoding_the_utterances_packed_into_rows_equals_the_flat_con
     assert_generate_the_same(model, old, batch)
 
 
-def test_first_fit_packs_lengths_into_rows_without_overlap():
+def test_best_fit_packs_lengths_into_rows_without_overlap():
     """Each length lies inside its row at its offset, no two overlap, places number a row's lengths 0, 1, ... in the
-    order they were placed, and first-fit decreasing needs no more rows than the lengths' sum over the width, rounded
+    order they were placed, and best-fit decreasing needs no more rows than the lengths' sum over the width, rounded
     up, here."""
-    from turnformer.models.dialogbert import first_fit
+    from turnformer.models.dialogbert import best_fit
 
     lengths = [5, 9, 2, 7, 3, 3, 1, 9, 4]
-    row, offset, place = first_fit(lengths, 9)
+    row, offset, place = best_fit(lengths, 9)
     assert max(row) + 1 == -(-sum(lengths) // 9) == 5
     for r in set(row):
         spans = sorted((offset[i], offset[i] + lengths[i], place[i]) for i in range(len(lengths)) if row[i] == r)
         assert spans[-1][1] <= 9 and all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
         assert [p for *_, p in spans] == list(range(len(spans)))
-    assert first_fit([], 0) == ([], [], [])
+    assert best_fit([], 0) == ([], [], [])
 
 
 @pytest.mark.parametrize("c_max", [1, 3])

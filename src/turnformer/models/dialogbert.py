@@ -23,6 +23,7 @@ are newest first (slot 0 = the latest utterance).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -145,24 +146,26 @@ class UtteranceRows(NamedTuple):
         return out.permute(0, 3, 1, 2)
 
 
-def first_fit(lengths: list[int], width: int) -> tuple[list[int], list[int], list[int]]:
-    """First-fit decreasing: each length's row, its offset in the row and its place among the row's (0, 1, ...), rows
-    of `width` (at least the longest length)."""
-    room, count, row, offset, place = [], [], [0] * len(lengths), [0] * len(lengths), [0] * len(lengths)
+def best_fit(lengths: list[int], width: int) -> tuple[list[int], list[int], list[int]]:
+    """Best-fit decreasing, longest first into the row with the least room that holds it: each length's row, its offset
+    in the row and its place among the row's (0, 1, ...), rows of `width` (at least the longest length). O(n log n)
+    searches: a long conversation's batch holds tens of thousands of utterances."""
+    rooms, count = [], []  # (room left, row), sorted; utterances per row
+    row, offset, place = [0] * len(lengths), [0] * len(lengths), [0] * len(lengths)
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        r = next((r for r, left in enumerate(room) if left >= lengths[i]), len(room))
-        if r == len(room):
-            room.append(width)
+        k = bisect.bisect_left(rooms, (lengths[i], -1))
+        left, r = rooms.pop(k) if k < len(rooms) else (width, len(count))
+        if r == len(count):
             count.append(0)
-        row[i], offset[i], place[i] = r, width - room[r], count[r]
-        room[r] -= lengths[i]
+        row[i], offset[i], place[i] = r, width - left, count[r]
         count[r] += 1
+        bisect.insort(rooms, (left - lengths[i], r))
     return row, offset, place
 
 
 def utterance_rows(batch: GenerationBatch, pad_id: int = 0) -> UtteranceRows:
     """The utterances of `batch`'s flat context (each a run of one turn distance) packed into rows as long as the
-    longest (`first_fit`): about as many cells as real tokens, where a row per utterance padded each to the longest
+    longest (`best_fit`): about as many cells as real tokens, where a row per utterance padded each to the longest
     (2.4 times the tokens on DailyDialog). An utterance keeps its tokens' order and gets the next number of its row as
     its turn (what `SAME_UTTERANCE` and the positions within an utterance read; the turns enter at the context
     encoder)."""
@@ -173,7 +176,7 @@ def utterance_rows(batch: GenerationBatch, pad_id: int = 0) -> UtteranceRows:
     run = (starts.flatten().cumsum(0) - 1).view_as(turn)  # each token's utterance among the U
     length = torch.bincount(run[real], minlength=len(start))
     width = int(length.max()) if len(length) else 0
-    packed_row, offset, place = (context.new_tensor(values) for values in first_fit(length.tolist(), width))
+    packed_row, offset, place = (context.new_tensor(values) for values in best_fit(length.tolist(), width))
     flat_row, flat_column = real.nonzero(as_tuple=True)  # every real token [N]
     utterance = run[flat_row, flat_column]
     at = packed_row[utterance], offset[utterance] + flat_column - start[utterance]  # its packed row and column
