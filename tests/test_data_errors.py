@@ -532,8 +532,13 @@ def test_a_benchmark_named_bare_wins_over_a_folder_or_file_of_its_name_here_in_a
         assert result.exit_code == 0, result.output
         stats = json.loads(result.stdout)
         assert stats["dataset"] == "meld" and stats["splits"]["test"]["dialogues"] == 1
-    result = CliRunner().invoke(data_app, ["stats", "./meld", "--json"])  # the folder, written as a path
-    assert result.exit_code == 2 and "meld: a folder with no .jsonl or .jsonl.gz conversation files" in result.output
+    result = CliRunner().invoke(data_app, ["stats", "./meld", "--json"])  # the folder, written as a path: its files,
+    assert result.exit_code == 0, result.output  # read as conversation tables, a split each
+    assert set(json.loads(result.stdout)["splits"]) == {"train_sent_emo", "dev_sent_emo", "test_sent_emo"}
+    for raw in (tmp_path / "meld").iterdir():
+        raw.rename(raw.with_suffix(".txt"))
+    result = CliRunner().invoke(data_app, ["stats", "./meld", "--json"])
+    assert result.exit_code == 2 and "meld: a folder with no conversation files (.jsonl, .jsonl.gz, .csv" in result.output
 
 
 def test_meld_real_text_shaped_like_mojibake_stays(tmp_path):

@@ -423,7 +423,7 @@ def test_data_stats_counts_conversation_files_as_splits(tmp_path):
     assert json.loads(folder.stdout)["splits"] == stats["splits"]
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(app, ["data", "stats", str(tmp_path / "empty")])
-    assert result.exit_code == 2 and "a folder with no .jsonl or .jsonl.gz conversation files" in result.output
+    assert result.exit_code == 2 and "a folder with no conversation files (.jsonl, .jsonl.gz, .csv" in result.output
 
 
 def test_data_stats_files_share_one_label_kind_and_gzip_files_are_splits(tmp_path):

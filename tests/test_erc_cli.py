@@ -355,3 +355,31 @@ def test_a_run_resumes_under_another_chunk_size_but_not_another_model(tiny_backb
     history = json.loads((out / "result.json").read_text())["history"]
     assert [entry["epoch"] for entry in history] == [1, 2]
     assert json.loads((out / "last" / "config.json").read_text())["model"]["chunk_tokens"] == 1
+
+
+def test_tables_train_and_predict_as_the_json_lines_they_stand_for(tiny_backbone_dir, conversation_files, tmp_path):
+    """The same conversations as CSV tables (one utterance a row): the same training, scores and predictions."""
+    import csv
+
+    from turnformer.data import read_jsonl
+
+    tables = {}
+    for split, path in conversation_files.items():
+        tables[split] = tmp_path / f"{split}.csv"
+        with open(tables[split], "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(["conversation_id", "speaker", "utterance", "emotion"])
+            writer.writerows([d.id, t.speaker, t.text, t.labels["emotion"]] for d in read_jsonl(path) for t in d.turns)
+    scores, predictions = {}, {}
+    for name, files in (("jsonl", conversation_files), ("csv", tables)):
+        out = tmp_path / name
+        trained = runner.invoke(app, _train_args(files, tiny_backbone_dir, out, "--set", "train.epochs=1"))
+        assert trained.exit_code == 0, trained.output
+        result = json.loads((out / "result.json").read_text())
+        scores[name] = [{k: v for k, v in e.items() if "seconds" not in k} for e in result["history"]]
+        predicted = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(files["test"]),
+                                        "--out", str(tmp_path / f"{name}-predictions.jsonl")])
+        assert predicted.exit_code == 0, predicted.output
+        predictions[name] = (tmp_path / f"{name}-predictions.jsonl").read_text()
+    assert scores["csv"] == scores["jsonl"] and predictions["csv"] == predictions["jsonl"]
+    assert len(predictions["csv"].splitlines()) == sum(len(d.turns) for d in read_jsonl(tables["test"])) > 0

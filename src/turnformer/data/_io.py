@@ -241,6 +241,7 @@ def _write_to(fh, chunks: Iterable[bytes], compress: bool) -> int:
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+NUL_HINT = "; the line holds NUL bytes: the file looks like UTF-16 or binary, not UTF-8 text (save it as UTF-8)"
 
 
 def check_regular(path: Path) -> None:

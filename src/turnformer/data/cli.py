@@ -17,9 +17,10 @@ from rich.table import Table
 
 from turnformer.data._io import OutputClosed, check_output_file
 from turnformer.data.download import describe, download, verify
-from turnformer.data.jsonl import write_jsonl
+from turnformer.data.jsonl import read_jsonl, write_jsonl
 from turnformer.data.registry import DATASETS, dataset_dir, load_split, names_benchmark
 from turnformer.data.stats import dataset_stats, files_stats, print_stats
+from turnformer.data.table import CONVERSATION_FILES
 from turnformer.dialogue import DialogueError
 
 
@@ -80,19 +81,19 @@ def list_cmd() -> None:
 
 @data_app.command("stats")
 def stats_cmd(
-    names: list[str] = typer.Argument(..., help="Dataset name (turnformer data list; NAME:SPLIT for one split), or conversation files (.jsonl), "
+    names: list[str] = typer.Argument(..., help="Dataset name (turnformer data list; NAME:SPLIT for one split), or conversation files (.jsonl, or tables: .csv, .tsv), "
                                       "each counted as a split named after the file.", metavar="NAME|FILE..."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
     """Dialogues, utterances and label counts per split (a benchmark's should match the published counts)."""
     paths = []
-    for name in names:  # a folder stands for its conversation files (.jsonl, .jsonl.gz, in any letter case)
+    for name in names:  # a folder stands for its conversation files (CONVERSATION_FILES, in any letter case)
         folder = Path(name)
         if folder.is_dir() and not names_benchmark(name):
-            found = sorted(str(p) for p in folder.iterdir() if p.is_file() and p.name.lower().endswith((".jsonl", ".jsonl.gz")))
+            found = sorted(str(p) for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(CONVERSATION_FILES))
             if not found:
-                _fail(f"{folder}: a folder with no .jsonl or .jsonl.gz conversation files")
+                _fail(f"{folder}: a folder with no conversation files ({', '.join(CONVERSATION_FILES)})")
             paths.extend(found)
         else:
             paths.append(name)
@@ -110,13 +111,26 @@ def stats_cmd(
 
 @data_app.command("convert")
 def convert_cmd(
-    name: str = typer.Argument(..., help="Dataset name (turnformer data list)."),
-    split: str = typer.Option(..., "--split", "-s", help="train, validation (dev/val) or test."),
+    name: str = typer.Argument(..., help="Dataset name (turnformer data list), or a conversation table (.csv, .tsv).",
+                                metavar="NAME|FILE"),
+    split: Optional[str] = typer.Option(None, "--split", "-s", help="train, validation (dev/val) or test: the benchmark's "
+                                        "split to write (a file is written whole)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output .jsonl file (written atomically; - for standard output)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
-    """Write one benchmark split in the generic JSONL format (docs/data-format.md)."""
+    """Write one benchmark split, or a conversation table, in the generic JSONL format (docs/data-format.md)."""
     _run(check_output_file, out, "--out")  # before the split is read
+    if Path(name).exists() and not names_benchmark(name):
+        if split is not None:
+            _fail(f"--split {split}: {name} is a file, written whole; --split names a benchmark's split")
+        if str(out) != "-" and out.exists() and out.resolve() == Path(name).resolve():
+            _fail(f"--out {out}: it is the file read; writing there would replace it: give another file")
+        dialogues = _run(read_jsonl, name)
+        n = _run(write_jsonl, dialogues, out)
+        typer.echo(f"wrote {n} conversations of {name} to {out}", err=True)  # its load report: logged as it was read
+        return
+    if split is None:
+        _fail(f"{name}: a benchmark: give its split, --split train, validation or test")
     if str(out) != "-" and out.is_file() and (folder := _run(dataset_dir, name, data_dir)) \
             and out.resolve().is_relative_to(folder.resolve()):
         _fail(f"--out {out}: a file of the {name} dataset ({folder}), which the command reads; writing there would "

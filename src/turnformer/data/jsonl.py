@@ -20,6 +20,9 @@
 * Blank lines are skipped and counted in the load report; other unknown fields are ignored and counted
   (``unknown_field``), never silently.
 
+A file whose name does not end in ``.jsonl`` and whose first line is a table's header is read as a conversation table,
+one utterance a row (`turnformer.data.table`), its rows checked as turns are here (`parse_turn`).
+
 Every error names the file, the line (from 1) and the field, e.g.
 ``conv.jsonl:3: turns[2].speaker: missing speaker``; undecodable bytes, malformed JSON and labels outside
 a given label set are errors too. `write_jsonl` writes UTF-8 atomically (a temporary file, then
@@ -34,9 +37,10 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from turnformer.data._io import check_output_file, iter_lines, read_json, write_file
+from turnformer.data._io import NUL_HINT, check_output_file, iter_lines, read_json, write_file
 from turnformer.data.mutual import item_to_dialogue
 from turnformer.data.report import LoadReport
+from turnformer.data.table import iter_table, reads_as_table
 from turnformer.dialogue import (CONVENIENCE_LABELS, TURN_KEYS, Dialogue, DialogueError, ResponseSelectionItem, Turn, check_unicode,
                                  is_blank, speaker_name, trim_invisible)
 DIALOGUE_KEYS = frozenset({"id", "turns", "meta"})
@@ -110,87 +114,99 @@ def parse_dialogue(
 
     turns, turn_ids = [], {}
     for i, t in enumerate(turns_raw):
-        at = f"turns[{i}]"
-        if not isinstance(t, dict):
-            raise _err(where, at, f"expected an object with speaker and text, got {json_type(t)}")
-        for key in t:
-            if key not in TURN_KEYS and report is not None:
-                report.ignore_field(where, f"{at}.{key}", key)
-        speaker = t.get("speaker")
-        if speaker is None:
-            raise _err(where, f"{at}.speaker", "missing speaker")
-        if isinstance(speaker, int) and not isinstance(speaker, bool):  # numeric speaker ids are common in exports
-            if report is not None:
-                report.add("integer_speaker", f"{where}: {at}.speaker: integer id {speaker} read as the string {str(speaker)!r}")
-            speaker = str(speaker)
-        if not isinstance(speaker, str):
-            raise _err(where, f"{at}.speaker", f"expected a non-empty string (or an integer id), got {speaker!r}")
-        if is_blank(speaker):
-            raise _err(where, f"{at}.speaker", f"missing speaker (blank: {speaker!r})")
-        if (trimmed := trim_invisible(speaker)) != speaker:  # " Ann " and "Ann" are one speaker to every speaker mask
-            if report is not None:
-                report.add("padded_speaker", f"{where}: {at}.speaker: {speaker!r} read as {trimmed!r}")
-            speaker = trimmed
-        if (composed := speaker_name(speaker)) != speaker:  # so are "José" with a combining accent and "José"
-            if report is not None:
-                report.add("decomposed_speaker", f"{where}: {at}.speaker: {speaker!r} read composed (Unicode NFC) as {composed!r}")
-            speaker = composed
-        if "text" not in t:
-            raise _err(where, f"{at}.text", "missing text")
-        text = t["text"]
-        if not isinstance(text, str):
-            raise _err(where, f"{at}.text", f"expected a string, got {json_type(text)}")
-        if is_blank(text):
-            raise _err(where, f"{at}.text", f"empty text ({text!r})")
-        labels_raw = t.get("labels")
-        if labels_raw is None:
-            labels: dict[str, str] = {}
-        elif isinstance(labels_raw, dict):
-            labels = {}
-            for written, label in labels_raw.items():
-                kind = _label_kind(written, where, f"{at}.labels", label_sets, report)
-                if (label := _label(label, where, f"{at}.labels.{written}", report)) is not None:
-                    if kind in labels:
-                        raise _err(where, f"{at}.labels", f"label kind {kind!r} named twice (once with spaces at its ends)")
-                    labels[kind] = label
-        else:
-            raise _err(where, f"{at}.labels", f"expected an object of kind -> label, got {json_type(labels_raw)}")
-        for kind in CONVENIENCE_LABELS:
-            if kind in t:
-                label = _label(t[kind], where, f"{at}.{kind}", report)
-                if label is None:
-                    continue
-                if kind in labels and labels[kind] != label:
-                    raise _err(where, f"{at}.{kind}", f"{label!r} disagrees with labels.{kind} = {labels[kind]!r}")
-                labels[kind] = label
-        if label_sets:
-            for kind, label in labels.items():
-                allowed = label_sets.get(kind)
-                if allowed is not None and label not in allowed:
-                    field = f"{at}.labels.{kind}" if isinstance(labels_raw, dict) and kind in labels_raw else f"{at}.{kind}"
-                    raise _err(where, field, f"unknown label {label!r}; allowed: {', '.join(allowed)}")
-        turn_id = t.get("id")
-        if turn_id is not None and not isinstance(turn_id, str):
-            raise _err(where, f"{at}.id", f"expected a string, got {turn_id!r}")
-        if turn_id is not None and is_blank(turn_id):
-            raise _err(where, f"{at}.id", f"empty ({turn_id!r}): name the turn, or leave the id out")
-        if turn_id is not None and turn_id in turn_ids:
-            raise _err(where, f"{at}.id", f"{turn_id!r} is already the id of turns[{turn_ids[turn_id]}]")
-        if turn_id is not None:
-            turn_ids[turn_id] = i
-        try:
-            turns.append(Turn(speaker=speaker, text=text, labels=labels, id=turn_id))
-        except DialogueError as e:  # what only the Turn checks (invalid Unicode): with the line and turn
-            raise DialogueError(f"{where}: {at}.{e}") from None
+        turn = parse_turn(t, where, f"turns[{i}].", label_sets, report)
+        if turn.id is not None and turn.id in turn_ids:
+            raise _err(where, f"turns[{i}].id", f"{turn.id!r} is already the id of turns[{turn_ids[turn.id]}]")
+        if turn.id is not None:
+            turn_ids[turn.id] = i
+        turns.append(turn)
     return Dialogue(turns=tuple(turns), id=dlg_id, meta=meta)
 
 
+def parse_turn(
+    t: Any,
+    where: str,
+    at: str,
+    label_sets: Mapping[str, list[str]] | None = None,
+    report: LoadReport | None = None,
+) -> Turn:
+    """Build a `Turn` from one parsed turn object (a JSON turn, or a table's row); `where` (``file:line``) and `at`
+    (the turn's place, ``turns[2].``, or "" for a row that is one turn) prefix every error."""
+    if not isinstance(t, dict):
+        raise _err(where, at.rstrip("."), f"expected an object with speaker and text, got {json_type(t)}")
+    for key in t:
+        if key not in TURN_KEYS and report is not None:
+            report.ignore_field(where, f"{at}{key}", key)
+    speaker = t.get("speaker")
+    if speaker is None:
+        raise _err(where, f"{at}speaker", "missing speaker")
+    if isinstance(speaker, int) and not isinstance(speaker, bool):  # numeric speaker ids are common in exports
+        if report is not None:
+            report.add("integer_speaker", f"{where}: {at}speaker: integer id {speaker} read as the string {str(speaker)!r}")
+        speaker = str(speaker)
+    if not isinstance(speaker, str):
+        raise _err(where, f"{at}speaker", f"expected a non-empty string (or an integer id), got {speaker!r}")
+    if is_blank(speaker):
+        raise _err(where, f"{at}speaker", f"missing speaker (blank: {speaker!r})")
+    if (trimmed := trim_invisible(speaker)) != speaker:  # " Ann " and "Ann" are one speaker to every speaker mask
+        if report is not None:
+            report.add("padded_speaker", f"{where}: {at}speaker: {speaker!r} read as {trimmed!r}")
+        speaker = trimmed
+    if (composed := speaker_name(speaker)) != speaker:  # so are "José" with a combining accent and "José"
+        if report is not None:
+            report.add("decomposed_speaker", f"{where}: {at}speaker: {speaker!r} read composed (Unicode NFC) as {composed!r}")
+        speaker = composed
+    if "text" not in t:
+        raise _err(where, f"{at}text", "missing text")
+    text = t["text"]
+    if not isinstance(text, str):
+        raise _err(where, f"{at}text", f"expected a string, got {json_type(text)}")
+    if is_blank(text):
+        raise _err(where, f"{at}text", f"empty text ({text!r})")
+    labels_raw = t.get("labels")
+    if labels_raw is None:
+        labels: dict[str, str] = {}
+    elif isinstance(labels_raw, dict):
+        labels = {}
+        for written, label in labels_raw.items():
+            kind = _label_kind(written, where, f"{at}labels", label_sets, report)
+            if (label := _label(label, where, f"{at}labels.{written}", report)) is not None:
+                if kind in labels:
+                    raise _err(where, f"{at}labels", f"label kind {kind!r} named twice (once with spaces at its ends)")
+                labels[kind] = label
+    else:
+        raise _err(where, f"{at}labels", f"expected an object of kind -> label, got {json_type(labels_raw)}")
+    for kind in CONVENIENCE_LABELS:
+        if kind in t:
+            label = _label(t[kind], where, f"{at}{kind}", report)
+            if label is None:
+                continue
+            if kind in labels and labels[kind] != label:
+                raise _err(where, f"{at}{kind}", f"{label!r} disagrees with labels.{kind} = {labels[kind]!r}")
+            labels[kind] = label
+    if label_sets:
+        for kind, label in labels.items():
+            allowed = label_sets.get(kind)
+            if allowed is not None and label not in allowed:
+                field = f"{at}labels.{kind}" if isinstance(labels_raw, dict) and kind in labels_raw else f"{at}{kind}"
+                raise _err(where, field, f"unknown label {label!r}; allowed: {', '.join(allowed)}")
+    turn_id = t.get("id")
+    if turn_id is not None and not isinstance(turn_id, str):
+        raise _err(where, f"{at}id", f"expected a string, got {turn_id!r}")
+    if turn_id is not None and is_blank(turn_id):
+        raise _err(where, f"{at}id", f"empty ({turn_id!r}): name the turn, or leave the id out")
+    try:
+        return Turn(speaker=speaker, text=text, labels=labels, id=turn_id)
+    except DialogueError as e:  # what only the Turn checks (invalid Unicode): with the line and turn
+        raise DialogueError(f"{where}: {at}{e}") from None
+
+
 TABLE_HINT = ("; the file looks like a table (CSV or tab-separated), not JSON Lines: one conversation a line, "
-              '{"turns": [{"speaker": "A", "text": "Hi!", "emotion": "joy"}, ...]} (docs/data-format.md; response selection '
-              "also reads tab-separated files: --task response-selection)")
+              '{"turns": [{"speaker": "A", "text": "Hi!", "emotion": "joy"}, ...]}; a file whose name does not end in '
+              ".jsonl (.csv, .tsv) is read as a table of utterances with a header line (docs/data-format.md; response "
+              "selection also reads tab-separated files: --task response-selection)")
 
 
-NUL_HINT = "; the line holds NUL bytes: the file looks like UTF-16 or binary, not UTF-8 text (save it as UTF-8)"
 ONE_DOCUMENT_HINT = ("; the file looks like one JSON document: write one conversation per line (JSON Lines), "
                      "e.g. jq -c '.[]' FILE.json > FILE.jsonl for an array of conversations")
 
@@ -265,6 +281,21 @@ def iter_jsonl(
     report = report if report is not None else LoadReport(source=str(path))
     line_of_id: dict[str, int] = {}  # predictions are keyed by conversation id: two conversations cannot share one
     kinds: dict[str, tuple[str, int]] = {}  # a label kind in small letters -> as first written, and the line
+    read = _table_dialogues if reads_as_table(path) else _json_dialogues
+    for lineno, dialogue in read(path, label_sets, report):
+        where = f"{path}:{lineno}"
+        if dialogue.id is not None:
+            if dialogue.id in line_of_id:
+                raise _err(where, "id", f"{dialogue.id!r} is already the id of the conversation on line {line_of_id[dialogue.id]}")
+            line_of_id[dialogue.id] = lineno
+        _check_kind_spelling(dialogue, kinds, where, lineno)
+        yield lineno, dialogue
+    if summary and report:  # one line, where something was repaired, skipped or ignored (the command shows it)
+        logger.log(logging.WARNING if report.ignored_fields else logging.INFO, "%s", report.summary())
+
+
+def _json_dialogues(path: Path, label_sets: Mapping[str, list[str]] | None, report: LoadReport) -> Iterator[tuple[int, Dialogue]]:
+    """The conversations of a JSON Lines file, ``(line, dialogue)``, a line at a time."""
     for lineno, line in iter_lines(path, report):
         where = f"{path}:{lineno}"
         if not line.strip():
@@ -284,15 +315,15 @@ def iter_jsonl(
         if isinstance(obj, list):  # a whole JSON array on one line: name the format rather than the type
             hint = ONE_DOCUMENT_HINT if lineno == 1 else " (one conversation per line)"
             raise DialogueError(f"{where}: expected a JSON object with 'turns', got a JSON array{hint}")
-        dialogue = parse_dialogue(obj, where, label_sets, report)
-        if dialogue.id is not None:
-            if dialogue.id in line_of_id:
-                raise _err(where, "id", f"{dialogue.id!r} is already the id of the conversation on line {line_of_id[dialogue.id]}")
-            line_of_id[dialogue.id] = lineno
-        _check_kind_spelling(dialogue, kinds, where, lineno)
-        yield lineno, dialogue
-    if summary and report:  # one line, where something was repaired, skipped or ignored (the command shows it)
-        logger.log(logging.WARNING if report.ignored_fields else logging.INFO, "%s", report.summary())
+        yield lineno, parse_dialogue(obj, where, label_sets, report)
+
+
+def _table_dialogues(path: Path, label_sets: Mapping[str, list[str]] | None, report: LoadReport) -> Iterator[tuple[int, Dialogue]]:
+    """The conversations of a table (`turnformer.data.table`), ``(line of the first row, dialogue)``, each row's turn
+    checked as a JSON turn is, its errors naming the row's line."""
+    for conversation in iter_table(path, report):
+        turns = [parse_turn(turn, f"{path}:{line}", "", label_sets, report) for line, turn in conversation.rows]
+        yield conversation.line, Dialogue(turns=tuple(turns), id=conversation.id)
 
 
 def _check_kind_spelling(dialogue: Dialogue, kinds: dict[str, tuple[str, int]], where: str, lineno: int) -> None:
@@ -366,4 +397,4 @@ def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str
     return len(lines)
 
 
-__all__ = ["DialogueList", "dumps_dialogue", "iter_jsonl", "parse_dialogue", "read_jsonl", "refuse_selection_items", "write_jsonl"]
+__all__ = ["DialogueList", "dumps_dialogue", "iter_jsonl", "parse_dialogue", "parse_turn", "read_jsonl", "refuse_selection_items", "write_jsonl"]

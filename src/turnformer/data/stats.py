@@ -14,7 +14,7 @@ and EmoryNLP; act for SwDA; the answer letter A-D for MuTual, whose hidden test 
 ``"hidden"``), with every label of the label set listed, zero counts included, in label-set order.
 Turns without a label of a kind are counted apart, in ``"unlabelled": {kind: n}`` (present when any).
 For MuTual, ``dialogues`` counts items and ``utterances`` their context turns. A conversation file in the
-generic JSONL format is one split named after the file (`files_stats` takes several), its first label kind
+generic JSONL format or a table is one split named after the file (`files_stats` takes several), its first label kind
 primary, every label it uses listed.
 """
 
@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from turnformer.data.jsonl import read_jsonl
+from turnformer.data.table import CONVERSATION_FILES
 from turnformer.data.registry import get_info, load_split, names_benchmark, normalize_split, parse_split_spec
 from turnformer.data.report import DatasetSplit
 from turnformer.dialogue import DialogueError, ResponseSelectionItem
@@ -114,8 +115,8 @@ def print_stats(stats: dict[str, Any], console=None) -> None:
 
 def dataset_stats(name: str, data_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Counts for every split of benchmark `name` (``NAME:SPLIT``: that split only), in the shape shown in the module
-    docstring. A conversation file (generic JSONL) counts as one split, named after the file."""
-    if not names_benchmark(name) and (name.lower().endswith((".jsonl", ".jsonl.gz")) or Path(name).exists()):
+    docstring. A conversation file (JSON Lines or a table) counts as one split, named after the file."""
+    if not names_benchmark(name) and (name.lower().endswith(CONVERSATION_FILES) or Path(name).exists()):
         return files_stats([name])  # a pipe or a folder is refused there, named
     one_split = parse_split_spec(name) if ":" in name else None  # NAME:SPLIT, read as predict and evaluate read it
     info = get_info(one_split[0] if one_split else name)
@@ -124,7 +125,7 @@ def dataset_stats(name: str, data_dir: str | os.PathLike[str] | None = None) -> 
 
 
 def file_split(path: str | os.PathLike[str]) -> DatasetSplit:
-    """A generic JSONL conversation file as a split: its label kinds and sets are those its turns carry."""
+    """A conversation file (JSON Lines or a table) as a split: its label kinds and sets are those its turns carry."""
     dialogues = read_jsonl(path)
     kinds = list(dict.fromkeys(kind for d in dialogues for t in d.turns for kind in t.labels))
     sets = {kind: sorted({t.labels[kind] for d in dialogues for t in d.turns if kind in t.labels}) for kind in kinds}
@@ -133,8 +134,8 @@ def file_split(path: str | os.PathLike[str]) -> DatasetSplit:
 
 
 def file_split_name(path: str | os.PathLike[str]) -> str:
-    """The split a conversation file stands for: its name without ``.jsonl`` or ``.jsonl.gz`` (``train.jsonl.gz`` ->
-    ``train``)."""
+    """The split a conversation file stands for: its name without its ending, ``.gz`` and the one before it
+    (``train.jsonl.gz``, ``train.csv`` -> ``train``)."""
     name = Path(path).name
     name = name[:-3] if name.lower().endswith(".gz") else name
     return Path(name).stem

@@ -1,0 +1,235 @@
+"""Conversation tables: a CSV or tab-separated file with a header line and one utterance a row (``docs/data-format.md``).
+
+::
+
+    conversation_id,speaker,text,emotion
+    c1,Ann,Hi!,joy
+    c1,Bob,"Hello, Ann.",neutral
+
+Columns are told by their names in the header, in any letter case, with spaces, hyphens, dots and underscores alike
+(``Dialogue_ID`` is ``dialogue id``); `ROLES` lists the names of each:
+
+* the text and the speaker (required);
+* the conversation: its rows are consecutive, and its value is the conversation's id; without such a column the
+  file is one conversation (counted, ``one_conversation``);
+* the utterance's place (``utterance_id``, ``turn``...): its values are the turns' ids, unique in a conversation;
+  where all are whole numbers they put the conversation's rows in their order (counted where the file had them in
+  another, ``utterances_reordered``), else the file's order is kept;
+* labels: ``emotion``, ``act`` (or ``dialogue_act``), ``sentiment``, and ``label_KIND`` (or ``label:KIND``) for a kind
+  of one's own; an empty cell is no label (counted, ``empty_label``).
+
+Every other column is ignored and counted (``unknown_field``). The delimiter is the first of tab, comma and semicolon
+that splits the header into a text and a speaker column. A file is read as a table where its name does not say JSON
+Lines (``.jsonl``) and its first line is not JSON but holds a delimiter (`reads_as_table`). The file is read a row at a
+time (gzip-compressed or not, as JSON Lines are), a conversation held until its last row.
+
+This module reads the table's shape (header, rows, conversations); each row's values are then checked as a JSON
+turn's are (`turnformer.data.jsonl.parse_turn`, in `turnformer.data.jsonl.iter_jsonl`), and errors name the row's line.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from turnformer.data._io import NUL_HINT, first_line, iter_lines
+from turnformer.data.report import LoadReport
+from turnformer.dialogue import DialogueError, is_blank, trim_invisible
+
+DELIMITERS = ("\t", ",", ";")
+# the names of conversation files in a folder given for its files (`turnformer data stats FOLDER`)
+CONVERSATION_FILES = (".jsonl", ".jsonl.gz", ".csv", ".csv.gz", ".tsv", ".tsv.gz")
+
+# each role's column names, as `column_key` writes them
+ROLES = {
+    "text": ("text", "utterance", "utterance_text", "sentence", "message", "content", "transcript"),
+    "speaker": ("speaker", "speaker_id", "speaker_name", "role", "participant"),
+    "conversation": ("conversation_id", "conversation", "dialogue_id", "dialogue", "dialog_id", "dialog", "conv_id",
+                     "session_id"),
+    "utterance": ("utterance_id", "utterance_index", "turn_id", "turn", "turn_index", "turn_number"),
+    "emotion": ("emotion",),
+    "act": ("act", "dialogue_act", "dialog_act", "da"),
+    "sentiment": ("sentiment",),
+}
+LABEL_KINDS = ("emotion", "act", "sentiment")
+OWN_KIND = re.compile(r"labels?[\s_\-.:]+(?P<kind>.+)", re.IGNORECASE)  # label_topic, label:topic -> topic
+
+
+def column_key(name: str) -> str:
+    """A header name as `ROLES` writes it: small letters, runs of spaces, hyphens, dots, colons and underscores as one
+    underscore, none at the ends (``Dialogue_ID`` and ``dialogue id`` -> ``dialogue_id``)."""
+    return re.sub(r"[\s_\-.:]+", "_", trim_invisible(name).lower()).strip("_")
+
+
+def reads_as_table(path: Path) -> bool:
+    """Whether a conversation file is read as a table: its name does not say JSON Lines (``.jsonl``, ``.jsonl.gz``),
+    and its first line that is not blank is not JSON (``{``, ``[``) but holds a tab, comma or semicolon."""
+    if Path(path).name.lower().endswith((".jsonl", ".jsonl.gz")):
+        return False
+    line = first_line(Path(path)).strip()
+    return bool(line) and line[0] not in "{[" and any(d in line for d in DELIMITERS)
+
+
+@dataclass
+class Columns:
+    """Where each role is in the header: `roles` maps a role (`ROLES`) to its column; `kinds` a label column to its
+    label kind; `names` the header as written."""
+
+    names: list[str]
+    roles: dict[str, int]
+    kinds: dict[int, str] = field(default_factory=dict)
+
+    def name(self, role: str) -> str:
+        return self.names[self.roles[role]]
+
+
+def columns(header: list[str], where: str) -> Columns:
+    """The roles of a header's columns; two columns of one role (``text`` and ``utterance``; ``emotion`` and
+    ``label_emotion``) are an error, since which one holds the data cannot be told."""
+    roles: dict[str, int] = {}
+    kinds: dict[int, str] = {}
+    for i, name in enumerate(header):
+        key = column_key(name)
+        if key in ("label", "labels", "class", "tag"):
+            raise DialogueError(f"{where}: column {name!r}: say what its labels are of: name it emotion, act or sentiment, "
+                                "or label_KIND for a kind of your own (label_topic)")
+        role = next((r for r, names in ROLES.items() if key in names), None)
+        own = OWN_KIND.fullmatch(trim_invisible(name)) if role is None else None
+        kind = role if role in LABEL_KINDS else trim_invisible(own["kind"]) if own else None
+        role = f"label {kind}" if kind is not None else role
+        if role is None:
+            continue
+        if role in roles:
+            raise DialogueError(f"{where}: columns {header[roles[role]]!r} and {name!r} are both the {role}: keep one, "
+                                "or rename the other")
+        roles[role] = i
+        if kind is not None:
+            kinds[i] = kind
+    return Columns(names=header, roles=roles, kinds=kinds)
+
+
+def required_columns_message(where: str, cells: list[str]) -> str:
+    return (f"{where}: a conversation table needs a header line naming its text column ({', '.join(ROLES['text'])}) "
+            f"and its speaker column ({', '.join(ROLES['speaker'])}), separated by tabs, commas or semicolons; its first "
+            f"line reads {cells!r}. Or write JSON Lines, one conversation a line, and name the file .jsonl "
+            "(docs/data-format.md)")
+
+
+@dataclass
+class TableConversation:
+    """One conversation of a table: the line its first row starts on, its id (None for a file without a
+    conversation column) and its rows, each ``(line, turn)``: a turn object as a JSON turn writes it
+    (speaker, text, labels, id), for `turnformer.data.jsonl.parse_turn`."""
+
+    line: int
+    id: str | None
+    rows: list[tuple[int, dict]]
+
+
+def iter_table(path: Path, report: LoadReport) -> Iterator[TableConversation]:
+    """The conversations of a table, in the file's order, a row at a time (module docstring)."""
+    path = Path(path)
+    numbered = iter_lines(path, report)  # gzip, UTF-8, a byte-order mark and line ends as in JSON Lines
+    start, header_line = next(((n, line) for n, line in numbered if line.strip()), (0, ""))
+    if not header_line:
+        return
+    lines = (line + "\n" for _, line in numbered)
+    cells, cols = [], None
+    for delimiter in DELIMITERS:
+        cells = next(csv.reader([header_line], delimiter=delimiter))
+        cols = columns(cells, f"{path}:{start}")
+        if "text" in cols.roles and "speaker" in cols.roles:
+            break
+    else:
+        if "\x00" in header_line:
+            raise DialogueError(f"{path}:{start}: not a conversation table{NUL_HINT}")
+        raise DialogueError(required_columns_message(f"{path}:{start}", next(csv.reader([header_line]))))
+    for i, name in enumerate(cols.names):
+        if i not in cols.roles.values():
+            report.ignore_field(f"{path}:{start}", f"column {name!r}", name)
+    if "conversation" not in cols.roles:
+        report.add("one_conversation", f"{path}:{start}: no conversation column ({', '.join(ROLES['conversation'])}): the "
+                   "file read as one conversation")
+    csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))  # a field may hold a long text (Python's limit: 128K)
+    reader = csv.reader(lines, delimiter=delimiter, strict=True)
+    done: dict[str, int] = {}  # a finished conversation's id -> its first line
+    conversation: TableConversation | None = None
+    line_of_place: dict[str, int] = {}  # in the conversation read: an utterance's place -> its line
+    while True:
+        line = start + reader.line_num + 1  # where the row starts (a quoted field may hold line breaks)
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as err:
+            raise DialogueError(f"{path}:{start + reader.line_num}: malformed {table_name(delimiter)} in the row from line "
+                                f"{line}: {err}{' (a quote opened there is not closed)' if 'end of data' in str(err) else ''}") from None
+        if not row or all(is_blank(cell) for cell in row):
+            report.add("blank_line", f"{path}:{line}: blank row skipped")
+            continue
+        if len(row) != len(cols.names):
+            raise DialogueError(f"{path}:{line}: expected {len(cols.names)} fields ({', '.join(cols.names)}), got "
+                                f"{len(row)}{' (a quoted text left open?)' if len(row) < len(cols.names) else ''}")
+        cid = cell(row, cols, "conversation", path, line, "every row names its conversation")
+        if conversation is None or cid != conversation.id:
+            if cid in done:
+                raise DialogueError(
+                    f"{path}:{line}: {cols.name('conversation')} {cid!r} again, after other conversations (its rows "
+                    f"began on line {done[cid]}): a conversation's rows must be consecutive (sort the file by "
+                    f"{cols.name('conversation')}, keeping each conversation's order)")
+            if conversation is not None:
+                done[conversation.id] = conversation.line
+                yield ordered(conversation, cols, path, report)
+            conversation, line_of_place = TableConversation(line=line, id=cid, rows=[]), {}
+        turn: dict = {"speaker": row[cols.roles["speaker"]], "text": row[cols.roles["text"]], "labels": {}}
+        for i, kind in cols.kinds.items():
+            if is_blank(row[i]):
+                report.add("empty_label", f"{path}:{line}: {cols.names[i]}: empty, read as no label of this kind")
+            else:
+                turn["labels"][kind] = row[i]
+        if (place := cell(row, cols, "utterance", path, line, "give every row its place, or leave the column out")):
+            if place in line_of_place:
+                raise DialogueError(f"{path}:{line}: {cols.name('utterance')} {place!r} again in {conversation_name(cid)} "
+                                    f"(first on line {line_of_place[place]})")
+            line_of_place[place] = line
+            turn["id"] = place
+        conversation.rows.append((line, turn))
+    if conversation is not None:
+        yield ordered(conversation, cols, path, report)
+
+
+def table_name(delimiter: str) -> str:
+    return "tab-separated table" if delimiter == "\t" else "CSV"
+
+
+def conversation_name(cid: str | None) -> str:
+    return f"conversation {cid!r}" if cid is not None else "the conversation"
+
+
+def cell(row: list[str], cols: Columns, role: str, path: Path, line: int, blank: str) -> str | None:
+    """The value of `role`'s column in `row`, without spaces at its ends; None where the header has no such column. A
+    blank one is an error (`blank` says what to do)."""
+    if role not in cols.roles:
+        return None
+    value = trim_invisible(row[cols.roles[role]])
+    if is_blank(value):
+        raise DialogueError(f"{path}:{line}: {cols.name(role)}: empty: {blank}")
+    return value
+
+
+def ordered(conversation: TableConversation, cols: Columns, path: Path, report: LoadReport) -> TableConversation:
+    """`conversation` with its rows in the order of their places where every place is a whole number."""
+    places = [turn.get("id") for _, turn in conversation.rows]
+    if "utterance" not in cols.roles or not all(p.isascii() and p.isdigit() for p in places):
+        return conversation
+    rows = sorted(conversation.rows, key=lambda row: int(row[1]["id"]))
+    if rows != conversation.rows:
+        report.add("utterances_reordered", f"{path}:{conversation.line}: {conversation_name(conversation.id)}: rows not "
+                   f"in {cols.name('utterance')} order; sorted")
+    return TableConversation(line=conversation.line, id=conversation.id, rows=rows)
+
+
+__all__ = ["CONVERSATION_FILES", "ROLES", "TableConversation", "column_key", "iter_table", "reads_as_table"]
