@@ -383,3 +383,21 @@ def test_tables_train_and_predict_as_the_json_lines_they_stand_for(tiny_backbone
         predictions[name] = (tmp_path / f"{name}-predictions.jsonl").read_text()
     assert scores["csv"] == scores["jsonl"] and predictions["csv"] == predictions["jsonl"]
     assert len(predictions["csv"].splitlines()) == sum(len(d.turns) for d in read_jsonl(tables["test"])) > 0
+
+    # rows in another order, with a place column: each prediction names its row by turn_id, the turn's place in it
+    placed = tmp_path / "placed.csv"
+    lines = tables["test"].read_text().splitlines()
+    placed.write_text("\n".join([lines[0] + ",turn"] + [f"{line},{i}" for i, line in enumerate(lines[1:])][::-1]) + "\n")
+    out = tmp_path / "placed-predictions.jsonl"
+    predicted = runner.invoke(app, ["predict", "--checkpoint", str(tmp_path / "csv"), "--input", str(placed), "--out", str(out)])
+    assert predicted.exit_code == 0, predicted.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    original = [json.loads(line) for line in predictions["csv"].splitlines()]  # row i of the table is place i
+    by_dialogue: dict[str, list[dict]] = {}
+    for row in original:
+        by_dialogue.setdefault(row["dialogue"], []).append(row)
+    expected = [row for name in reversed(list(by_dialogue)) for row in by_dialogue[name]]  # turns put back in order
+    assert [row["turn_id"] for row in rows] == [str(original.index(row)) for row in expected]
+    assert [(r["dialogue"], r["turn"], r["text"], r["label"]) for r in rows] == \
+           [(r["dialogue"], r["turn"], r["text"], r["label"]) for r in expected]
+    assert all(abs(r["probabilities"][k] - e["probabilities"][k]) < 1e-3 for r, e in zip(rows, expected) for k in e["probabilities"])

@@ -538,13 +538,15 @@ def label_predictions(blocks: InputBlocks, annotate: Callable[[list[Dialogue], s
     """One row per utterance: its label, the probabilities of every label and whether the model read only the
     utterance's start, made a block of conversations at a time: ``annotate(dialogues, desc)`` gives per dialogue, per
     turn, {"label", "probabilities", "truncated"} (`mark_cut`); `max_tokens`, the word pieces the model reads of an
-    utterance, for the note on those it cut. A conversation without id is named by its place in the input."""
+    utterance, for the note on those it cut. A conversation without id is named by its place in the input; a turn with
+    an id (a table's place column, a JSON turn's ``id``) has it as ``turn_id``, beside its place, ``turn``."""
     cut, empty = Tally(), Tally()
 
     def blocks_made() -> Iterator[tuple[list[dict], list[tuple[str, ...]]]]:
         for k, (names, dialogues) in enumerate(blocks):
             per_turn = annotate(dialogues, blocks.desc(k))
-            rows = [{"dialogue": name, "turn": i, "speaker": turn.speaker, "text": turn.text, "label": p["label"],
+            rows = [{"dialogue": name, "turn": i, **({"turn_id": turn.id} if turn.id is not None else {}),
+                     "speaker": turn.speaker, "text": turn.text, "label": p["label"],
                      "probabilities": {lab: round(float(x), 4) for lab, x in p["probabilities"].items()},
                      **({"truncated": bool(p["truncated"])} if "truncated" in p else {})}
                     for name, dialogue, answers in zip(names, dialogues, per_turn)
