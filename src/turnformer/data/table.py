@@ -118,6 +118,26 @@ def required_columns_message(where: str, cells: list[str]) -> str:
             "(docs/data-format.md)")
 
 
+def header(line: str, where: str, report: LoadReport) -> tuple[str, Columns]:
+    """The delimiter and the columns of a table's header `line` (at `where`, ``file:line``), what it leaves out counted
+    in `report`."""
+    for delimiter in DELIMITERS:
+        cols = columns(next(csv.reader([line], delimiter=delimiter)), where)
+        if "text" in cols.roles and "speaker" in cols.roles:
+            break
+    else:
+        if "\x00" in line:
+            raise DialogueError(f"{where}: not a conversation table{NUL_HINT}")
+        raise DialogueError(required_columns_message(where, next(csv.reader([line]))))
+    for i, name in enumerate(cols.names):
+        if i not in cols.roles.values():
+            report.ignore_field(where, f"column {name!r}", name)
+    if "conversation" not in cols.roles:
+        report.add("one_conversation", f"{where}: no conversation column ({', '.join(ROLES['conversation'])}): the file "
+                   "read as one conversation")
+    return delimiter, cols
+
+
 @dataclass
 class TableConversation:
     """One conversation of a table: the line its first row starts on, its id (None for a file without a
@@ -137,22 +157,7 @@ def iter_table(path: Path, report: LoadReport) -> Iterator[TableConversation]:
     if not header_line:
         return
     lines = (line + "\n" for _, line in numbered)
-    cells, cols = [], None
-    for delimiter in DELIMITERS:
-        cells = next(csv.reader([header_line], delimiter=delimiter))
-        cols = columns(cells, f"{path}:{start}")
-        if "text" in cols.roles and "speaker" in cols.roles:
-            break
-    else:
-        if "\x00" in header_line:
-            raise DialogueError(f"{path}:{start}: not a conversation table{NUL_HINT}")
-        raise DialogueError(required_columns_message(f"{path}:{start}", next(csv.reader([header_line]))))
-    for i, name in enumerate(cols.names):
-        if i not in cols.roles.values():
-            report.ignore_field(f"{path}:{start}", f"column {name!r}", name)
-    if "conversation" not in cols.roles:
-        report.add("one_conversation", f"{path}:{start}: no conversation column ({', '.join(ROLES['conversation'])}): the "
-                   "file read as one conversation")
+    delimiter, cols = header(header_line, f"{path}:{start}", report)
     csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))  # a field may hold a long text (Python's limit: 128K)
     reader = csv.reader(lines, delimiter=delimiter, strict=True)
     done: dict[str, int] = {}  # a finished conversation's id -> its first line
@@ -193,7 +198,9 @@ def iter_table(path: Path, report: LoadReport) -> Iterator[TableConversation]:
         if (place := cell(row, cols, "utterance", path, line, "give every row its place, or leave the column out")):
             if place in line_of_place:
                 raise DialogueError(f"{path}:{line}: {cols.name('utterance')} {place!r} again in {conversation_name(cid)} "
-                                    f"(first on line {line_of_place[place]})")
+                                    f"(first on line {line_of_place[place]}): an utterance's place is unique in its "
+                                    "conversation (a column of other values, such as a speaker's turn shared by several "
+                                    "utterances: rename it, and it is ignored)")
             line_of_place[place] = line
             turn["id"] = place
         conversation.rows.append((line, turn))
