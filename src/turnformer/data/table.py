@@ -177,7 +177,7 @@ def iter_table(path: Path, report: LoadReport) -> Iterator[TableConversation]:
             continue
         if len(row) != len(cols.names):
             raise DialogueError(f"{path}:{line}: expected {len(cols.names)} fields ({', '.join(cols.names)}), got "
-                                f"{len(row)}{' (a quoted text left open?)' if len(row) < len(cols.names) else ''}")
+                                f"{len(row)}")
         cid = cell(row, cols, "conversation", path, line, "every row names its conversation")
         if conversation is None or cid != conversation.id:
             if cid in done:
