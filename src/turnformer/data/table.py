@@ -15,7 +15,7 @@ Columns are told by their names in the header, in any letter case, with spaces, 
 * the utterance's place (``utterance_id``, ``turn``...): its values are the turns' ids, unique in a conversation;
   where all are whole numbers they put the conversation's rows in their order (counted where the file had them in
   another, ``utterances_reordered``), else the file's order is kept;
-* labels: ``emotion``, ``act`` (or ``dialogue_act``), ``sentiment``, and ``label_KIND`` (or ``label:KIND``) for a kind
+* labels: ``emotion``, ``act`` (or ``act_tag``, ``dialogue_act``...), ``sentiment``, and ``label_KIND`` (or ``label:KIND``) for a kind
   of one's own; an empty cell is no label (counted, ``empty_label``).
 
 Every other column is ignored and counted (``unknown_field``). The delimiter is the first of tab, comma and semicolon
@@ -45,13 +45,14 @@ CONVERSATION_FILES = (".jsonl", ".jsonl.gz", ".csv", ".csv.gz", ".tsv", ".tsv.gz
 
 # each role's column names, as `column_key` writes them
 ROLES = {
-    "text": ("text", "utterance", "utterance_text", "sentence", "message", "content", "transcript"),
-    "speaker": ("speaker", "speaker_id", "speaker_name", "role", "participant"),
-    "conversation": ("conversation_id", "conversation", "dialogue_id", "dialogue", "dialog_id", "dialog", "conv_id",
-                     "session_id"),
-    "utterance": ("utterance_id", "utterance_index", "turn_id", "turn", "turn_index", "turn_number"),
+    "text": ("text", "utterance", "utterance_text", "sentence", "message", "msg", "content", "transcript", "body"),
+    "speaker": ("speaker", "speaker_id", "speaker_name", "role", "participant", "caller", "sender", "author"),
+    "conversation": ("conversation_id", "conversation", "conversation_no", "dialogue_id", "dialogue", "dialogue_no",
+                     "dialog_id", "dialog", "conv_id", "session_id", "thread_id", "chat_id", "call_id"),
+    "utterance": ("utterance_id", "utterance_index", "utterance_no", "turn_id", "turn", "turn_index", "turn_number",
+                  "turn_no"),
     "emotion": ("emotion",),
-    "act": ("act", "dialogue_act", "dialog_act", "da"),
+    "act": ("act", "act_tag", "dialogue_act", "dialog_act", "da", "da_tag"),
     "sentiment": ("sentiment",),
 }
 LABEL_KINDS = ("emotion", "act", "sentiment")
