@@ -15,8 +15,8 @@ Columns are told by their names in the header, in any letter case, with spaces, 
 * the utterance's place (``utterance_id``, ``turn``...): its values are the turns' ids, unique in a conversation;
   where all are whole numbers they put the conversation's rows in their order (counted where the file had them in
   another, ``utterances_reordered``), else the file's order is kept;
-* labels: ``emotion``, ``act`` (or ``act_tag``, ``dialogue_act``...), ``sentiment``, and ``label_KIND`` (or ``label:KIND``) for a kind
-  of one's own; an empty cell is no label (counted, ``empty_label``).
+* labels: ``emotion``, ``act`` (or ``act_tag``, ``dialogue_act``...), ``sentiment``, and ``label_KIND`` (or
+  ``label:KIND``) for a kind of one's own; an empty cell is no label (counted, ``empty_label``).
 
 Every other column is ignored and counted (``unknown_field``). The delimiter is the first of tab, comma and semicolon
 that splits the header into a text and a speaker column. A file is read as a table where its name does not say JSON
