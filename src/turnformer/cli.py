@@ -245,7 +245,7 @@ def utterance_in(chosen, utterance: Optional[int], option: str) -> None:
 
 @plot_app.command("masks")
 def plot_masks_command(
-    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
+    input: str = typer.Option(..., "--input", help="Conversation file (JSONL, or a CSV / tab-separated table) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
     dialogue: Optional[str] = typer.Option(None, "--dialogue", help="Dialogue id (or index); default the first."),
     kinds: str = typer.Option("local,global,speaker,listener", "--kinds", help="Comma-separated masks, e.g. local,speaker|same_utterance."),
     window: int = typer.Option(2, "--window", min=0, help="Window of `local` when written without one."),
@@ -290,7 +290,7 @@ def plot_masks_command(
 
 @plot_app.command("attention")
 def plot_attention_command(
-    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
+    input: str = typer.Option(..., "--input", help="Conversation file (JSONL, or a CSV / tab-separated table) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
     dialogue: Optional[str] = typer.Option(None, "--dialogue", help="Dialogue id (or index); default the first."),
     utterance: Optional[int] = typer.Option(None, "--utterance", help="Index of the utterance whose [CLS] query is shown; default the last."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Run folder of a trained DialogXL (uses best/)."),
@@ -344,7 +344,7 @@ def plot_attention_command(
 @plot_app.command("act-attention")
 def plot_act_attention_command(
     checkpoint: list[Path] = typer.Option(..., "--checkpoint", help="Run folder of a dialogue-act attention model (lc-attention, lstm-attention); repeat to compare side by side."),
-    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
+    input: str = typer.Option(..., "--input", help="Conversation file (JSONL, or a CSV / tab-separated table) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
     dialogue: Optional[str] = typer.Option(None, "--dialogue", help="Dialogue id (or index); default the first."),
     start: int = typer.Option(0, "--start", min=0, help="First utterance shown."),
     length: int = typer.Option(10, "--length", min=1, help="Utterances shown (one sub-dialogue)."),
@@ -542,8 +542,9 @@ def train(
     limit_dialogues: Optional[int] = typer.Option(None, help="Use only the first N dialogues of each split (quick runs)."),
     limit_train: Optional[int] = typer.Option(None, help="Use only the first N training dialogues (a documented subset; validation and test stay whole)."),
     limit_eval: Optional[int] = typer.Option(None, help="Use only the first N validation and test dialogues (a documented subset)."),
-    train_file: Optional[Path] = typer.Option(None, help="Training conversations (JSONL; response selection: JSONL "
-                                              "items or tab-separated lines); implies --dataset file."),
+    train_file: Optional[Path] = typer.Option(None, help="Training conversations (JSONL, or a CSV / tab-separated table of "
+                                              "utterances; response selection: JSONL items or tab-separated lines); implies "
+                                              "--dataset file."),
     validation_file: Optional[Path] = typer.Option(None, help="Validation file, as --train-file (its scores choose the best epoch)."),
     test_file: Optional[Path] = typer.Option(None, help="Test file, as --train-file (scored at the best validation epoch)."),
     set_: list[str] = typer.Option([], "--set", help="Override a recipe value: --set train.epochs=2."),
@@ -801,7 +802,7 @@ def task_options(task, checkpoint: Path, given: dict[str, tuple]) -> dict:
 @app.command()
 def predict(
     checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
-    input: str = typer.Option(..., "--input", help="Conversation file (JSONL) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
+    input: str = typer.Option(..., "--input", help="Conversation file (JSONL, or a CSV / tab-separated table) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
     out: Optional[Path] = typer.Option(None, help="Write JSONL here (one line per utterance; - for standard output); default a table."),
     online: bool = typer.Option(False, "--online", help="Dialogue acts: predict each utterance from the preceding ones only."),
     task_: Optional[str] = typer.Option(None, "--task", help="Check that the checkpoint is of this task (erc, dialogue-act, response-selection)."),
@@ -931,7 +932,7 @@ def visible(cell: str) -> str:
 @app.command()
 def generate(
     checkpoint: Path = typer.Option(..., help="Run folder of a generation model (uses best/) or a checkpoint folder."),
-    input: Optional[str] = typer.Option(None, "--input", help="Conversations to continue (JSONL or NAME:SPLIT); "
+    input: Optional[str] = typer.Option(None, "--input", help="Conversations to continue (JSONL, a table, or NAME:SPLIT); "
                                         "without it, an interactive chat on the terminal."),
     out: Optional[Path] = typer.Option(None, help="Write JSONL here (id, speaker, response; - for standard output); default a table."),
     speaker: Optional[str] = typer.Option(None, help="Who replies (default: the speaker before the last one)."),
