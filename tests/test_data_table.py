@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from turnformer.cli import app
-from turnformer.data import load_split, read_jsonl
+from turnformer.data import load_split, read_jsonl, write_jsonl
 from turnformer.data.jsonl import iter_jsonl
-from turnformer.data.table import column_key, reads_as_table
-from turnformer.dialogue import Dialogue, DialogueError, Turn
+from turnformer.data.table import column_key, reads_as_table, write_table
+from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank, output_names, trim_invisible
 
 runner = CliRunner()
 
@@ -53,6 +57,12 @@ def test_a_table_reads_as_the_conversations_it_stands_for(tmp_path):
     expected = [Dialogue((Turn("Ann", "Hi, Bob!"), Turn("Bob", "Hello")), id="c1")]
     assert list(read_jsonl(tsv)) == list(read_jsonl(semicolons)) == list(read_jsonl(packed)) == expected
 
+    # a meta column: the conversation's meta, on its first row or on each; an empty place is no id (and no order)
+    meta = read_jsonl(table(tmp_path / "meta.csv", 'conversation,speaker,text,turn,meta\n1,A,hi,,"{""n"": [1]}"\n'
+                                                   '1,B,yo,0,\n1,A,ok,x,"{""n"": [1]}"\n'))
+    assert list(meta) == [Dialogue((Turn("A", "hi"), Turn("B", "yo", id="0"), Turn("A", "ok", id="x")), id="1",
+                                   meta={"n": [1]})]
+
     # no conversation column: the file is one conversation, and the report says so
     one = read_jsonl(table(tmp_path / "one.csv", "speaker,text\nA,hi\nB,yo\n"))
     assert list(one) == [Dialogue((Turn("A", "hi"), Turn("B", "yo")))] and one.report.counts == {"one_conversation": 1}
@@ -82,6 +92,10 @@ def test_a_table_is_read_a_conversation_at_a_time(tmp_path):
     ("speaker,text,emotion\nA,hi,joy\nB,yo,glee\n", r"t.csv:3: labels.emotion: unknown label 'glee'; allowed: joy, sadness"),
     ("speaker,text,label_Topic,label_topic\nA,hi,x,y\n", r"label kind 'topic' is written 'Topic'"),
     ("s\x00p\x00e\x00a\x00k\x00e\x00r\x00\t\x00t\x00\n", r"t.csv:1: not a conversation table; the line holds NUL bytes"),
+    ('conversation,speaker,text,meta\n1,A,hi,"{""a"": 1}"\n1,B,yo,"{""a"": 2}"\n',
+     r"t.csv:3: meta: differs from the meta of conversation '1' on line 2"),
+    ("conversation,speaker,text,meta\n1,A,hi,nope\n", r"t.csv:2: meta: not JSON"),
+    ("conversation,speaker,text,meta\n1,A,hi,[1]\n", r"t.csv:2: meta: expected an object, got a list"),
 ])
 def test_every_fault_of_a_table_is_named_by_its_line(tmp_path, rows, message):
     with pytest.raises(DialogueError, match=message):
@@ -130,3 +144,68 @@ def test_convert_and_stats_take_tables(tmp_path):
     splits = json.loads(stats.stdout)["splits"]
     assert splits["train"] == splits["test"] | {"report": splits["train"]["report"]}
     assert splits["train"]["labels"] == {"joy": 1, "sadness": 1} and splits["train"]["report"] == {"empty_label": 1}
+
+
+_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r"), min_size=1,
+                max_size=20).filter(lambda s: not is_blank(s))
+_id = _text.filter(lambda s: s == trim_invisible(s))
+_turn = st.builds(Turn, speaker=_text, text=_text,
+                  labels=st.dictionaries(st.sampled_from(["emotion", "act", "sentiment", "topic", "Mood: of A"]), _text, max_size=3),
+                  id=st.none() | _id | st.integers(0, 30).map(str))
+_dialogue = st.builds(
+    Dialogue,
+    turns=st.lists(_turn, min_size=1, max_size=5, unique_by=lambda t: t.id if t.id is not None else id(t)).map(tuple),
+    id=st.none() | _id,
+    meta=st.dictionaries(st.text(max_size=8), st.none() | st.integers() | _text | st.lists(st.integers(), max_size=3), max_size=3),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(_dialogue, max_size=5, unique_by=lambda d: d.id if d.id is not None else id(d)), st.sampled_from(["csv", "tsv.gz"]))
+def test_conversations_written_as_a_table_read_back_as_written(dialogues, ending):
+    """A table gives back what was written, or the writer refuses it up front (turn ids that are whole numbers out of
+    order), naming the conversation; a conversation without id comes back under its place."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"round.{ending}"
+        try:
+            written = write_table(dialogues, path)
+        except DialogueError as refused:
+            assert "whole numbers out of order" in str(refused) and not path.exists()
+            return
+        assert written == len(dialogues)
+        back = read_jsonl(path) if dialogues else []
+        names = output_names([d.id for d in dialogues])
+        assert list(back) == [Dialogue(d.turns, id=name, meta=d.meta) for name, d in zip(names, dialogues)]
+
+
+def test_what_a_table_would_not_give_back_is_refused(tmp_path):
+    from turnformer.dialogue import ResponseSelectionItem
+
+    cases = [
+        ([Dialogue((Turn("A", "hi\rthere"),), id="c")], "conversation 'c': a carriage return"),
+        ([Dialogue((Turn("A", "hi", id="2"), Turn("B", "yo", id="1")), id="c")], "whole numbers out of order"),
+        ([Dialogue((Turn("A", "hi"),), id="c"), Dialogue((Turn("A", "yo"),), id="c")], "dialogue 1: id 'c' is already"),
+        ([Dialogue((Turn("A", "hi", {"_x": "y"}),))], "label kind '_x'"),
+        ([ResponseSelectionItem(Dialogue((Turn("A", "hi"),)), (Turn("B", "yo"), Turn("B", "no")), 0, id="i")], "response-selection item"),
+    ]
+    for dialogues, message in cases:
+        with pytest.raises(DialogueError, match=re.escape(message)):
+            write_table(dialogues, tmp_path / "t.csv")
+        assert not (tmp_path / "t.csv").exists()
+    # data convert writes a table for an --out named .csv, and reads it back as the JSON Lines it came from
+    source = tmp_path / "mine.jsonl"
+    write_jsonl([Dialogue((Turn("A", "hi, you", {"emotion": "joy"}, id="0"), Turn("B", "yo")), id="c1", meta={"n": 1})],
+                source)
+    converted = runner.invoke(app, ["data", "convert", str(source), "--out", str(tmp_path / "mine.csv")])
+    assert converted.exit_code == 0, converted.output
+    assert (tmp_path / "mine.csv").read_text().splitlines() == [
+        "conversation_id,turn_id,speaker,text,emotion,meta", 'c1,0,A,"hi, you",joy,"{""n"": 1}"', 'c1,,B,yo,,"{""n"": 1}"']
+    assert list(read_jsonl(tmp_path / "mine.csv")) == list(read_jsonl(source))
+
+
+@pytest.mark.parametrize("name", ["meld", "emorynlp", "dailydialog", "swda"])
+def test_a_benchmark_split_written_as_a_table_reads_back_whole(data_dir, tmp_path, name):
+    split = load_split(name, "test", data_dir)
+    path = tmp_path / f"{name}.tsv.gz"
+    assert write_table(split.items, path) == len(split.items) > 10
+    assert list(read_jsonl(path)) == list(split.items)

@@ -20,7 +20,7 @@ from turnformer.data.download import describe, download, verify
 from turnformer.data.jsonl import read_jsonl, write_jsonl
 from turnformer.data.registry import DATASETS, dataset_dir, load_split, names_benchmark
 from turnformer.data.stats import dataset_stats, files_stats, print_stats
-from turnformer.data.table import CONVERSATION_FILES
+from turnformer.data.table import CONVERSATION_FILES, write_table, writes_as_table
 from turnformer.dialogue import DialogueError
 
 
@@ -111,14 +111,15 @@ def stats_cmd(
 
 @data_app.command("convert")
 def convert_cmd(
-    name: str = typer.Argument(..., help="Dataset name (turnformer data list), or a conversation table (.csv, .tsv).",
+    name: str = typer.Argument(..., help="Dataset name (turnformer data list), or a conversation file (.jsonl, .csv, .tsv).",
                                 metavar="NAME|FILE"),
     split: Optional[str] = typer.Option(None, "--split", "-s", help="train, validation (dev/val) or test: the benchmark's "
                                         "split to write (a file is written whole)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output .jsonl file (written atomically; - for standard output)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output file: .jsonl, or a table, .csv or .tsv (then .gz, compressed); "
+                             "written atomically; - for standard output (JSONL)."),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help=DATA_DIR_HELP),
 ) -> None:
-    """Write one benchmark split, or a conversation table, in the generic JSONL format (docs/data-format.md)."""
+    """Write one benchmark split, or a conversation file, as JSON Lines or as a table (docs/data-format.md)."""
     _run(check_output_file, out, "--out")  # before the split is read
     if Path(name).exists() and not names_benchmark(name):
         if split is not None:
@@ -126,7 +127,7 @@ def convert_cmd(
         if str(out) != "-" and out.exists() and out.resolve() == Path(name).resolve():
             _fail(f"--out {out}: it is the file read; writing there would replace it: give another file")
         dialogues = _run(read_jsonl, name)
-        n = _run(write_jsonl, dialogues, out)
+        n = _run(write_table if writes_as_table(out) else write_jsonl, dialogues, out)
         typer.echo(f"wrote {n} conversations of {name} to {out}", err=True)  # its load report: logged as it was read
         return
     if split is None:
@@ -136,7 +137,7 @@ def convert_cmd(
         _fail(f"--out {out}: a file of the {name} dataset ({folder}), which the command reads; writing there would "
               "replace it: give a file outside the dataset's folder")
     ds = _run(load_split, name, split, data_dir)
-    n = _run(write_jsonl, ds.items, out)
+    n = _run(write_table if writes_as_table(out) else write_jsonl, ds.items, out)
     typer.echo(f"wrote {n} {ds.name}/{ds.split} conversations to {out}", err=True)  # stderr: --out - is stdout
     if ds.report:
         typer.echo(f"load report: {ds.report.summary()}", err=True)

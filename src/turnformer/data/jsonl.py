@@ -99,18 +99,7 @@ def parse_dialogue(
         raise _err(where, "id", f"empty ({dlg_id!r}): name the conversation, or leave the id out")
     if dlg_id is not None:
         check_unicode(dlg_id, f"{where}: id")
-    meta = obj.get("meta")
-    if meta is None:
-        meta = {}
-    elif not isinstance(meta, dict):
-        raise _err(where, "meta", f"expected an object, got {json_type(meta)}")
-    else:  # what the writer could not write back: a lone surrogate ("\ud800"), a number read as infinity (1e999)
-        try:
-            json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise _err(where, "meta", f"not valid Unicode ({e.reason})") from None
-        except ValueError:
-            raise _err(where, "meta", "a number too large for JSON (read as infinity, e.g. 1e999)") from None
+    meta = parse_meta(obj.get("meta"), where)
 
     turns, turn_ids = [], {}
     for i, t in enumerate(turns_raw):
@@ -121,6 +110,21 @@ def parse_dialogue(
             turn_ids[turn.id] = i
         turns.append(turn)
     return Dialogue(turns=tuple(turns), id=dlg_id, meta=meta)
+
+
+def parse_meta(meta: Any, where: str) -> dict:
+    """A conversation's ``meta`` as read (None: an empty one); `where` (``file:line``) prefixes every error."""
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise _err(where, "meta", f"expected an object, got {json_type(meta)}")
+    try:  # what the writer could not write back: a lone surrogate ("\ud800"), a number read as infinity (1e999)
+        json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise _err(where, "meta", f"not valid Unicode ({e.reason})") from None
+    except ValueError:
+        raise _err(where, "meta", "a number too large for JSON (read as infinity, e.g. 1e999)") from None
+    return meta
 
 
 def parse_turn(
@@ -323,7 +327,8 @@ def _table_dialogues(path: Path, label_sets: Mapping[str, list[str]] | None, rep
     checked as a JSON turn is, its errors naming the row's line."""
     for conversation in iter_table(path, report):
         turns = [parse_turn(turn, f"{path}:{line}", "", label_sets, report) for line, turn in conversation.rows]
-        yield conversation.line, Dialogue(turns=tuple(turns), id=conversation.id)
+        meta = parse_meta(conversation.meta, f"{path}:{conversation.line}")
+        yield conversation.line, Dialogue(turns=tuple(turns), id=conversation.id, meta=meta)
 
 
 def _check_kind_spelling(dialogue: Dialogue, kinds: dict[str, tuple[str, int]], where: str, lineno: int) -> None:

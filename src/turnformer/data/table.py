@@ -12,11 +12,12 @@ Columns are told by their names in the header, in any letter case, with spaces, 
 * the text and the speaker (required);
 * the conversation: its rows are consecutive, and its value is the conversation's id; without such a column the
   file is one conversation (counted, ``one_conversation``);
-* the utterance's place (``utterance_id``, ``turn``...): its values are the turns' ids, unique in a conversation;
-  where all are whole numbers they put the conversation's rows in their order (counted where the file had them in
-  another, ``utterances_reordered``), else the file's order is kept;
+* the utterance's place (``utterance_id``, ``turn``...): its values are the turns' ids, unique in a conversation (an
+  empty cell: no id); where all are whole numbers they put the conversation's rows in their order (counted where the
+  file had them in another, ``utterances_reordered``), else the file's order is kept;
 * labels: ``emotion``, ``act`` (or ``act_tag``, ``dialogue_act``...), ``sentiment``, and ``label_KIND`` (or
-  ``label:KIND``) for a kind of one's own; an empty cell is no label (counted, ``empty_label``).
+  ``label:KIND``) for a kind of one's own; an empty cell is no label (counted, ``empty_label``);
+* ``meta``: the conversation's meta, a JSON object, on its first row (any later row's is empty or the same).
 
 Every other column is ignored and counted (``unknown_field``). The delimiter is the first of tab, comma and semicolon
 that splits the header into a text and a speaker column. A file is read as a table where its name does not say JSON
@@ -25,19 +26,23 @@ time (gzip-compressed or not, as JSON Lines are), a conversation held until its 
 
 This module reads the table's shape (header, rows, conversations); each row's values are then checked as a JSON
 turn's are (`turnformer.data.jsonl.parse_turn`, in `turnformer.data.jsonl.iter_jsonl`), and errors name the row's line.
+`write_table` writes conversations as such a table (CSV, or tab-separated for a ``.tsv`` name), which reads back as
+the conversations written.
 """
 
 from __future__ import annotations
 
 import csv
+import io
+import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterable, Iterator
 
-from turnformer.data._io import NUL_HINT, first_line, iter_lines
+from turnformer.data._io import NUL_HINT, first_line, iter_lines, read_json, write_file
 from turnformer.data.report import LoadReport
-from turnformer.dialogue import DialogueError, is_blank, trim_invisible
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, is_blank, output_names, trim_invisible
 
 DELIMITERS = ("\t", ",", ";")
 # the names of conversation files in a folder given for its files (`turnformer data stats FOLDER`)
@@ -54,6 +59,7 @@ ROLES = {
     "emotion": ("emotion",),
     "act": ("act", "act_tag", "dialogue_act", "dialog_act", "da", "da_tag"),
     "sentiment": ("sentiment",),
+    "meta": ("meta",),
 }
 LABEL_KINDS = ("emotion", "act", "sentiment")
 OWN_KIND = re.compile(r"labels?[\s_\-.:]+(?P<kind>.+)", re.IGNORECASE)  # label_topic, label:topic -> topic
@@ -143,11 +149,13 @@ def header(line: str, where: str, report: LoadReport) -> tuple[str, Columns]:
 class TableConversation:
     """One conversation of a table: the line its first row starts on, its id (None for a file without a
     conversation column) and its rows, each ``(line, turn)``: a turn object as a JSON turn writes it
-    (speaker, text, labels, id), for `turnformer.data.jsonl.parse_turn`."""
+    (speaker, text, labels, id), for `turnformer.data.jsonl.parse_turn`; and its meta as the meta column's JSON reads
+    (None without one), for `turnformer.data.jsonl.parse_meta`."""
 
     line: int
     id: str | None
     rows: list[tuple[int, dict]]
+    meta: Any = None
 
 
 def iter_table(path: Path, report: LoadReport) -> Iterator[TableConversation]:
@@ -189,14 +197,18 @@ def iter_table(path: Path, report: LoadReport) -> Iterator[TableConversation]:
             if conversation is not None:
                 done[conversation.id] = conversation.line
                 yield ordered(conversation, cols, path, report)
-            conversation, line_of_place = TableConversation(line=line, id=cid, rows=[]), {}
+            conversation = TableConversation(line=line, id=cid, rows=[], meta=meta_cell(row, cols, path, line))
+            line_of_place = {}
+        elif (meta := meta_cell(row, cols, path, line)) is not None and meta != conversation.meta:
+            raise DialogueError(f"{path}:{line}: {cols.name('meta')}: differs from the meta of {conversation_name(cid)} on "
+                                f"line {conversation.line}: a conversation has one meta (on its first row, or the same on each)")
         turn: dict = {"speaker": row[cols.roles["speaker"]], "text": row[cols.roles["text"]], "labels": {}}
         for i, kind in cols.kinds.items():
             if is_blank(row[i]):
                 report.add("empty_label", f"{path}:{line}: {cols.names[i]}: empty, read as no label of this kind")
             else:
                 turn["labels"][kind] = row[i]
-        if (place := cell(row, cols, "utterance", path, line, "give every row its place, or leave the column out")):
+        if (place := cell(row, cols, "utterance", path, line)) is not None:
             if place in line_of_place:
                 raise DialogueError(f"{path}:{line}: {cols.name('utterance')} {place!r} again in {conversation_name(cid)} "
                                     f"(first on line {line_of_place[place]}): an utterance's place is unique in its "
@@ -217,27 +229,108 @@ def conversation_name(cid: str | None) -> str:
     return f"conversation {cid!r}" if cid is not None else "the conversation"
 
 
-def cell(row: list[str], cols: Columns, role: str, path: Path, line: int, blank: str) -> str | None:
-    """The value of `role`'s column in `row`, without spaces at its ends; None where the header has no such column. A
-    blank one is an error (`blank` says what to do)."""
+def cell(row: list[str], cols: Columns, role: str, path: Path, line: int, blank: str | None = None) -> str | None:
+    """The value of `role`'s column in `row`, without spaces at its ends; None where the header has no such column, or
+    it is blank and `blank` is None; else a blank one is an error (`blank` says what to do)."""
     if role not in cols.roles:
         return None
     value = trim_invisible(row[cols.roles[role]])
+    if is_blank(value) and blank is None:
+        return None
     if is_blank(value):
         raise DialogueError(f"{path}:{line}: {cols.name(role)}: empty: {blank}")
     return value
 
 
+def meta_cell(row: list[str], cols: Columns, path: Path, line: int) -> Any:
+    """The JSON a row's meta cell holds (None where it is blank or the header has no meta column)."""
+    if "meta" not in cols.roles or is_blank(text := row[cols.roles["meta"]]):
+        return None
+    try:
+        return read_json(text)
+    except ValueError as err:  # malformed JSON, NaN
+        raise DialogueError(f"{path}:{line}: {cols.name('meta')}: not JSON ({err}): the conversation's meta is a JSON "
+                            "object") from None
+
+
 def ordered(conversation: TableConversation, cols: Columns, path: Path, report: LoadReport) -> TableConversation:
     """`conversation` with its rows in the order of their places where every place is a whole number."""
     places = [turn.get("id") for _, turn in conversation.rows]
-    if "utterance" not in cols.roles or not all(p.isascii() and p.isdigit() for p in places):
+    if not all(p is not None and p.isascii() and p.isdigit() for p in places):
         return conversation
     rows = sorted(conversation.rows, key=lambda row: int(row[1]["id"]))
     if rows != conversation.rows:
         report.add("utterances_reordered", f"{path}:{conversation.line}: {conversation_name(conversation.id)}: rows not "
                    f"in {cols.name('utterance')} order; sorted")
-    return TableConversation(line=conversation.line, id=conversation.id, rows=rows)
+    return replace(conversation, rows=rows)
 
 
-__all__ = ["CONVERSATION_FILES", "ROLES", "TableConversation", "column_key", "iter_table", "reads_as_table"]
+# the names a table is written under (`write_table`); tab-separated for .tsv
+TABLE_FILES = (".csv", ".csv.gz", ".tsv", ".tsv.gz")
+
+
+def writes_as_table(path: Path | str) -> bool:
+    """Whether an output file is written as a table: its name ends in .csv or .tsv (then .gz, compressed)."""
+    return str(path) != "-" and Path(path).name.lower().endswith(TABLE_FILES)
+
+
+def write_table(dialogues: Iterable[Dialogue], path: Path | str) -> int:
+    """Write conversations as a table, one utterance a row, atomically (`write_file`: a temporary file renamed, gzip
+    for a name ending in .gz); returns the conversations written. The columns: conversation_id (a conversation without
+    an id under its place, as outputs name it), turn_id (where any turn has an id), speaker, text, a column per label
+    kind (``emotion``, ``act``, ``sentiment``, else ``label_KIND``), and meta (JSON, where any conversation has one).
+    What a table would not give back is refused, naming the conversation: response-selection items (write them as
+    JSON Lines), a carriage return in a value, an id with spaces at its ends, whole-number turn ids out of order (the
+    reader would sort them), a label kind that starts with a separator."""
+    dialogues = list(dialogues)
+    names = output_names([getattr(d, "id", None) for d in dialogues])
+    first: dict[str, int] = {}
+    for i, (name, dialogue) in enumerate(zip(names, dialogues)):
+        if (earlier := first.setdefault(name, i)) != i:
+            raise DialogueError(f"dialogue {i}: id {name!r} is already the id of dialogue {earlier}")
+        check_writable(dialogue, name)
+    kinds = list(dict.fromkeys(kind for d in dialogues for turn in d.turns for kind in turn.labels))
+    with_ids = any(turn.id is not None for d in dialogues for turn in d.turns)
+    with_meta = any(d.meta for d in dialogues)
+    header = ["conversation_id", *(["turn_id"] if with_ids else []), "speaker", "text", *map(kind_column, kinds),
+              *(["meta"] if with_meta else [])]
+    out = io.StringIO()
+    writer = csv.writer(out, delimiter="\t" if ".tsv" in Path(path).name.lower() else ",", lineterminator="\n")
+    writer.writerow(header)
+    for name, dialogue in zip(names, dialogues):
+        meta = json.dumps(dialogue.meta, ensure_ascii=False, allow_nan=False) if dialogue.meta else ""
+        for turn in dialogue.turns:
+            writer.writerow([name, *([turn.id or ""] if with_ids else []), turn.speaker, turn.text,
+                             *(turn.labels.get(kind, "") for kind in kinds), *([meta] if with_meta else [])])
+    write_file(Path(path), out.getvalue().encode("utf-8"))
+    return len(dialogues)
+
+
+def kind_column(kind: str) -> str:
+    """The column a label kind is written in: its name where it is one of `LABEL_KINDS`, else ``label_KIND``."""
+    if kind != trim_invisible(kind) or re.match(r"[\s_\-.:]", kind):
+        raise DialogueError(f"label kind {kind!r}: a table's label_KIND column would read it without what starts it; "
+                            "write JSON Lines")
+    return kind if kind in LABEL_KINDS else f"label_{kind}"
+
+
+def check_writable(dialogue: Dialogue, name: str) -> None:
+    """Refuse a conversation a table would not give back as it is (`write_table`)."""
+    where = f"conversation {name!r}"
+    if isinstance(dialogue, ResponseSelectionItem) or "candidates" in dialogue.meta:
+        raise DialogueError(f"{where}: a response-selection item (candidates): write items as JSON Lines (.jsonl)")
+    ids = [dialogue.id] + [turn.id for turn in dialogue.turns]
+    if any(i is not None and i != trim_invisible(i) for i in ids):
+        raise DialogueError(f"{where}: an id with spaces at its ends, which a table reads without them: write JSON Lines")
+    values = [v for turn in dialogue.turns for v in (turn.speaker, turn.text, *turn.labels.values())]
+    if any("\r" in v for v in values + [i for i in ids if i is not None]):
+        raise DialogueError(f"{where}: a carriage return (\\r) in a value, which a table's lines do not keep: write "
+                            "JSON Lines")
+    places = [turn.id for turn in dialogue.turns]
+    if all(p is not None and p.isascii() and p.isdigit() for p in places) and places != sorted(places, key=int):
+        raise DialogueError(f"{where}: its turn ids are whole numbers out of order, which a table reads as the turns' "
+                            "order: write JSON Lines")
+
+
+__all__ = ["CONVERSATION_FILES", "ROLES", "TABLE_FILES", "TableConversation", "column_key", "iter_table",
+           "reads_as_table", "write_table", "writes_as_table"]
