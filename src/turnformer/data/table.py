@@ -181,7 +181,7 @@ def iter_table(path: Path, report: LoadReport) -> Iterator[TableConversation]:
         except csv.Error as err:
             raise DialogueError(f"{path}:{start + reader.line_num}: malformed {table_name(delimiter)} in the row from line "
                                 f"{line}: {err}{' (a quote opened there is not closed)' if 'end of data' in str(err) else ''}") from None
-        if not row or all(is_blank(cell) for cell in row):
+        if not row or all(is_blank(value) for value in row):
             report.add("blank_line", f"{path}:{line}: blank row skipped")
             continue
         if len(row) != len(cols.names):
@@ -202,23 +202,30 @@ def iter_table(path: Path, report: LoadReport) -> Iterator[TableConversation]:
         elif (meta := meta_cell(row, cols, path, line)) is not None and meta != conversation.meta:
             raise DialogueError(f"{path}:{line}: {cols.name('meta')}: differs from the meta of {conversation_name(cid)} on "
                                 f"line {conversation.line}: a conversation has one meta (on its first row, or the same on each)")
-        turn: dict = {"speaker": row[cols.roles["speaker"]], "text": row[cols.roles["text"]], "labels": {}}
-        for i, kind in cols.kinds.items():
-            if is_blank(row[i]):
-                report.add("empty_label", f"{path}:{line}: {cols.names[i]}: empty, read as no label of this kind")
-            else:
-                turn["labels"][kind] = row[i]
-        if (place := cell(row, cols, "utterance", path, line)) is not None:
+        turn = row_turn(row, cols, path, line, report)
+        if (place := turn.get("id")) is not None:
             if place in line_of_place:
                 raise DialogueError(f"{path}:{line}: {cols.name('utterance')} {place!r} again in {conversation_name(cid)} "
                                     f"(first on line {line_of_place[place]}): an utterance's place is unique in its "
                                     "conversation (a column of other values, such as a speaker's turn shared by several "
                                     "utterances: rename it, and it is ignored)")
             line_of_place[place] = line
-            turn["id"] = place
         conversation.rows.append((line, turn))
     if conversation is not None:
         yield ordered(conversation, cols, path, report)
+
+
+def row_turn(row: list[str], cols: Columns, path: Path, line: int, report: LoadReport) -> dict:
+    """A row as a JSON turn writes it: speaker, text, labels (an empty cell is none, counted) and id (its place)."""
+    turn: dict = {"speaker": row[cols.roles["speaker"]], "text": row[cols.roles["text"]], "labels": {}}
+    for i, kind in cols.kinds.items():
+        if is_blank(row[i]):
+            report.add("empty_label", f"{path}:{line}: {cols.names[i]}: empty, read as no label of this kind")
+        else:
+            turn["labels"][kind] = row[i]
+    if (place := cell(row, cols, "utterance", path, line)) is not None:
+        turn["id"] = place
+    return turn
 
 
 def table_name(delimiter: str) -> str:
