@@ -185,6 +185,7 @@ def test_what_a_table_would_not_give_back_is_refused(tmp_path):
         ([Dialogue((Turn("A", "hi\rthere"),), id="c")], "conversation 'c': a carriage return"),
         ([Dialogue((Turn("A", "hi", id="2"), Turn("B", "yo", id="1")), id="c")], "whole numbers out of order"),
         ([Dialogue((Turn("A", "hi"),), id="c"), Dialogue((Turn("A", "yo"),), id="c")], "dialogue 1: id 'c' is already"),
+        ([Dialogue((Turn("A", "hi", id="t"), Turn("B", "yo", id="t")), id="c")], "turns[1].id 't' is already the id of"),
         ([Dialogue((Turn("A", "hi", {"_x": "y"}),))], "label kind '_x'"),
         ([ResponseSelectionItem(Dialogue((Turn("A", "hi"),)), (Turn("B", "yo"), Turn("B", "no")), 0, id="i")], "response-selection item"),
     ]

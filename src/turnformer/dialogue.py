@@ -257,6 +257,24 @@ def as_dialogue(value: Any) -> Dialogue:
     return value if isinstance(value, Dialogue) else Dialogue.from_turns(value)
 
 
+def check_unique_ids(dialogues: Sequence[Dialogue]) -> None:
+    """Refuse, naming both, two conversations with one id, or two turns of a conversation with one: the readers refuse
+    such files (predictions are named by them), so the writers never write one."""
+    index_of_id: dict[str, int] = {}
+    for i, dialogue in enumerate(dialogues):
+        if dialogue.id is not None:
+            if dialogue.id in index_of_id:
+                raise DialogueError(f"dialogue {i}: id {dialogue.id!r} is already the id of dialogue {index_of_id[dialogue.id]}")
+            index_of_id[dialogue.id] = i
+        turn_of_id: dict[str, int] = {}
+        for j, turn in enumerate(dialogue.turns):
+            if turn.id is not None:
+                if turn.id in turn_of_id:
+                    raise DialogueError(f"dialogue {i} ({dialogue.id!r}): turns[{j}].id {turn.id!r} is already the id of "
+                                        f"turns[{turn_of_id[turn.id]}]")
+                turn_of_id[turn.id] = j
+
+
 def output_names(ids: Sequence[str | None], start: int = 0, taken: set[str] | None = None) -> list[str]:
     """The names under which outputs (predictions, replies, rankings) give conversations or items: the id, or where
     there is none, the place in the input ("0", "1", ...), with a "#" in front while another one's id already spells

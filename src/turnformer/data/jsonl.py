@@ -42,6 +42,7 @@ from turnformer.data.mutual import item_to_dialogue
 from turnformer.data.report import LoadReport
 from turnformer.data.table import iter_table, reads_as_table
 from turnformer.dialogue import (CONVENIENCE_LABELS, TURN_KEYS, Dialogue, DialogueError, ResponseSelectionItem, Turn, check_unicode,
+                                 check_unique_ids,
                                  is_blank, speaker_name, trim_invisible)
 DIALOGUE_KEYS = frozenset({"id", "turns", "meta"})
 
@@ -379,25 +380,14 @@ def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str
     """
     path = check_output_file(Path(path))
     lines = []
-    index_of_id: dict[str, int] = {}
-    for i, d in enumerate(dialogues):
-        dialogue = _as_dialogue(d, i)
-        if dialogue.id is not None:  # the reader refuses two conversations with one id: never write such a file
-            if dialogue.id in index_of_id:
-                raise DialogueError(f"dialogue {i}: id {dialogue.id!r} is already the id of dialogue {index_of_id[dialogue.id]}")
-            index_of_id[dialogue.id] = i
-        turn_of_id: dict[str, int] = {}
-        for j, turn in enumerate(dialogue.turns):  # nor one whose turns share an id
-            if turn.id is not None:
-                if turn.id in turn_of_id:
-                    raise DialogueError(f"dialogue {i} ({dialogue.id!r}): turns[{j}].id {turn.id!r} is already the id of "
-                                        f"turns[{turn_of_id[turn.id]}]")
-                turn_of_id[turn.id] = j
+    dialogues = [_as_dialogue(d, i) for i, d in enumerate(dialogues)]
+    check_unique_ids(dialogues)
+    for i, dialogue in enumerate(dialogues):
         line = dumps_dialogue(dialogue)
         try:
             lines.append(line.encode("utf-8"))
         except UnicodeEncodeError as err:
-            raise DialogueError(f"dialogue {i} ({getattr(d, 'id', None)!r}): its meta is not valid Unicode ({err.reason})") from None
+            raise DialogueError(f"dialogue {i} ({dialogue.id!r}): its meta is not valid Unicode ({err.reason})") from None
     write_file(path, b"".join(line + b"\n" for line in lines))
     return len(lines)
 

@@ -42,7 +42,8 @@ from typing import Any, Iterable, Iterator
 
 from turnformer.data._io import NUL_HINT, first_line, iter_lines, read_json, write_file
 from turnformer.data.report import LoadReport
-from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, is_blank, output_names, trim_invisible
+from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, check_unique_ids, is_blank, output_names,
+                                 trim_invisible)
 
 DELIMITERS = ("\t", ",", ";")
 # the names of conversation files in a folder given for its files (`turnformer data stats FOLDER`)
@@ -262,14 +263,18 @@ def meta_cell(row: list[str], cols: Columns, path: Path, line: int) -> Any:
 
 def ordered(conversation: TableConversation, cols: Columns, path: Path, report: LoadReport) -> TableConversation:
     """`conversation` with its rows in the order of their places where every place is a whole number."""
-    places = [turn.get("id") for _, turn in conversation.rows]
-    if not all(p is not None and p.isascii() and p.isdigit() for p in places):
+    if not whole_numbers([turn.get("id") for _, turn in conversation.rows]):
         return conversation
     rows = sorted(conversation.rows, key=lambda row: int(row[1]["id"]))
     if rows != conversation.rows:
         report.add("utterances_reordered", f"{path}:{conversation.line}: {conversation_name(conversation.id)}: rows not "
                    f"in {cols.name('utterance')} order; sorted")
     return replace(conversation, rows=rows)
+
+
+def whole_numbers(places: list[str | None]) -> bool:
+    """Whether every place of a conversation's rows is a whole number, which puts the rows in their order."""
+    return all(p is not None and p.isascii() and p.isdigit() for p in places)
 
 
 # the names a table is written under (`write_table`); tab-separated for .tsv
@@ -288,14 +293,13 @@ def write_table(dialogues: Iterable[Dialogue], path: Path | str) -> int:
     kind (``emotion``, ``act``, ``sentiment``, else ``label_KIND``), and meta (JSON, where any conversation has one).
     What a table would not give back is refused, naming the conversation: response-selection items (write them as
     JSON Lines), a carriage return in a value, an id with spaces at its ends, whole-number turn ids out of order (the
-    reader would sort them), a label kind that starts with a separator."""
+    reader would sort them), a label kind that starts with a separator, two conversations (or two turns of one) with
+    one id."""
     dialogues = list(dialogues)
-    names = output_names([getattr(d, "id", None) for d in dialogues])
-    first: dict[str, int] = {}
-    for i, (name, dialogue) in enumerate(zip(names, dialogues)):
-        if (earlier := first.setdefault(name, i)) != i:
-            raise DialogueError(f"dialogue {i}: id {name!r} is already the id of dialogue {earlier}")
+    names = output_names([getattr(d, "id", None) for d in dialogues])  # a place never spells another one's id
+    for name, dialogue in zip(names, dialogues):
         check_writable(dialogue, name)
+    check_unique_ids(dialogues)
     kinds = list(dict.fromkeys(kind for d in dialogues for turn in d.turns for kind in turn.labels))
     with_ids = any(turn.id is not None for d in dialogues for turn in d.turns)
     with_meta = any(d.meta for d in dialogues)
@@ -334,7 +338,7 @@ def check_writable(dialogue: Dialogue, name: str) -> None:
         raise DialogueError(f"{where}: a carriage return (\\r) in a value, which a table's lines do not keep: write "
                             "JSON Lines")
     places = [turn.id for turn in dialogue.turns]
-    if all(p is not None and p.isascii() and p.isdigit() for p in places) and places != sorted(places, key=int):
+    if whole_numbers(places) and places != sorted(places, key=int):
         raise DialogueError(f"{where}: its turn ids are whole numbers out of order, which a table reads as the turns' "
                             "order: write JSON Lines")
 
