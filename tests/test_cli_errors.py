@@ -439,6 +439,11 @@ def test_predict_outputs_and_inputs(trained_run, files, tmp_path):
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(same), "--out", str(same)])
     assert result.exit_code == 2 and f"--out {same}: it is the --input file" in result.output
     assert same.read_text() == files["test"].read_text()
+    for command in ("predict", "generate"):  # JSON written under a table's name: refused before any work
+        table = tmp_path / "predictions.csv"
+        result = runner.invoke(app, [command, "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", str(table)])
+        assert result.exit_code == 2 and f"--out {table}: the " in result.output and "name the file .jsonl" in result.output
+        assert not table.exists()
     packed = tmp_path / "predictions.jsonl.gz"   # a .gz name is written compressed, as the readers read it
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", str(packed)])
     assert result.exit_code == 0 and gzip.decompress(packed.read_bytes()).decode() == nested.read_text()

@@ -7,6 +7,7 @@ import gzip
 import json
 import re
 import tempfile
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 
 from turnformer.cli import app
 from turnformer.data import load_split, read_jsonl, write_jsonl
-from turnformer.data.jsonl import iter_jsonl
+from turnformer.data.jsonl import FileConversations, iter_jsonl
 from turnformer.data.table import column_key, reads_as_table, write_table
 from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank, output_names, trim_invisible
 
@@ -96,6 +97,12 @@ def test_a_table_is_read_a_conversation_at_a_time(tmp_path):
      r"t.csv:3: meta: differs from the meta of conversation '1' on line 2"),
     ("conversation,speaker,text,meta\n1,A,hi,nope\n", r"t.csv:2: meta: not JSON"),
     ("conversation,speaker,text,meta\n1,A,hi,[1]\n", r"t.csv:2: meta: expected an object, got a list"),
+    # a header of other columns among the rows: two tables written one after the other
+    ("conversation,speaker,text\n1,A,hi\nspeaker,utterance,conversation\n",
+     r"t.csv:3: a header line \(speaker, utterance, conversation\) among the rows"),
+    # a name that says a table, with a header split by none of the three: the table's message, not JSON's
+    ("speaker|text\nA|hi\n", r"t.csv:1: a conversation table needs a header line naming its text column"),
+    ("text\nhello\n", r"t.csv:1: a conversation table needs a header line naming its text column"),
 ])
 def test_every_fault_of_a_table_is_named_by_its_line(tmp_path, rows, message):
     with pytest.raises(DialogueError, match=message):
@@ -108,6 +115,54 @@ def test_a_file_named_jsonl_stays_json_lines_and_json_is_never_read_as_a_table(t
     assert not reads_as_table(table(tmp_path / "t.txt", '{"turns": [{"speaker": "A", "text": "hi, you"}]}\n'))
     assert read_jsonl(tmp_path / "t.txt")[0].turns[0].text == "hi, you"
     assert column_key(" Dialogue-ID ") == column_key("dialogue_id") == column_key("Dialogue  id") == "dialogue_id"
+    assert not reads_as_table(table(tmp_path / "t.txt", "speaker|text\n"))  # neither a table's name nor its delimiter
+
+
+def test_camel_case_names_a_repeated_header_and_composed_labels(tmp_path):
+    """DialogueID was an unknown column, and the file one conversation; a second table's header under the first was a
+    conversation whose label was a new class "Emotion"; "alegría" typed two ways was two classes."""
+    import unicodedata
+
+    decomposed = unicodedata.normalize("NFD", "alegría")
+    rows = ("DialogueID,SpeakerName,UtteranceText,Emotion,TurnNo\n"
+            "d1,Ann,I got the job!,alegría,0\nd1,Bob,Congrats!,neutral,1\n"
+            "DialogueID,SpeakerName,UtteranceText,Emotion,TurnNo\n"
+            f"d2,Cat,Great,{decomposed},0\n")
+    dialogues = read_jsonl(table(tmp_path / "t.csv", rows))
+    assert [(d.id, [(t.speaker, t.labels["emotion"], t.id) for t in d.turns]) for d in dialogues] == [
+        ("d1", [("Ann", "alegría", "0"), ("Bob", "neutral", "1")]), ("d2", [("Cat", "alegría", "0")])]
+    assert dialogues.report.counts == {"header_again": 1, "decomposed_label": 1}
+    assert column_key("dialogID") == "dialog_id" and column_key("ConversationID") == "conversation_id"
+
+
+def test_convert_reads_a_file_a_conversation_at_a_time_and_a_late_fault_writes_nothing(tmp_path):
+    """`data convert FILE` held the whole file (600 MB for a 57 MB table): it now reads the file as it writes, twice for
+    a table (its columns, then its rows), and a fault found on the way leaves --out as it was."""
+    source = table(tmp_path / "in.csv", "conversation,speaker,text,emotion,turn\nc1,A,hi,joy,0\nc1,B,yo,,1\n"
+                                         "c2,A,bye,sadness,\n")
+    conversations = FileConversations(source)
+    out = tmp_path / "out.tsv"
+    assert write_table(conversations, out) == 2 and conversations.passes == 2
+    assert list(read_jsonl(out)) == list(read_jsonl(source)) and conversations.report.counts == {"empty_label": 1}
+    assert write_table(iter(read_jsonl(source)), tmp_path / "once.tsv") == 2  # a one-pass iterator: held, written alike
+    assert (tmp_path / "once.tsv").read_bytes() == out.read_bytes()
+    late = table(tmp_path / "late.csv", "conversation,speaker,text\nc1,A,hi\nc2,B,\n")
+    for name in ("kept.csv", "kept.jsonl"):
+        kept = table(tmp_path / name, "keep me")
+        result = runner.invoke(app, ["data", "convert", str(late), "--out", str(kept)])
+        assert result.exit_code == 2 and "late.csv:3: text: empty text" in result.output
+        assert kept.read_text() == "keep me" and not list(tmp_path.glob(".*.tmp"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from([" ", "\t", "\n", "\u200b", "\ufeff", "\x00", "\u2028", "\xa0", "a", "é", "Z"]),
+               max_size=8))
+def test_trimming_looks_at_the_ends_only_and_trims_as_the_whole_name_read_did(name):
+    """`trim_invisible` went through every character of every value of every row; it now stops at the first visible
+    one from each end: the same result as marking every character."""
+    marks = [c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in name]
+    expected = name if all(marks) else name[marks.index(False): len(name) - marks[::-1].index(False)]
+    assert trim_invisible(name) == expected and is_blank(name) == all(marks)
 
 
 def test_meld_s_own_files_read_as_a_table_are_what_its_loader_reads(data_dir):

@@ -31,6 +31,7 @@ from turnformer.data._io import OutputClosed, PartialOutput, check_output_file a
 from turnformer.data import get_info, normalize_split
 from turnformer.data.cli import Output, data_app, write_line
 from turnformer.data.stats import dataset_stats, print_stats
+from turnformer.data.table import writes_as_table
 from turnformer.dialogue import Dialogue, DialogueError, output_names
 from turnformer.errors import CheckpointError
 from turnformer.recipes import (DEFAULT_FILE_MODEL, RECIPES_DIR, SPLIT_FILE_KEYS, changed_files, file_digests, find_recipe, load_recipe,
@@ -183,13 +184,17 @@ RUN_FILES = ("run.json", "result.json", "config.toml", "train.log")
 
 
 def check_output_file(path: Optional[Path], option: str = "--out", source: Optional[str] = None,
-                      checkpoint: Optional[Path] = None) -> None:
+                      checkpoint: Optional[Path] = None, json_lines: Optional[str] = None) -> None:
     """Fail before any work when an output file cannot be written, or is the file `source` (--input) that the command
     reads (writing it would replace the conversations with the command's output), or a file of the run `checkpoint`
-    (its description, scores and log, or anything in one of its checkpoints: writing it would destroy the model).
+    (its description, scores and log, or anything in one of its checkpoints: writing it would destroy the model), or,
+    where the command writes `json_lines` (what it writes, named), a table's name (.csv, .tsv), which would hold JSON.
     Creates its folder."""
     if path is None:
         return
+    if json_lines is not None and writes_as_table(path):
+        raise DialogueError(f"{option} {path}: the {json_lines} are written as JSON Lines, one record a line; name the "
+                            "file .jsonl (a .csv or .tsv name would hold JSON, not a table)")
     if source is not None and str(path) != "-" and Path(path).exists() and Path(source).exists() \
             and os.path.samefile(path, source):
         raise DialogueError(f"{option} {path}: it is the --input file; writing there would replace the conversations "
@@ -816,7 +821,7 @@ def predict(
     from turnformer.tasks.registry import TASKS  # torch: loaded only when the command runs
 
     try:
-        check_output_file(out, source=input, checkpoint=checkpoint)
+        check_output_file(out, source=input, checkpoint=checkpoint, json_lines="predictions")
         check_output_file(submission, "--submission", source=input, checkpoint=checkpoint)
         if submission is not None and out is not None and (
                 str(out) == str(submission) == "-" or str(out) != "-" and submission.resolve() == out.resolve()):
@@ -943,7 +948,7 @@ def generate(
     from turnformer.tasks.registry import read_run  # torch: loaded only when the command runs
 
     try:
-        check_output_file(out, source=input, checkpoint=checkpoint)
+        check_output_file(out, source=input, checkpoint=checkpoint, json_lines="replies")
         if speaker is not None and not speaker.strip():
             raise DialogueError(f"--speaker {speaker!r}: empty; give a name, or leave it out for the speaker before the last one")
         if input is None and out is not None:

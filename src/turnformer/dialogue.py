@@ -11,7 +11,7 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass, field
 from numbers import Integral
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 
 class DialogueError(ValueError):
@@ -25,22 +25,36 @@ TURN_KEYS = frozenset({"speaker", "text", "labels", "id", *CONVENIENCE_LABELS})
 def is_blank(text: str) -> bool:
     """No visible character: only whitespace, control or format characters (zero-width spaces, byte-order marks),
     which the tokenizers drop, leaving an empty utterance."""
-    return all(c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in text)
+    return all(map(invisible, text))
+
+
+def invisible(c: str) -> bool:
+    """Whether a character is whitespace, a control or a format character (zero-width, a byte-order mark)."""
+    return c.isspace() or unicodedata.category(c) in ("Cc", "Cf")
 
 
 def trim_invisible(name: str) -> str:
     """`name` without the spaces and invisible characters (zero-width, byte-order marks, controls) at its ends; a
-    blank name stays as it is."""
-    invisible = [c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in name]
-    if all(invisible):
+    blank name stays as it is. Looks at its ends only (a row's every value goes through it)."""
+    if name and not invisible(name[0]) and not invisible(name[-1]):  # the most names: nothing to trim
         return name
-    return name[invisible.index(False) : len(name) - invisible[::-1].index(False)]
+    start = next((i for i, c in enumerate(name) if not invisible(c)), None)
+    if start is None:
+        return name
+    end = next(i for i in range(len(name) - 1, start - 1, -1) if not invisible(name[i]))
+    return name[start : end + 1]
 
 
 def speaker_name(name: str) -> str:
     """A speaker's name as every speaker mask compares it: without the spaces and invisible characters at its ends
     (`trim_invisible`), its characters composed (Unicode NFC: "José" typed with a combining accent is "José")."""
     return unicodedata.normalize("NFC", trim_invisible(name))
+
+
+def label_name(name: str) -> str:
+    """A label or a label kind as every model compares it, as a speaker's name is (`speaker_name`): "alegría" typed
+    with a combining accent is the label "alegría"."""
+    return speaker_name(name)
 
 
 def check_unicode(text: str, where: str) -> None:
@@ -81,8 +95,8 @@ def _where(source: str | None, field_name: str) -> str:
 @dataclass(frozen=True)
 class Turn:
     """One utterance. `labels` maps a label kind (``emotion``, ``act``...) to a label name. The speaker and the labels
-    are kept without the spaces and invisible characters at their ends (`trim_invisible`), the speaker composed
-    (`speaker_name`)."""
+    are kept without the spaces and invisible characters at their ends (`trim_invisible`), composed (`speaker_name`,
+    `label_name`)."""
 
     speaker: str
     text: str
@@ -119,11 +133,11 @@ class Turn:
         if self.id is not None:
             check_unicode(self.id, _where(source, "id"))
         # Freeze labels so a Turn stays hashable-by-value in spirit and cannot be changed behind a cache; " joy" is joy,
-        # and " emotion " is emotion
-        labels = {trim_invisible(kind): trim_invisible(label) for kind, label in self.labels.items()}
+        # and " emotion " is emotion, composed or not
+        labels = {label_name(kind): label_name(label) for kind, label in self.labels.items()}
         if len(labels) < len(self.labels):
-            raise DialogueError(f"{_where(source, 'labels')}: two label kinds differ only by spaces at their ends "
-                                f"({', '.join(map(repr, self.labels))})")
+            raise DialogueError(f"{_where(source, 'labels')}: two label kinds differ only by spaces at their ends or "
+                                f"combining marks ({', '.join(map(repr, self.labels))})")
         object.__setattr__(self, "labels", labels)
         # " Ann " and "Ann", "José" composed and decomposed, are one speaker to every speaker mask (a file's reader
         # counts what it changed)
@@ -257,9 +271,15 @@ def as_dialogue(value: Any) -> Dialogue:
     return value if isinstance(value, Dialogue) else Dialogue.from_turns(value)
 
 
-def check_unique_ids(dialogues: Sequence[Dialogue]) -> None:
+def check_unique_ids(dialogues: Iterable[Dialogue]) -> None:
     """Refuse, naming both, two conversations with one id, or two turns of a conversation with one: the readers refuse
     such files (predictions are named by them), so the writers never write one."""
+    for _ in with_unique_ids(dialogues):
+        pass
+
+
+def with_unique_ids(dialogues: Iterable[Dialogue]) -> Iterator[Dialogue]:
+    """`dialogues`, each once checked as `check_unique_ids` checks them: for a writer that writes as it goes."""
     index_of_id: dict[str, int] = {}
     for i, dialogue in enumerate(dialogues):
         if dialogue.id is not None:
@@ -273,6 +293,7 @@ def check_unique_ids(dialogues: Sequence[Dialogue]) -> None:
                     raise DialogueError(f"dialogue {i} ({dialogue.id!r}): turns[{j}].id {turn.id!r} is already the id of "
                                         f"turns[{turn_of_id[turn.id]}]")
                 turn_of_id[turn.id] = j
+        yield dialogue
 
 
 def output_names(ids: Sequence[str | None], start: int = 0, taken: set[str] | None = None) -> list[str]:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from turnformer.data._io import OutputClosed, check_output_file
 from turnformer.data.download import describe, download, verify
-from turnformer.data.jsonl import read_jsonl, write_jsonl
+from turnformer.data.jsonl import FileConversations, write_jsonl
 from turnformer.data.registry import DATASETS, dataset_dir, load_split, names_benchmark
 from turnformer.data.stats import dataset_stats, files_stats, print_stats
 from turnformer.data.table import CONVERSATION_FILES, write_table, writes_as_table
@@ -126,7 +126,7 @@ def convert_cmd(
             _fail(f"--split {split}: {name} is a file, written whole; --split names a benchmark's split")
         if str(out) != "-" and out.exists() and out.resolve() == Path(name).resolve():
             _fail(f"--out {out}: it is the file read; writing there would replace it: give another file")
-        dialogues = _run(read_jsonl, name)
+        dialogues = FileConversations(name)  # read a conversation at a time as it is written: a file of any length
         n = _run(write_table if writes_as_table(out) else write_jsonl, dialogues, out)
         typer.echo(f"wrote {n} conversations of {name} to {out}", err=True)  # its load report: logged as it was read
         return

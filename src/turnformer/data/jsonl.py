@@ -11,7 +11,8 @@
   ``decomposed_speaker``) and ``text``
   (a string that is not blank), and may have ``labels`` (an object mapping a label kind to a label
   string; ``null`` is no label of that kind, counted as ``null_label``; spaces and invisible characters at a
-  label's or a kind's ends are removed and counted, ``padded_label``; one kind written in other capitals than on an
+  label's or a kind's ends are removed and counted, ``padded_label``; one written with combining marks is composed,
+  Unicode NFC, and counted, ``decomposed_label``; one kind written in other capitals than on an
   earlier line, ``Emotion`` and ``emotion``, is an error) and ``id`` (a string).
 * Convenience: a turn's top-level string fields ``emotion``, ``act`` and ``sentiment`` are read as
   labels of that kind (``{"speaker": "A", "text": "Hi", "emotion": "joy"}``). If ``labels`` names the
@@ -34,15 +35,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import unicodedata
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from turnformer.data._io import NUL_HINT, check_output_file, iter_lines, read_json, write_file
+from turnformer.data._io import NUL_HINT, check_output_file, iter_lines, read_json, write_chunks
 from turnformer.data.mutual import item_to_dialogue
 from turnformer.data.report import LoadReport
 from turnformer.data.table import iter_table, reads_as_table
 from turnformer.dialogue import (CONVENIENCE_LABELS, TURN_KEYS, Dialogue, DialogueError, ResponseSelectionItem, Turn, check_unicode,
-                                 check_unique_ids,
+                                 with_unique_ids,
                                  is_blank, speaker_name, trim_invisible)
 DIALOGUE_KEYS = frozenset({"id", "turns", "meta"})
 
@@ -218,7 +220,9 @@ ONE_DOCUMENT_HINT = ("; the file looks like one JSON document: write one convers
 
 def _label(value, where: str, field: str, report: LoadReport | None) -> str | None:
     """A turn's label as read: None for null (counted, `null_label`); a string without the spaces and invisible
-    characters at its ends (" joy" is the label joy; counted, `padded_label`); anything else, or a blank string, an error."""
+    characters at its ends (" joy" is the label joy; counted, `padded_label`), its characters composed (Unicode NFC:
+    "alegría" typed with a combining accent is one label with "alegría"; counted, `decomposed_label`); anything else,
+    or a blank string, an error."""
     if value is None:  # exports of partly labelled data write null for "no label"
         _count_null_label(report, where, field)
         return None
@@ -228,7 +232,14 @@ def _label(value, where: str, field: str, report: LoadReport | None) -> str | No
     if (trimmed := trim_invisible(value)) != value:
         if report is not None:
             report.add("padded_label", f"{where}: {field}: {value!r} read as {trimmed!r}")
-    return trimmed
+    return _composed(trimmed, where, field, report)
+
+
+def _composed(label: str, where: str, field: str, report: LoadReport | None) -> str:
+    """A label or a label kind with its characters composed (Unicode NFC), counted where that changed it."""
+    if (composed := unicodedata.normalize("NFC", label)) != label and report is not None:
+        report.add("decomposed_label", f"{where}: {field}: {label!r} read composed (Unicode NFC) as {composed!r}")
+    return composed
 
 
 def _label_kind(kind: str, where: str, field: str, label_sets: Mapping[str, Any] | None, report: LoadReport | None) -> str:
@@ -240,6 +251,7 @@ def _label_kind(kind: str, where: str, field: str, label_sets: Mapping[str, Any]
     check_unicode(kind, f"{where}: {field}")
     if (trimmed := trim_invisible(kind)) != kind and report is not None:
         report.add("padded_label", f"{where}: {field}: label kind {kind!r} read as {trimmed!r}")
+    trimmed = _composed(trimmed, where, field, report)
     if label_sets and trimmed not in label_sets:
         if same := next((known for known in label_sets if known.casefold() == trimmed.casefold()), None):
             raise _err(where, f"{field}.{kind}", f"label kind {kind!r} is {same!r} written otherwise; label kinds are "
@@ -268,6 +280,22 @@ def read_jsonl(
         out.append(dialogue)
         out.lines.append(lineno)
     return out
+
+
+class FileConversations:
+    """A conversation file's conversations, read anew, a conversation at a time, at every pass over them (`iter_jsonl`):
+    for a writer that goes through them twice (`turnformer.data.table.write_table`) without holding the file. The
+    load report is the first pass's, logged once."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self.report = LoadReport(source=str(path))
+        self.passes = 0
+
+    def __iter__(self) -> Iterator[Dialogue]:
+        self.passes += 1
+        report = self.report if self.passes == 1 else LoadReport(source=str(self.path))
+        return (dialogue for _, dialogue in iter_jsonl(self.path, report=report, summary=self.passes == 1))
 
 
 def iter_jsonl(
@@ -374,22 +402,26 @@ def dumps_dialogue(d: Dialogue) -> str:
 
 
 def write_jsonl(dialogues: Iterable[Dialogue | ResponseSelectionItem], path: str | os.PathLike[str]) -> int:
-    """Write conversations to `path`, one a line, atomically; returns the number written.
+    """Write conversations to `path`, one a line, atomically, a conversation at a time (`write_chunks`: the file
+    appears whole after the last one, and a conversation refused on the way leaves `path` as it was); returns the
+    number written.
 
     Response selection items are written as their context with ``meta.candidates``/``meta.answer``.
     """
     path = check_output_file(Path(path))
-    lines = []
-    dialogues = [_as_dialogue(d, i) for i, d in enumerate(dialogues)]
-    check_unique_ids(dialogues)
-    for i, dialogue in enumerate(dialogues):
-        line = dumps_dialogue(dialogue)
-        try:
-            lines.append(line.encode("utf-8"))
-        except UnicodeEncodeError as err:
-            raise DialogueError(f"dialogue {i} ({dialogue.id!r}): its meta is not valid Unicode ({err.reason})") from None
-    write_file(path, b"".join(line + b"\n" for line in lines))
-    return len(lines)
+    written = 0
+
+    def lines() -> Iterator[bytes]:
+        nonlocal written
+        for i, dialogue in enumerate(with_unique_ids(_as_dialogue(d, i) for i, d in enumerate(dialogues))):
+            try:
+                yield dumps_dialogue(dialogue).encode("utf-8") + b"\n"
+            except UnicodeEncodeError as err:
+                raise DialogueError(f"dialogue {i} ({dialogue.id!r}): its meta is not valid Unicode ({err.reason})") from None
+            written += 1
+
+    write_chunks(path, lines())
+    return written
 
 
-__all__ = ["DialogueList", "dumps_dialogue", "iter_jsonl", "parse_dialogue", "parse_turn", "read_jsonl", "refuse_selection_items", "write_jsonl"]
+__all__ = ["DialogueList", "FileConversations", "dumps_dialogue", "iter_jsonl", "parse_dialogue", "parse_turn", "read_jsonl", "refuse_selection_items", "write_jsonl"]

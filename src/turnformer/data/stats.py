@@ -15,7 +15,7 @@ and EmoryNLP; act for SwDA; the answer letter A-D for MuTual, whose hidden test 
 Turns without a label of a kind are counted apart, in ``"unlabelled": {kind: n}`` (present when any).
 For MuTual, ``dialogues`` counts items and ``utterances`` their context turns. A conversation file in the
 generic JSONL format or a table is one split named after the file (`files_stats` takes several), its first label kind
-primary, every label it uses listed.
+primary, every label it uses listed; a file is counted a conversation at a time, never held whole.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from rich.console import Console
 from rich.table import Table
 
-from turnformer.data.jsonl import read_jsonl
+from turnformer.data.jsonl import iter_jsonl
 from turnformer.data.table import CONVERSATION_FILES
 from turnformer.data.registry import get_info, load_split, names_benchmark, normalize_split, parse_split_spec
-from turnformer.data.report import DatasetSplit
-from turnformer.dialogue import DialogueError, ResponseSelectionItem
+from turnformer.data.report import LoadReport
+from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem
 
 HIDDEN = "hidden"
 
@@ -49,40 +49,54 @@ def split_stats(ds, primary: str | None = None) -> dict[str, Any]:
     """Counts for one loaded `DatasetSplit`; `primary`, where given, is the label kind counted as ``labels`` (files
     read together share one)."""
     items = ds.items
-    response_selection = bool(items) and isinstance(items[0], ResponseSelectionItem)
-    out: dict[str, Any] = {"dialogues": len(items), "utterances": ds.num_utterances}
-    if response_selection:
-        kind = "answer"
+    if items and isinstance(items[0], ResponseSelectionItem):
         letters = ds.label_sets.get("answer", ["A", "B", "C", "D"])
         counts = Counter(letters[it.answer] if it.answer is not None else HIDDEN for it in items)
-        out["label_kind"] = kind
-        out["labels"] = _distribution(counts, [] if counts.keys() == {HIDDEN} else letters)
+        return {"dialogues": len(items), "utterances": ds.num_utterances, "label_kind": "answer",
+                "labels": _distribution(counts, [] if counts.keys() == {HIDDEN} else letters),
+                "report": dict(sorted(ds.report.counts.items()))}
+    if primary is None:
+        try:
+            primary = get_info(ds.name).primary_label
+        except Exception:  # a split that is not a registered benchmark (e.g. a JSONL file)
+            primary = ds.label_kinds[0] if ds.label_kinds else None
+    _, _, counts = label_counts(items)
+    return labelled_stats(len(items), ds.num_utterances, counts, ds.label_kinds, ds.label_sets, primary, ds.report)
+
+
+def label_counts(dialogues: Iterable[Dialogue]) -> tuple[int, int, dict[str, Counter]]:
+    """Conversations, utterances, and each label kind's labels counted (kinds in the order first met), a conversation
+    at a time: what `labelled_stats` needs of a file of any length."""
+    n_dialogues = n_utterances = 0
+    counts: dict[str, Counter] = {}
+    for dialogue in dialogues:
+        n_dialogues += 1
+        n_utterances += len(dialogue.turns)
+        for turn in dialogue.turns:
+            for kind, label in turn.labels.items():
+                counts.setdefault(kind, Counter())[label] += 1
+    return n_dialogues, n_utterances, counts
+
+
+def labelled_stats(n_dialogues: int, n_utterances: int, counts: dict[str, Counter], kinds: Iterable[str],
+                   label_sets: dict[str, list[str]], primary: str | None, report: LoadReport) -> dict[str, Any]:
+    """The counts of a split of conversations (module docstring): `counts` (`label_counts`) of the label `kinds` and
+    of `primary` (where this split carries none of it: all unlabelled), each over its `label_sets` entry."""
+    out: dict[str, Any] = {"dialogues": n_dialogues, "utterances": n_utterances}
+    per_kind = {k: counts.get(k, Counter()) for k in dict.fromkeys([*([primary] if primary else []), *kinds])}
+    if primary:  # "" or None: a corpus without per-turn labels (EmpatheticDialogues, PERSONA-CHAT)
+        out["label_kind"] = primary
+        out["labels"] = _distribution(per_kind[primary], label_sets.get(primary, []))
     else:
-        if primary is None:
-            try:
-                primary = get_info(ds.name).primary_label
-            except Exception:  # a split that is not a registered benchmark (e.g. a JSONL file)
-                primary = ds.label_kinds[0] if ds.label_kinds else None
-        # the primary kind too where this split carries none of it (a file read beside others): all unlabelled
-        per_kind: dict[str, Counter] = {k: Counter() for k in dict.fromkeys([*([primary] if primary else []), *ds.label_kinds])}
-        for d in items:
-            for t in d.turns:
-                for k in per_kind:
-                    if k in t.labels:
-                        per_kind[k][t.labels[k]] += 1
-        if primary:  # "" or None: a corpus without per-turn labels (EmpatheticDialogues, PERSONA-CHAT)
-            out["label_kind"] = primary
-            out["labels"] = _distribution(per_kind.get(primary, Counter()), ds.label_sets.get(primary, []))
-        else:
-            out["labels"] = {}
-        others = {k: _distribution(c, ds.label_sets.get(k, [])) for k, c in per_kind.items() if k != primary}
-        if others:
-            out["other_labels"] = others
-        # turns without a label of a kind are counted apart, so that no label name can be mistaken for them
-        unlabelled = {k: ds.num_utterances - sum(c.values()) for k, c in per_kind.items()}
-        if any(unlabelled.values()):
-            out["unlabelled"] = {k: n for k, n in unlabelled.items() if n}
-    out["report"] = dict(sorted(ds.report.counts.items()))
+        out["labels"] = {}
+    others = {k: _distribution(c, label_sets.get(k, [])) for k, c in per_kind.items() if k != primary}
+    if others:
+        out["other_labels"] = others
+    # turns without a label of a kind are counted apart, so that no label name can be mistaken for them
+    unlabelled = {k: n_utterances - sum(c.values()) for k, c in per_kind.items()}
+    if any(unlabelled.values()):
+        out["unlabelled"] = {k: n for k, n in unlabelled.items() if n}
+    out["report"] = dict(sorted(report.counts.items()))
     return out
 
 
@@ -124,13 +138,11 @@ def dataset_stats(name: str, data_dir: str | os.PathLike[str] | None = None) -> 
     return {"dataset": info.name, "splits": {split: split_stats(load_split(info.name, split, data_dir)) for split in splits}}
 
 
-def file_split(path: str | os.PathLike[str]) -> DatasetSplit:
-    """A conversation file (JSON Lines or a table) as a split: its label kinds and sets are those its turns carry."""
-    dialogues = read_jsonl(path)
-    kinds = list(dict.fromkeys(kind for d in dialogues for t in d.turns for kind in t.labels))
-    sets = {kind: sorted({t.labels[kind] for d in dialogues for t in d.turns if kind in t.labels}) for kind in kinds}
-    return DatasetSplit(name=str(path), split=file_split_name(path), items=list(dialogues), report=dialogues.report,
-                        label_kinds=tuple(kinds), label_sets=sets)
+def file_counts(path: str | os.PathLike[str]) -> tuple[int, int, dict[str, Counter], LoadReport]:
+    """`label_counts` of a conversation file (JSON Lines or a table), read a conversation at a time, and its load
+    report: a file of any length is never held whole."""
+    report = LoadReport(source=str(path))
+    return (*label_counts(dialogue for _, dialogue in iter_jsonl(path, report=report)), report)
 
 
 def file_split_name(path: str | os.PathLike[str]) -> str:
@@ -149,6 +161,9 @@ def files_stats(paths: list[str | os.PathLike[str]]) -> dict[str, Any]:
         name = file_split_name(path)
         if name in read:
             raise DialogueError(f"{path}: two files are named {name!r}; give each split its own name")
-        read[name] = file_split(path)
-    primary = next((kind for ds in read.values() for kind in ds.label_kinds), None)
-    return {"dataset": ", ".join(str(p) for p in paths), "splits": {name: split_stats(ds, primary) for name, ds in read.items()}}
+        read[name] = file_counts(path)
+    primary = next((kind for _, _, counts, _ in read.values() for kind in counts), None)
+    return {"dataset": ", ".join(str(p) for p in paths),
+            "splits": {name: labelled_stats(n_dialogues, n_utterances, counts, counts,
+                                            {kind: sorted(c) for kind, c in counts.items()}, primary, report)
+                       for name, (n_dialogues, n_utterances, counts, report) in read.items()}}

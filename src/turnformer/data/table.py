@@ -7,7 +7,7 @@
     c1,Bob,"Hello, Ann.",neutral
 
 Columns are told by their names in the header, in any letter case, with spaces, hyphens, dots and underscores alike
-(``Dialogue_ID`` is ``dialogue id``); `ROLES` lists the names of each:
+(``Dialogue_ID``, ``dialogue id`` and ``DialogueID`` are ``dialogue_id``); `ROLES` lists the names of each:
 
 * the text and the speaker (required);
 * the conversation: its rows are consecutive, and its value is the conversation's id; without such a column the
@@ -19,9 +19,12 @@ Columns are told by their names in the header, in any letter case, with spaces, 
   ``label:KIND``) for a kind of one's own; an empty cell is no label (counted, ``empty_label``);
 * ``meta``: the conversation's meta, a JSON object, on its first row (any later row's is empty or the same).
 
+A row that repeats the header (tables written one after the other) is skipped and counted (``header_again``); another
+header line among the rows (a row that names a text and a speaker column) is an error.
+
 Every other column is ignored and counted (``unknown_field``). The delimiter is the first of tab, comma and semicolon
 that splits the header into a text and a speaker column. A file is read as a table where its name does not say JSON
-Lines (``.jsonl``) and its first line is not JSON but holds a delimiter (`reads_as_table`). The file is read a row at a
+Lines (``.jsonl``) and its first line is not JSON but holds a delimiter, or its name says a table (`reads_as_table`). The file is read a row at a
 time (gzip-compressed or not, as JSON Lines are), a conversation held until its last row.
 
 This module reads the table's shape (header, rows, conversations); each row's values are then checked as a JSON
@@ -40,12 +43,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from turnformer.data._io import NUL_HINT, first_line, iter_lines, read_json, write_file
+from turnformer.data._io import NUL_HINT, first_line, iter_lines, read_json, write_chunks
 from turnformer.data.report import LoadReport
-from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, check_unique_ids, is_blank, output_names,
+from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, is_blank, output_names, with_unique_ids,
                                  trim_invisible)
 
 DELIMITERS = ("\t", ",", ";")
+NAME_LENGTH = 40  # no column name of `ROLES` is longer, spaces and all
 # the names of conversation files in a folder given for its files (`turnformer data stats FOLDER`)
 CONVERSATION_FILES = (".jsonl", ".jsonl.gz", ".csv", ".csv.gz", ".tsv", ".tsv.gz")
 
@@ -68,17 +72,21 @@ OWN_KIND = re.compile(r"labels?[\s_\-.:]+(?P<kind>.+)", re.IGNORECASE)  # label_
 
 def column_key(name: str) -> str:
     """A header name as `ROLES` writes it: small letters, runs of spaces, hyphens, dots, colons and underscores as one
-    underscore, none at the ends (``Dialogue_ID`` and ``dialogue id`` -> ``dialogue_id``)."""
-    return re.sub(r"[\s_\-.:]+", "_", trim_invisible(name).lower()).strip("_")
+    underscore, a capital after a small letter or digit starting a word, none at the ends (``Dialogue_ID``,
+    ``dialogue id`` and ``DialogueID`` -> ``dialogue_id``)."""
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", trim_invisible(name))
+    return re.sub(r"[\s_\-.:]+", "_", words.lower()).strip("_")
 
 
 def reads_as_table(path: Path) -> bool:
     """Whether a conversation file is read as a table: its name does not say JSON Lines (``.jsonl``, ``.jsonl.gz``),
-    and its first line that is not blank is not JSON (``{``, ``[``) but holds a tab, comma or semicolon."""
+    and its first line that is not blank is not JSON (``{``, ``[``) but holds a tab, comma or semicolon, or the name
+    ends in .csv or .tsv (then .gz), whose header is then refused by name where it names no text and speaker column."""
     if Path(path).name.lower().endswith((".jsonl", ".jsonl.gz")):
         return False
     line = first_line(Path(path)).strip()
-    return bool(line) and line[0] not in "{[" and any(d in line for d in DELIMITERS)
+    return bool(line) and line[0] not in "{[" and (any(d in line for d in DELIMITERS)
+                                                    or Path(path).name.lower().endswith(TABLE_FILES))
 
 
 @dataclass
@@ -185,6 +193,13 @@ def iter_table(path: Path, report: LoadReport) -> Iterator[TableConversation]:
         if not row or all(is_blank(value) for value in row):
             report.add("blank_line", f"{path}:{line}: blank row skipped")
             continue
+        if row == cols.names:  # tables written one after the other
+            report.add("header_again", f"{path}:{line}: the header line again, skipped")
+            continue
+        if is_header(row):
+            raise DialogueError(f"{path}:{line}: a header line ({', '.join(row)}) among the rows, other than the first "
+                                f"({', '.join(cols.names)}): tables of other columns written one after the other? Give "
+                                "each table its own file, or write them under one header")
         if len(row) != len(cols.names):
             raise DialogueError(f"{path}:{line}: expected {len(cols.names)} fields ({', '.join(cols.names)}), got "
                                 f"{len(row)}")
@@ -214,6 +229,21 @@ def iter_table(path: Path, report: LoadReport) -> Iterator[TableConversation]:
         conversation.rows.append((line, turn))
     if conversation is not None:
         yield ordered(conversation, cols, path, report)
+
+
+def is_header(row: list[str]) -> bool:
+    """Whether a row names a text and a speaker column among its cells: another table's header. Cheap, as it looks at
+    every row: a cell's letters and digits alone, in small letters, against `ROLES`' names written so."""
+    words = {squashed(value) for value in row if len(value) <= NAME_LENGTH}  # a long text is no column's name
+    return not SQUASHED_NAMES["text"].isdisjoint(words) and not SQUASHED_NAMES["speaker"].isdisjoint(words)
+
+
+def squashed(name: str) -> str:
+    """A name's letters and digits alone, in small letters (``Dialogue_ID`` -> ``dialogueid``)."""
+    return re.sub(r"[\W_]+", "", name).lower()
+
+
+SQUASHED_NAMES = {role: frozenset(map(squashed, names)) for role, names in ROLES.items()}  # `is_header`
 
 
 def row_turn(row: list[str], cols: Columns, path: Path, line: int, report: LoadReport) -> dict:
@@ -287,34 +317,54 @@ def writes_as_table(path: Path | str) -> bool:
 
 
 def write_table(dialogues: Iterable[Dialogue], path: Path | str) -> int:
-    """Write conversations as a table, one utterance a row, atomically (`write_file`: a temporary file renamed, gzip
+    """Write conversations as a table, one utterance a row, atomically (`write_chunks`: a temporary file renamed, gzip
     for a name ending in .gz); returns the conversations written. The columns: conversation_id (a conversation without
     an id under its place, as outputs name it), turn_id (where any turn has an id), speaker, text, a column per label
     kind (``emotion``, ``act``, ``sentiment``, else ``label_KIND``), and meta (JSON, where any conversation has one).
-    What a table would not give back is refused, naming the conversation: response-selection items (write them as
-    JSON Lines), a carriage return in a value, an id with spaces at its ends, whole-number turn ids out of order (the
-    reader would sort them), a label kind that starts with a separator, two conversations (or two turns of one) with
-    one id."""
-    dialogues = list(dialogues)
-    names = output_names([getattr(d, "id", None) for d in dialogues])  # a place never spells another one's id
-    for name, dialogue in zip(names, dialogues):
-        check_writable(dialogue, name)
-    check_unique_ids(dialogues)
-    kinds = list(dict.fromkeys(kind for d in dialogues for turn in d.turns for kind in turn.labels))
-    with_ids = any(turn.id is not None for d in dialogues for turn in d.turns)
-    with_meta = any(d.meta for d in dialogues)
+    What a table would not give back is refused before a row is written, naming the conversation: response-selection
+    items (write them as JSON Lines), a carriage return in a value, an id with spaces at their ends, whole-number turn
+    ids out of order (the reader would sort them), a label kind that starts with a separator, two conversations (or two
+    turns of one) with one id. `dialogues` is gone through twice, the columns found in the first pass and the rows
+    written in the second, a conversation at a time: give a collection, or what reads a file anew at each pass
+    (`turnformer.data.jsonl.FileConversations`) for a file of any length."""
+    if isinstance(dialogues, Iterator):  # a one-pass iterator: held
+        dialogues = list(dialogues)
+    kinds: dict[str, None] = {}
+    ids: set[str] = set()
+    with_ids = with_meta = False
+    count = 0
+    for i, dialogue in enumerate(with_unique_ids(writable(dialogues))):
+        kinds.update(dict.fromkeys(kind for turn in dialogue.turns for kind in turn.labels))
+        with_ids = with_ids or any(turn.id is not None for turn in dialogue.turns)
+        with_meta = with_meta or bool(dialogue.meta)
+        if dialogue.id is not None:
+            ids.add(dialogue.id)
+        count = i + 1
     header = ["conversation_id", *(["turn_id"] if with_ids else []), "speaker", "text", *map(kind_column, kinds),
               *(["meta"] if with_meta else [])]
-    out = io.StringIO()
-    writer = csv.writer(out, delimiter="\t" if ".tsv" in Path(path).name.lower() else ",", lineterminator="\n")
-    writer.writerow(header)
-    for name, dialogue in zip(names, dialogues):
-        meta = json.dumps(dialogue.meta, ensure_ascii=False, allow_nan=False) if dialogue.meta else ""
-        for turn in dialogue.turns:
-            writer.writerow([name, *([turn.id or ""] if with_ids else []), turn.speaker, turn.text,
-                             *(turn.labels.get(kind, "") for kind in kinds), *([meta] if with_meta else [])])
-    write_file(Path(path), out.getvalue().encode("utf-8"))
-    return len(dialogues)
+    delimiter = "\t" if ".tsv" in Path(path).name.lower() else ","
+
+    def rows() -> Iterator[bytes]:  # a conversation's rows at a time
+        out = io.StringIO()
+        writer = csv.writer(out, delimiter=delimiter, lineterminator="\n")
+        writer.writerow(header)
+        n = 0
+        for n, dialogue in enumerate(dialogues, 1):
+            name = output_names([dialogue.id], n - 1, ids)[0]  # a place never spells another one's id
+            meta = json.dumps(dialogue.meta, ensure_ascii=False, allow_nan=False) if dialogue.meta else ""
+            for turn in dialogue.turns:
+                writer.writerow([name, *([turn.id or ""] if with_ids else []), turn.speaker, turn.text,
+                                 *(turn.labels.get(kind, "") for kind in kinds), *([meta] if with_meta else [])])
+            yield out.getvalue().encode("utf-8")
+            out.seek(0)
+            out.truncate()
+        if n != count:
+            raise DialogueError(f"{path}: {count} conversations in the first pass, {n} in the second: the file read "
+                                "changed while it was written")
+        yield out.getvalue().encode("utf-8")  # the header, where there was no conversation
+
+    write_chunks(Path(path), rows())
+    return count
 
 
 def kind_column(kind: str) -> str:
@@ -323,6 +373,13 @@ def kind_column(kind: str) -> str:
         raise DialogueError(f"label kind {kind!r}: a table's label_KIND column would read it without what starts it; "
                             "write JSON Lines")
     return kind if kind in LABEL_KINDS else f"label_{kind}"
+
+
+def writable(dialogues: Iterable[Dialogue]) -> Iterator[Dialogue]:
+    """`dialogues`, each once `check_writable` has let it through (named by its id, or its place)."""
+    for i, dialogue in enumerate(dialogues):
+        check_writable(dialogue, dialogue.id if getattr(dialogue, "id", None) is not None else str(i))
+        yield dialogue
 
 
 def check_writable(dialogue: Dialogue, name: str) -> None:
