@@ -1,4 +1,4 @@
-"""What the speed benchmarks share: timing, and argument types that refuse sizes below 1 before anything runs."""
+"""What the speed and memory benchmarks share: timing, peak memory of a child process, an earlier commit's tree, and argument types that refuse sizes below 1 before anything runs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import json
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 
 def timed_train_step(model, optimizer, batch) -> float:
@@ -28,6 +31,40 @@ def child_measurement(script: str, arguments: list[str], env: dict[str, str], wh
     if done.returncode:
         raise SystemExit(f"{what} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# runs one command and prints its peak resident memory in KiB: a fresh process per measurement, since a process's
+# ru_maxrss of its children is the largest over all of them
+MEASURE = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
+           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.returncode)")
+
+
+def peak_memory(command: list[str], env: dict[str, str], what: str) -> dict:
+    """Run `command` in a child process of its own under `env`: its peak resident memory (``ru_maxrss``, MiB) and its
+    wall time; its failure ends the benchmark, naming `what` and showing the end of its errors."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", MEASURE, *command], capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - start
+    peak_kib, returncode = (int(x) for x in done.stdout.split()[-2:])
+    if returncode:
+        raise SystemExit(f"{what} failed ({returncode}):\n{done.stderr[-2000:]}")
+    return {"peak_rss_mib": round(peak_kib / 1024, 1), "seconds": round(seconds, 1)}
+
+
+@contextmanager
+def source_trees(root: Path, folder: Path, baseline: str | None) -> Iterator[dict[str, Path]]:
+    """The ``src`` folders to run: this tree's (``now``) and, with `baseline`, that commit's, checked out into a
+    temporary git worktree in `folder` (removed afterwards)."""
+    trees = {"now": root / "src"}
+    if baseline:
+        worktree = folder / "baseline"
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "-q", str(worktree), baseline], check=True)
+        trees["baseline"] = worktree / "src"
+    try:
+        yield trees
+    finally:
+        if baseline:
+            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(folder / "baseline")])
 
 
 def spread(items, n: int) -> list:

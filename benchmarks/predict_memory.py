@@ -18,22 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
+from _timing import peak_memory, source_trees
 from turnformer.data import load_split, write_jsonl
 from turnformer.results import make_result, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
-# runs one command and prints its peak resident memory in KiB: a fresh process per measurement, since a process's
-# ru_maxrss of its children is the largest over all of them
-MEASURE = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
-           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.returncode)")
 
 
 def conversation_file(path: Path, turns: int, data_dir) -> int:
@@ -55,13 +50,7 @@ def measure(src: Path, checkpoint: Path, source: Path, out: Path, threads: int) 
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": str(threads), "TURNFORMER_THREADS": str(threads)}
     command = [sys.executable, "-m", "turnformer.cli", "-q", "predict", "--checkpoint", str(checkpoint),
                "--input", str(source), "--out", str(out)]
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", MEASURE, *command], capture_output=True, text=True, env=env)
-    seconds = time.perf_counter() - start
-    peak_kib, returncode = (int(x) for x in done.stdout.split()[-2:])
-    if returncode:
-        raise SystemExit(f"predict failed ({returncode}):\n{done.stderr[-2000:]}")
-    return {"peak_rss_mib": round(peak_kib / 1024, 1), "seconds": round(seconds, 1)}
+    return peak_memory(command, env, "predict")
 
 
 def main() -> None:
@@ -81,13 +70,8 @@ def main() -> None:
                  "--dataset", "swda", "--limit-dialogues", "4", "--set", "train.epochs=1", "--out", str(checkpoint),
                  *(["--data-dir", args.data_dir] if args.data_dir else [])]
         subprocess.run(train, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-    trees = {"now": ROOT / "src"}
-    if args.baseline:
-        worktree = folder / "baseline"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(worktree), args.baseline], check=True)
-        trees["baseline"] = worktree / "src"
     rows = []
-    try:
+    with source_trees(ROOT, folder, args.baseline) as trees:
         for size in sizes:
             source = folder / f"conversations-{size}.jsonl"
             turns = conversation_file(source, size, args.data_dir)
@@ -102,9 +86,6 @@ def main() -> None:
             row["output_mib"] = round(outputs["now"].stat().st_size / 2**20, 1)
             rows.append(row)
             source.unlink()
-    finally:
-        if args.baseline:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees["baseline"].parent)])
     run = json.loads((checkpoint / "run.json").read_text())
     record = make_result(
         "predict-memory", task=run["recipe"]["task"], dataset="file (SwDA test conversations, repeated)", split="-",
