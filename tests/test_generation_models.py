@@ -218,7 +218,10 @@ def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
     assert named.exit_code == 0 and named.output.count("Bob>") == 1 and "bot>" not in named.output, named.output
     assert "note: that line is longer than the model reads (1 of its turns cut to its first 50 words)" in named.output
     for options, message in ((["--out", str(tmp_path / "chat.jsonl")], "without --input, generate chats on the terminal"),
-                             (["--speaker", "user"], "the chat's user is 'user'")):
+                             (["--speaker", "user"], "the chat's user is 'user'"),
+                             # a name that is "user" once its invisible end is read off, as the turns' speakers are
+                             (["--speaker", "user\u200b"], "the chat's user is 'user'"),
+                             (["--speaker", "\u200b"], "empty; give a name")):
         refused = runner.invoke(app, ["generate", "--checkpoint", str(out), *options], input="hi\n\n")
         assert refused.exit_code == 2 and message in " ".join(refused.output.split()), refused.output
     assert not (tmp_path / "chat.jsonl").exists()

@@ -65,6 +65,8 @@ def test_models_and_health(client):
     assert listed["acts"]["serves"] == ["annotate", "stream"] and listed["acts"]["label_kind"] == "act"
     assert listed["ranker"]["serves"] == ["rank"] and listed["generation"]["serves"] == ["generate"]
     assert listed["generation"]["labels"] == [] and listed["generation"]["backbone"] is None
+    # a local backbone folder by its name: its path is the server machine's
+    assert emotion["backbone"] and "/" not in emotion["backbone"] and not emotion["backbone"].startswith("\\")
     assert client.get("/openapi.json").json()["paths"].keys() >= {"/v1/sessions", "/v1/annotate", "/v1/rank"}
 
 
@@ -199,6 +201,13 @@ def test_annotate_rank_generate_and_attention_answer_as_in_process(client, model
 def test_bad_input_is_a_4xx_naming_the_field(client, method, path, body, status, message):
     answer = client.request(method.upper(), path, json=body)
     assert answer.status_code == status and answer.json()["error"].startswith(message), answer.text
+
+
+def test_a_list_of_many_wrong_items_is_answered_with_its_first_problems(client):
+    """A 1 MB list of numbers as turns was a 422 listing every one of its half a million problems (about 50 MB)."""
+    answer = client.post("/v1/annotate", json={"turns": [1] * 5000})
+    assert answer.status_code == 422 and len(answer.json()["problems"]) == 20 and len(answer.content) < 20_000
+    assert answer.json()["error"].startswith("turns[0]: ") and "(and 4999 more: the first 20 in problems)" in answer.json()["error"]
 
 
 def test_bodies_that_are_not_json_objects_are_4xx(client):

@@ -32,7 +32,7 @@ from turnformer.data import get_info, normalize_split
 from turnformer.data.cli import Output, data_app, write_line
 from turnformer.data.stats import dataset_stats, print_stats
 from turnformer.data.table import writes_as_table
-from turnformer.dialogue import Dialogue, DialogueError, output_names
+from turnformer.dialogue import Dialogue, DialogueError, is_blank, output_names, speaker_name
 from turnformer.errors import CheckpointError
 from turnformer.recipes import (DEFAULT_FILE_MODEL, RECIPES_DIR, SPLIT_FILE_KEYS, changed_files, file_digests, find_recipe, load_recipe,
                                 recipe_for_dataset, recipe_path)
@@ -949,12 +949,13 @@ def generate(
 
     try:
         check_output_file(out, source=input, checkpoint=checkpoint, json_lines="replies")
-        if speaker is not None and not speaker.strip():
+        if speaker is not None and is_blank(speaker):  # spaces alone, or invisible characters (a zero-width space)
             raise DialogueError(f"--speaker {speaker!r}: empty; give a name, or leave it out for the speaker before the last one")
+        speaker = speaker_name(speaker) if speaker is not None else None  # as the turns' speakers are compared
         if input is None and out is not None:
             raise DialogueError(f"--out {out}: the replies to --input's conversations are written there; without --input, "
                                 "generate chats on the terminal")
-        if input is None and speaker is not None and speaker.strip() == CHAT_USER:
+        if input is None and speaker == CHAT_USER:
             raise DialogueError(f"--speaker {speaker}: the chat's user is {CHAT_USER!r}; give the model another name")
         task, _ = read_run(checkpoint)
         if task.command != "generate":
@@ -968,7 +969,7 @@ def generate(
     except USER_ERRORS as e:
         fail(describe(e))
     if input is None:
-        return chat(bot, (speaker or "").strip() or "bot")
+        return chat(bot, speaker or "bot")
     show(replies, out, key)
 
 

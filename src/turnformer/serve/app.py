@@ -171,6 +171,9 @@ def unreadable(cause: BaseException) -> str:
     return f"cannot be read as JSON ({type(cause).__name__})"
 
 
+MAX_PROBLEMS = 20  # the problems a 422 answer lists
+
+
 def add_error_handlers(app: FastAPI) -> None:
     async def invalid(request, exc: RequestValidationError):
         problems = [problem(e) for e in exc.errors()]
@@ -179,7 +182,9 @@ def add_error_handlers(app: FastAPI) -> None:
             problems[0]["message"] += (f"; the request's Content-Type is {media or 'missing'}: send the body as JSON with "
                                        "Content-Type: application/json")
         more = f" (and {len(problems) - 1} more: see problems)" if len(problems) > 1 else ""
-        return error(422, f"{problems[0]['field']}: {problems[0]['message']}{more}", problems=problems)
+        if len(problems) > MAX_PROBLEMS:  # a list of a million wrong items: its first problems, not a 50 MB answer
+            more = f" (and {len(problems) - 1} more: the first {MAX_PROBLEMS} in problems)"
+        return error(422, f"{problems[0]['field']}: {problems[0]['message']}{more}", problems=problems[:MAX_PROBLEMS])
 
     async def http_error(_, exc: StarletteHTTPException):
         if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not read the body: say why
@@ -352,7 +357,7 @@ def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token:
         guard = [Depends(HTTPBearer(auto_error=False, description="The token the server was started with (TURNFORMER_TOKEN)."))]
 
     @app.get("/v1/health", tags=["server"])
-    def health() -> dict:
+    async def health() -> dict:  # on the event loop: answered while every worker thread runs a model
         return {"status": "ok", "models": len(models), "sessions": len(store)}
 
     @app.get("/v1/models", tags=["server"], dependencies=guard)

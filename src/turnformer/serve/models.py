@@ -49,7 +49,7 @@ class LoadedModel:
         """What `GET /v1/models` says of it: task, model, labels, backbone, and the scores its training reported."""
         recipe = self.run["recipe"]
         return {
-            "name": self.name, "task": self.task.name, "model": recipe["model"], "backbone": recipe.get("backbone"),
+            "name": self.name, "task": self.task.name, "model": recipe["model"], "backbone": shown_backbone(recipe.get("backbone")),
             "dataset": recipe.get("dataset"), "label_kind": recipe.get("label_kind") if self.task.labelled else None,
             "labels": list(self.run.get("labels") or []), "serves": sorted(self.serves),
             "results": finite(run_results(self.checkpoint)),
@@ -135,6 +135,14 @@ def session_memory(models: dict[str, LoadedModel], limits, physical: int | None 
     return said, (f"--max-sessions {limits.max_sessions}: the live conversations could take {total / 2**30:.1f} GiB, "
                   f"more than half of this machine's {physical / 2**30:.1f} GiB; --max-sessions {fits} keeps them "
                   "under half")
+
+
+def shown_backbone(backbone: str | None) -> str | None:
+    """A backbone as `GET /v1/models` shows it: a local folder's name alone (its path is the server machine's, not
+    the clients'), a hub name or a bundled one as it is."""
+    if backbone is None or not Path(backbone).is_absolute():
+        return backbone
+    return Path(backbone).name
 
 
 def finite(value: Any) -> Any:

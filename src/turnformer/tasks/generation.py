@@ -31,7 +31,7 @@ import torch
 from turnformer.data import load_split
 from turnformer.data.generation_vocab import (EOU, PAD, SOU, SPEAKER_Q, SPEAKER_R, SPECIALS, UNK, GenerationInstance,
                                               Utterance, Vocabulary, detokenize, words)
-from turnformer.dialogue import Dialogue, DialogueError, as_dialogue, next_speaker, output_names, speaker_name
+from turnformer.dialogue import Dialogue, DialogueError, as_dialogue, is_blank, next_speaker, output_names, speaker_name
 from turnformer.models.dialogbert import DialogBERTGenerator
 from turnformer.models.dra import TransformerDRA
 from turnformer.models.generator_base import IGNORE, GenerationBatch
@@ -116,7 +116,8 @@ def reply_instance(dialogue: Dialogue, speaker: str, max_context_turns: int = 4,
 def replier(dialogue: Dialogue, speaker: str | None) -> str:
     """Who replies: `speaker` as a turn's speaker is read (`speaker_name`: without the spaces around it, composed); none
     given, `next_speaker`."""
-    return speaker_name(speaker or "").strip() or next_speaker(dialogue)
+    name = speaker_name(speaker or "")
+    return name if not is_blank(name) else next_speaker(dialogue)
 
 
 def check_cuts(max_context_turns: int, max_words: int) -> None:
