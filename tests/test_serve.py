@@ -250,6 +250,7 @@ def test_bodies_that_are_not_json_objects_are_4xx(client):
     assert deep.status_code in (400, 422) and deep.json()["error"].startswith("body: ")
     too_big = client.post("/v1/annotate", content=b" " * (2 << 20), headers=json_type)
     assert too_big.status_code == 413 and "over 1048576 bytes" in too_big.json()["error"]
+    assert "send fewer turns" in too_big.json()["error"]  # 200 turns of 2,000 characters in a 3-byte script are 1.2 MB
 
     def chunks():  # no Content-Length: counted as it arrives
         for _ in range(40):

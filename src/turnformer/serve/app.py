@@ -141,7 +141,8 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def too_large(self, scope, receive, send) -> None:
-        await error(413, f"request body over {self.max_bytes} bytes, the most this server takes")(scope, receive, send)
+        await error(413, f"request body over {self.max_bytes} bytes, the most this server takes: send fewer turns (the "
+                         "newest), or shorter texts")(scope, receive, send)
 
 
 def field_of(location: tuple) -> str:
