@@ -154,6 +154,18 @@ def test_convert_reads_a_file_a_conversation_at_a_time_and_a_late_fault_writes_n
         assert kept.read_text() == "keep me" and not list(tmp_path.glob(".*.tmp"))
 
 
+def test_a_reason_met_on_every_row_keeps_its_first_messages_and_its_whole_count(tmp_path):
+    """Every repair kept its message: a million empty labels were a million messages held beside a file read a
+    conversation at a time."""
+    from turnformer.data.report import MESSAGES_PER_REASON
+
+    rows = "".join(f"c{i // 3},A,hi {i},\n" for i in range(3 * MESSAGES_PER_REASON))
+    dialogues = read_jsonl(table(tmp_path / "t.csv", "conversation,speaker,text,emotion\n" + rows))
+    assert dialogues.report.counts == {"empty_label": 3 * MESSAGES_PER_REASON}
+    assert len(dialogues.report.messages) == MESSAGES_PER_REASON
+    assert dialogues.report.messages[-1].startswith(f"{tmp_path / 't.csv'}:{MESSAGES_PER_REASON + 1}: emotion: empty")
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from([" ", "\t", "\n", "\u200b", "\ufeff", "\x00", "\u2028", "\xa0", "a", "é", "Z"]),
                max_size=8))

@@ -2,7 +2,8 @@
 
 Loaders never drop or change data silently. Every repair, skip or notable irregularity is counted in
 `LoadReport.counts` under a short reason (``merged_split_utterance``, ``blank_line``...) and described
-in `LoadReport.messages` with the file and line (or field) it concerns.
+in `LoadReport.messages` with the file and line (or field) it concerns: the first `MESSAGES_PER_REASON` of each
+reason, so that a file of any length (a million empty labels) is reported in bounded memory; the counts are whole.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Union
 
 from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem
+
+
+MESSAGES_PER_REASON = 100
 
 
 class DataNotFoundError(DialogueError, FileNotFoundError):
@@ -43,9 +47,11 @@ class LoadReport:
         return ", ".join(f"{name!r} x{n} (first {self.first_seen.get(name, '?')})" for name, n in self.ignored_fields.items())
 
     def add(self, reason: str, message: str, n: int = 1) -> None:
-        """Count `n` occurrences of `reason`, and keep a message naming the file and line or field."""
+        """Count `n` occurrences of `reason`, and keep a message naming the file and line or field (the first
+        `MESSAGES_PER_REASON` of a reason)."""
         self.counts[reason] += n
-        self.messages.append(message)
+        if self.counts[reason] - n < MESSAGES_PER_REASON:
+            self.messages.append(message)
 
     def merge(self, other: "LoadReport") -> None:
         self.counts.update(other.counts)
