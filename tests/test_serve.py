@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from turnformer.cli import app as cli_app
-from turnformer.dialogue import Dialogue, DialogueError
+from turnformer.dialogue import Dialogue, DialogueError, Turn
 from turnformer.serve.app import create_app
 from turnformer.serve.models import load_models, session_memory, tensor_bytes
 from turnformer.serve.schemas import Limits
@@ -208,6 +208,40 @@ def test_a_list_of_many_wrong_items_is_answered_with_its_first_problems(client):
     answer = client.post("/v1/annotate", json={"turns": [1] * 5000})
     assert answer.status_code == 422 and len(answer.json()["problems"]) == 20 and len(answer.content) < 20_000
     assert answer.json()["error"].startswith("turns[0]: ") and "(and 4999 more: the first 20 in problems)" in answer.json()["error"]
+
+
+def test_a_model_with_as_many_calls_waiting_as_the_server_lets_wait_answers_503(models):
+    """Calls to one busy model waited without end, each holding a worker thread, until none was left for any request.
+    A call past `max_waiting` is a 503 with Retry-After; an utterance streamed to a session still waits (refused after
+    another of its models took it, the session's models would disagree), and the health check answers meanwhile."""
+    emotion = models["emotion"]
+    session = emotion.session()
+    try:
+        with BackgroundServer(create_app(models, Limits(max_waiting=1))) as url, httpx.Client(base_url=url, timeout=60) as http:
+            emotion.lock.acquire()  # a long call running
+            waiters = [threading.Thread(target=emotion.annotate, args=(Dialogue((Turn("A", "hi"),)),)),
+                       threading.Thread(target=emotion.add, args=(session, Turn("A", "hi")))]
+            try:
+                for expected, waiter in enumerate(waiters, 1):
+                    waiter.start()
+                    for _ in range(500):
+                        if emotion.waiting == expected:
+                            break
+                        time.sleep(0.01)
+                    assert emotion.waiting == expected  # the streamed utterance waits beyond max_waiting
+                busy = http.post("/v1/annotate", json={"turns": TURNS, "models": ["emotion"]})
+                assert busy.status_code == 503 and busy.headers["retry-after"] == "1", busy.text
+                assert busy.json()["error"] == "model 'emotion': 2 calls wait for it already, the most this server lets wait; try again shortly"
+                assert http.post("/v1/annotate", json={"turns": TURNS, "models": ["acts"]}).status_code == 200  # another model
+                assert http.get("/v1/health").status_code == 200
+            finally:
+                emotion.lock.release()
+                for waiter in waiters:
+                    waiter.join()
+            assert emotion.waiting == 0 and http.post("/v1/annotate", json={"turns": TURNS, "models": ["emotion"]}).status_code == 200
+    finally:
+        for model in models.values():
+            model.max_waiting = Limits().max_waiting
 
 
 def test_bodies_that_are_not_json_objects_are_4xx(client):

@@ -1028,6 +1028,8 @@ def serve(
                                  "about N greedy replies."),
     body_timeout: float = typer.Option(30.0, min=0.1, help="Seconds in which a request's body must arrive whole (a "
                                        "client that stops sending half-way gets a 408 and its connection closed)."),
+    max_waiting: int = typer.Option(16, min=1, help="Calls that may wait for one model; another gets a 503 with "
+                                    "Retry-After (an utterance streamed to a session always waits its turn)."),
     worker: Optional[str] = typer.Option(None, help="This process's name, put at the start of its session ids, for a "
                                          "router in front of several processes (README: several workers)."),
 ) -> None:
@@ -1047,7 +1049,7 @@ def serve(
         if token is not None:
             checked_token(token)
         limits = Limits(max_body_bytes=max_body, max_text_chars=max_text, max_turns=max_turns, max_sessions=max_sessions,
-                        idle_seconds=idle_timeout, body_seconds=body_timeout, max_beam=max_beam)
+                        idle_seconds=idle_timeout, body_seconds=body_timeout, max_beam=max_beam, max_waiting=max_waiting)
         sock = listen(host, port)  # before the models load: a port in use fails at once
         models = load_models(checkpoint)
     except USER_ERRORS as e:

@@ -39,7 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from turnformer import __version__
 from turnformer.data.jsonl import read_json
 from turnformer.dialogue import DialogueError, next_speaker
-from turnformer.serve.models import LoadedModel, pick_model, pick_models
+from turnformer.serve.models import LoadedModel, ModelBusy, pick_model, pick_models
 from turnformer.serve.schemas import (AnnotateIn, AttentionIn, GenerateIn, Limits, NewSession, RankIn, UtteranceIn, candidate_turns,
                                       checked_speaker, checked_turn, conversation)
 from turnformer.serve.sessions import SessionFull, SessionGone, SessionStore
@@ -201,12 +201,15 @@ def add_error_handlers(app: FastAPI) -> None:
     async def full(_, exc: SessionFull):
         return error(409, str(exc))
 
+    async def busy(_, exc: ModelBusy):
+        return error(503, str(exc), headers={"Retry-After": "1"})
+
     async def internal(_, exc: Exception):
         logger.error("internal error: %r", exc)
         return error(500, f"internal error ({type(exc).__name__}); the server's log has the details")
 
     for kind, handler in ((RequestValidationError, invalid), (StarletteHTTPException, http_error), (DialogueError, bad_input),
-                          (SessionGone, gone), (SessionFull, full), (Exception, internal)):
+                          (SessionGone, gone), (SessionFull, full), (ModelBusy, busy), (Exception, internal)):
         app.add_exception_handler(kind, handler)
 
 
@@ -348,6 +351,8 @@ def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token:
                   description="Emotions, dialogue acts, ranked and generated replies for conversations, from trained "
                               "turnformer models. Turns are {\"speaker\", \"text\"}, as in the JSONL files.")
     store = SessionStore(limits.max_sessions, limits.idle_seconds, limits.max_session_turns, session_prefix)
+    for model in models.values():
+        model.max_waiting = limits.max_waiting
     app.state.sessions = store  # the live sessions, for a program that embeds the app (a test moves their clock)
     add_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, seconds=limits.body_seconds)

@@ -10,9 +10,10 @@ import os
 import re
 import threading
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -28,6 +29,10 @@ ABILITIES = {
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
+class ModelBusy(Exception):
+    """A call to a model for which as many calls wait as the server lets wait (503)."""
+
+
 @dataclass(eq=False)
 class LoadedModel:
     """A trained model as the server holds it. Every call into the model goes through one of its methods, under
@@ -40,6 +45,9 @@ class LoadedModel:
     tokenizer: Any  # or a generator's word vocabulary
     run: dict
     lock: threading.Lock = field(default_factory=threading.Lock)
+    max_waiting: int = 16  # calls that may wait for the lock (`turn`); the server sets its `Limits.max_waiting`
+    waiting: int = 0
+    counter: threading.Lock = field(default_factory=threading.Lock)  # guards `waiting`
 
     @property
     def serves(self) -> frozenset[str]:
@@ -56,13 +64,34 @@ class LoadedModel:
         }
 
     def session(self) -> Any:
-        with self.lock:
+        with self.turn():
             return self.task.session(self.model, self.tokenizer, self.run)
 
     def add(self, session: Any, turn: Turn) -> dict:
-        """The next utterance of a conversation, through its streaming `session` (made by `session()`)."""
-        with self.lock:
+        """The next utterance of a conversation, through its streaming `session` (made by `session()`). It waits its
+        turn however many calls wait: refused after another model of the session took the utterance, it would leave the
+        session's models with different histories."""
+        with self.turn(queued=False):
             return session.add(turn.speaker, turn.text)
+
+    @contextmanager
+    def turn(self, queued: bool = True) -> Iterator[None]:
+        """Hold the model's lock for one call. A `queued` call that finds `max_waiting` calls waiting already is
+        refused (`ModelBusy`, a 503): a burst of calls to one model would otherwise take every worker thread."""
+        with self.counter:
+            if queued and self.waiting >= self.max_waiting:
+                raise ModelBusy(f"model {self.name!r}: {self.waiting} calls wait for it already, the most this server "
+                                "lets wait; try again shortly")
+            self.waiting += 1
+        try:
+            self.lock.acquire()
+        finally:
+            with self.counter:
+                self.waiting -= 1
+        try:
+            yield
+        finally:
+            self.lock.release()
 
     def session_bytes(self) -> int:
         """Bytes of the tensors one streaming session of this model holds once full (DialogXL's memory of `mem_len`
@@ -78,19 +107,19 @@ class LoadedModel:
         return held
 
     def annotate(self, dialogue: Dialogue) -> list[dict]:
-        with self.lock:
+        with self.turn():
             return self.task.annotate(self.model, self.tokenizer, self.run, [dialogue])[0]
 
     def rank(self, dialogue: Dialogue, candidates: Sequence[Turn | str], truncation: dict | None = None) -> list[float]:
-        with self.lock:
+        with self.turn():
             return self.task.rank(self.model, self.tokenizer, self.run, dialogue, candidates, truncation)
 
     def respond(self, dialogue: Dialogue, speaker: str | None, beam: int, truncation: dict | None = None) -> str:
-        with self.lock:
+        with self.turn():
             return self.task.respond(self.model, self.tokenizer, self.run, dialogue, speaker, beam, truncation)
 
     def attention(self, dialogue: Dialogue, utterance: int) -> dict:
-        with self.lock:
+        with self.turn():
             return self.task.attention(self.model, self.tokenizer, self.run, dialogue, utterance)
 
 

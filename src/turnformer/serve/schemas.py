@@ -27,6 +27,7 @@ class Limits:
     max_sessions: int = 1000  # live sessions; the least recently used is evicted to make room for a new one
     idle_seconds: float = 1800.0  # a session unused this long expires
     max_session_turns: int = 1000  # utterances one session takes
+    max_waiting: int = 16  # calls waiting for one model; another is a 503 (a streamed utterance always waits)
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
