@@ -1,4 +1,5 @@
-"""What the speed and memory benchmarks share: timing, peak memory of a child process, an earlier commit's tree, and argument types that refuse sizes below 1 before anything runs."""
+"""What the speed and memory benchmarks share: timing, peak memory of a child process, an earlier commit's tree, and
+argument types that refuse sizes below 1 before anything runs."""
 
 from __future__ import annotations
 

@@ -24,8 +24,8 @@ header line among the rows (a row that names a text and a speaker column) is an 
 
 Every other column is ignored and counted (``unknown_field``). The delimiter is the first of tab, comma and semicolon
 that splits the header into a text and a speaker column. A file is read as a table where its name does not say JSON
-Lines (``.jsonl``) and its first line is not JSON but holds a delimiter, or its name says a table (`reads_as_table`). The file is read a row at a
-time (gzip-compressed or not, as JSON Lines are), a conversation held until its last row.
+Lines (``.jsonl``) and its first line is not JSON but holds a delimiter, or its name says a table (`reads_as_table`).
+The file is read a row at a time (gzip-compressed or not, as JSON Lines are), a conversation held until its last row.
 
 This module reads the table's shape (header, rows, conversations); each row's values are then checked as a JSON
 turn's are (`turnformer.data.jsonl.parse_turn`, in `turnformer.data.jsonl.iter_jsonl`), and errors name the row's line.
@@ -322,7 +322,7 @@ def write_table(dialogues: Iterable[Dialogue], path: Path | str) -> int:
     an id under its place, as outputs name it), turn_id (where any turn has an id), speaker, text, a column per label
     kind (``emotion``, ``act``, ``sentiment``, else ``label_KIND``), and meta (JSON, where any conversation has one).
     What a table would not give back is refused before a row is written, naming the conversation: response-selection
-    items (write them as JSON Lines), a carriage return in a value, an id with spaces at their ends, whole-number turn
+    items (write them as JSON Lines), a carriage return in a value, an id with spaces at its ends, whole-number turn
     ids out of order (the reader would sort them), a label kind that starts with a separator, two conversations (or two
     turns of one) with one id. `dialogues` is gone through twice, the columns found in the first pass and the rows
     written in the second, a conversation at a time: give a collection, or what reads a file anew at each pass

@@ -57,7 +57,8 @@ class LoadedModel:
         """What `GET /v1/models` says of it: task, model, labels, backbone, and the scores its training reported."""
         recipe = self.run["recipe"]
         return {
-            "name": self.name, "task": self.task.name, "model": recipe["model"], "backbone": shown_backbone(recipe.get("backbone")),
+            "name": self.name, "task": self.task.name, "model": recipe["model"],
+            "backbone": shown_backbone(recipe.get("backbone")),
             "dataset": recipe.get("dataset"), "label_kind": recipe.get("label_kind") if self.task.labelled else None,
             "labels": list(self.run.get("labels") or []), "serves": sorted(self.serves),
             "results": finite(run_results(self.checkpoint)),
