@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -66,6 +67,20 @@ def source_trees(root: Path, folder: Path, baseline: str | None) -> Iterator[dic
     finally:
         if baseline:
             subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(folder / "baseline")])
+
+
+def repeated(dialogues, turns: int) -> tuple[list, int]:
+    """`dialogues` repeated, each copy's ids ending in ``-COPY``, until they hold `turns` utterances: the copies, and
+    how many utterances they hold (a benchmark's file of a chosen size)."""
+    out, total, copy = [], 0, 0
+    while total < turns:
+        for d in dialogues:
+            if total >= turns:
+                break
+            out.append(replace(d, id=f"{d.id}-{copy}"))
+            total += len(d)
+        copy += 1
+    return out, total
 
 
 def spread(items, n: int) -> list:

@@ -18,10 +18,9 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
-from _timing import peak_memory, source_trees
+from _timing import peak_memory, repeated, source_trees
 from turnformer.data import load_split
 from turnformer.data.table import write_table
 from turnformer.results import make_result, write_result
@@ -33,15 +32,7 @@ COMMANDS = {"stats": ("stats", None), "convert-table": ("convert", "out.csv"), "
 def conversation_table(path: Path, rows: int, data_dir) -> int:
     """DailyDialog's training conversations, repeated with new ids until the table holds `rows` utterances; how many
     it holds."""
-    train = load_split("dailydialog", "train", data_dir).dialogues
-    out, total, copy = [], 0, 0
-    while total < rows:
-        for d in train:
-            if total >= rows:
-                break
-            out.append(replace(d, id=f"{d.id}-{copy}"))
-            total += len(d)
-        copy += 1
+    out, total = repeated(load_split("dailydialog", "train", data_dir).dialogues, rows)
     write_table(out, path)
     return total
 

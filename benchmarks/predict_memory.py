@@ -21,10 +21,9 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
-from _timing import peak_memory, source_trees
+from _timing import peak_memory, repeated, source_trees
 from turnformer.data import load_split, write_jsonl
 from turnformer.results import make_result, write_result
 
@@ -33,15 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def conversation_file(path: Path, turns: int, data_dir) -> int:
     """SwDA's test conversations, repeated with new ids until the file holds `turns` utterances; how many it holds."""
-    test = load_split("swda", "test", data_dir).dialogues
-    out, total, copy = [], 0, 0
-    while total < turns:
-        for d in test:
-            if total >= turns:
-                break
-            out.append(replace(d, id=f"{d.id}-{copy}"))
-            total += len(d)
-        copy += 1
+    out, total = repeated(load_split("swda", "test", data_dir).dialogues, turns)
     write_jsonl(out, path)
     return total
 
