@@ -271,15 +271,10 @@ def as_dialogue(value: Any) -> Dialogue:
     return value if isinstance(value, Dialogue) else Dialogue.from_turns(value)
 
 
-def check_unique_ids(dialogues: Iterable[Dialogue]) -> None:
-    """Refuse, naming both, two conversations with one id, or two turns of a conversation with one: the readers refuse
-    such files (predictions are named by them), so the writers never write one."""
-    for _ in with_unique_ids(dialogues):
-        pass
-
-
 def with_unique_ids(dialogues: Iterable[Dialogue]) -> Iterator[Dialogue]:
-    """`dialogues`, each once checked as `check_unique_ids` checks them: for a writer that writes as it goes."""
+    """`dialogues`, each passed on once checked: two conversations with one id, or two turns of a conversation with
+    one, are refused, naming both. The readers refuse such files (predictions are named by them), so the writers, which
+    write as they go, never write one."""
     index_of_id: dict[str, int] = {}
     for i, dialogue in enumerate(dialogues):
         if dialogue.id is not None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import unicodedata
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -44,8 +43,7 @@ from turnformer.data.mutual import item_to_dialogue
 from turnformer.data.report import LoadReport
 from turnformer.data.table import iter_table, reads_as_table
 from turnformer.dialogue import (CONVENIENCE_LABELS, TURN_KEYS, Dialogue, DialogueError, ResponseSelectionItem, Turn, check_unicode,
-                                 with_unique_ids,
-                                 is_blank, speaker_name, trim_invisible)
+                                 is_blank, label_name, speaker_name, trim_invisible, with_unique_ids)
 DIALOGUE_KEYS = frozenset({"id", "turns", "meta"})
 
 logger = logging.getLogger(__name__)
@@ -236,8 +234,8 @@ def _label(value, where: str, field: str, report: LoadReport | None) -> str | No
 
 
 def _composed(label: str, where: str, field: str, report: LoadReport | None) -> str:
-    """A label or a label kind with its characters composed (Unicode NFC), counted where that changed it."""
-    if (composed := unicodedata.normalize("NFC", label)) != label and report is not None:
+    """A label or a label kind with its characters composed (`label_name`), counted where that changed it."""
+    if (composed := label_name(label)) != label and report is not None:
         report.add("decomposed_label", f"{where}: {field}: {label!r} read composed (Unicode NFC) as {composed!r}")
     return composed
 
