@@ -94,6 +94,35 @@ def test_a_session_answers_each_utterance_as_the_models_streaming_sessions_do(cl
     assert unknown.status_code == 404 and "not known here" in unknown.json()["error"]
 
 
+def test_an_utterance_one_model_fails_on_is_taken_back_from_every_model_of_the_session(client, models, monkeypatch):
+    acts_add = models["acts"].add
+
+    def fails_on_boom(stream, turn):
+        answer = acts_add(stream, turn)  # the act model's stream takes the utterance, then the call fails
+        if turn.text == "boom":
+            raise RuntimeError("the act model failed")
+        return answer
+
+    monkeypatch.setattr(models["acts"], "add", fails_on_boom)
+    session = client.post("/v1/sessions", json={"models": ["emotion", "acts"]}).json()["session"]
+    local = {name: models[name].session() for name in ("emotion", "acts")}
+    with_boom = models["emotion"].session()  # what the emotion model answers where it kept the failed utterance
+    for i, turn in enumerate(TURNS):
+        if i == 1:
+            failed = client.post(f"/v1/sessions/{session}/utterances", json={"speaker": "Ann", "text": "boom"})
+            assert failed.status_code == 500 and "internal" in failed.json()["error"]
+            with_boom.add("Ann", "boom")
+        answer = client.post(f"/v1/sessions/{session}/utterances", json=turn).json()
+        assert answer["turn"] == i  # the failed utterance took no place in the history
+        kept = with_boom.add(str(turn["speaker"]), turn["text"])
+        for name, stream in local.items():
+            expected = stream.add(str(turn["speaker"]), turn["text"])
+            assert answer["annotations"][name]["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-4)
+        if i > 1:  # the check can tell: keeping the utterance would have changed the emotion model's answers
+            assert max(abs(kept["probabilities"][k] - p) for k, p in answer["annotations"]["emotion"]["probabilities"].items()) > 1e-3
+    assert [t["text"] for t in client.get(f"/v1/sessions/{session}").json()["turns"]] == [t["text"] for t in TURNS]
+
+
 def test_annotate_and_rank_say_when_the_model_read_only_part_of_the_input(client, models):
     """/v1/annotate and /v1/rank cut an over-long utterance or candidate as the models read it (as `predict` does,
     which says so in a note) without saying so; sessions already answered ``truncated``."""

@@ -498,6 +498,14 @@ class DialogXLSession:
         self.speakers: dict[str, int] = {}
         self.turn = 0
 
+    def snapshot(self) -> tuple:
+        """What `restore` needs to take the session back to this point (`step` makes a new memory; it never changes one)."""
+        return self.memory, dict(self.speakers), self.turn
+
+    def restore(self, state: tuple) -> None:
+        self.memory, speakers, self.turn = state
+        self.speakers = dict(speakers)
+
     @torch.no_grad()
     def add(self, speaker: str, text: str) -> dict:
         turn = as_turn((speaker, text), f"utterance {self.turn}")  # a DialogueError naming the utterance and field

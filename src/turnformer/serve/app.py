@@ -204,12 +204,8 @@ def add_error_handlers(app: FastAPI) -> None:
     async def busy(_, exc: ModelBusy):
         return error(503, str(exc), headers={"Retry-After": "1"})
 
-    async def internal(_, exc: Exception):
-        logger.error("internal error: %r", exc)
-        return error(500, f"internal error ({type(exc).__name__}); the server's log has the details")
-
     for kind, handler in ((RequestValidationError, invalid), (StarletteHTTPException, http_error), (DialogueError, bad_input),
-                          (SessionGone, gone), (SessionFull, full), (ModelBusy, busy), (Exception, internal)):
+                          (SessionGone, gone), (SessionFull, full), (ModelBusy, busy)):
         app.add_exception_handler(kind, handler)
 
 
@@ -219,6 +215,33 @@ def checked_token(token: str) -> str:
     if not token or not token.isascii() or not token.isprintable() or " " in token:
         raise DialogueError("TURNFORMER_TOKEN: use printable ASCII characters without spaces (an HTTP header carries it)")
     return token
+
+
+class InternalErrors:
+    """What no handler expected: logged with its traceback and answered with a 500 naming the exception's type, the
+    connection kept. (Starlette's handler for Exception answers and then raises the exception again, on which uvicorn
+    closes the connection at once: a client read a reset connection instead of the answer.)"""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def sending(message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            logger.exception("internal error: %r", exc)
+            if started:  # part of an answer is out: only closing the connection can tell the client
+                raise
+            await error(500, f"internal error ({type(exc).__name__}); the server's log has the details")(scope, receive, send)
 
 
 class BearerGuard:
@@ -361,6 +384,7 @@ def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token:
         app.add_middleware(BearerGuard, token=checked_token(token))  # added last, so the first to see a request: before BodyLimit
         # the scheme in the API's description (/docs asks for the token); the check itself is BearerGuard's
         guard = [Depends(HTTPBearer(auto_error=False, description="The token the server was started with (TURNFORMER_TOKEN)."))]
+    app.add_middleware(InternalErrors)  # the outermost of ours: it answers for every one inside it
 
     @app.get("/v1/health", tags=["server"])
     async def health() -> dict:  # on the event loop: answered while every worker thread runs a model

@@ -41,12 +41,20 @@ class Session:
 
     def add(self, turn: Turn, answer: Callable[[str, Any], dict]) -> dict:
         """The next utterance, annotated by every model of the session (``answer(model name, its stream)``) and kept
-        in the history. Utterances of one session are answered one at a time, in the order they arrive."""
+        in the history. Utterances of one session are answered one at a time, in the order they arrive. All or none:
+        where one model fails on it, every stream is taken back to where it was (``snapshot()``, ``restore()``), so the
+        models go on with one history, the one the session shows."""
         with self.lock:
             if len(self.turns) >= self.max_turns:
                 raise SessionFull(f"session {self.id!r} holds {self.max_turns} utterances, as many as one session takes: "
                                   "start a new one")
-            annotations = {name: answer(name, stream) for name, stream in self.streams.items()}
+            saved = {name: stream.snapshot() for name, stream in self.streams.items()}
+            try:
+                annotations = {name: answer(name, stream) for name, stream in self.streams.items()}
+            except BaseException:
+                for name, stream in self.streams.items():
+                    stream.restore(saved[name])
+                raise
             entry = {"turn": len(self.turns), "speaker": turn.speaker, "text": turn.text, "annotations": annotations}
             self.turns.append(entry)
             return entry

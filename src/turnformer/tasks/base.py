@@ -16,7 +16,9 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 ModelBuilder = Callable[..., Any]
 
 # What a server can ask of a trained model (`Task.serves`), each answered by the Task method its comment names.
-STREAM = "stream"  # `session(...).add(speaker, text)`: one utterance at a time, the conversation's memory in the session
+# `session(...).add(speaker, text)`: one utterance at a time, the conversation's memory in the session, which can be
+# taken back (`restore(snapshot())`) where another model of a server's session fails on the utterance
+STREAM = "stream"
 ANNOTATE = "annotate"  # `annotate`: every utterance of whole conversations labelled, each conversation in one pass
 RANK = "rank"  # `rank`: candidate replies to a conversation scored
 GENERATE = "generate"  # `respond`: a reply to a conversation generated

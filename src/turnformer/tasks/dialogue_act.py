@@ -352,16 +352,24 @@ class DialogueActSession:
         self.vectors: deque[torch.Tensor] = deque(maxlen=self.padding + 1)
         self.added = 0  # utterances so far, to name one in an error
 
+    def snapshot(self) -> tuple:
+        """What `restore` needs to take the session back to this point."""
+        return list(self.vectors), self.added
+
+    def restore(self, state: tuple) -> None:
+        vectors, self.added = state
+        self.vectors = deque(vectors, maxlen=self.padding + 1)
+
     @torch.no_grad()
     def add(self, speaker: str, text: str) -> dict:
         """The act of the next utterance (the speaker is echoed back; the model does not use it, but a turn has one)."""
         if not isinstance(text, str) or is_blank(text):
             raise DialogueError(f"utterance {self.added}: text: expected a non-empty string, got {text!r:.40}")
         speaker = as_turn((speaker, text), f"utterance {self.added}").speaker  # a DialogueError naming the field
-        self.added += 1
         inputs, report = utterance_inputs(self.model, self.tokenizer, [text])
         device = next(self.model.parameters()).device
         self.vectors.append(self.model.encode_utterances(stack_utterances(inputs, self.model.config.pad_id).to(device))[0])
+        self.added += 1
         vectors = torch.stack(list(self.vectors)).unsqueeze(0)
         mask = torch.ones(vectors.shape[:2], dtype=torch.bool, device=device)
         logits = self.model.contextualise_at(vectors, mask, torch.tensor([vectors.shape[1] - 1], device=device))
