@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from turnformer.cli import app as cli_app
 from turnformer.dialogue import Dialogue, DialogueError, Turn
-from turnformer.serve.app import create_app
+from turnformer.serve.app import LOOPBACK_NAMES, create_app, host_name
 from turnformer.serve.models import load_models, session_memory, tensor_bytes
 from turnformer.serve.schemas import Limits
 from turnformer.serve.server import BackgroundServer
@@ -373,6 +373,22 @@ def test_a_token_guards_every_endpoint_but_the_health_check(models):
     assert empty.exit_code == 2 and "TURNFORMER_TOKEN: use printable ASCII" in empty.output, empty.output
 
 
+def test_a_server_on_this_machines_address_answers_requests_sent_to_its_own_names_only(models):
+    assert [host_name(h) for h in ("localhost:8000", "[::1]:8000", "[::1]", "127.0.0.1", "Any_Worker", " a.b:1 ")] == \
+        ["localhost", "::1", "::1", "127.0.0.1", "any_worker", "a.b"]
+    app = create_app(models, allowed_hosts=[*LOOPBACK_NAMES, "any_worker"])
+    with BackgroundServer(app) as url, httpx.Client(base_url=url) as http:
+        for host in ("127.0.0.1:8000", "localhost", "LOCALHOST:1", "[::1]:8000", "any_worker"):
+            assert http.get("/v1/health", headers={"Host": host}).status_code == 200, host
+        for path in ("/v1/health", "/v1/models", "/"):  # a page whose name was pointed at 127.0.0.1 (DNS rebinding)
+            refused = http.get(path, headers={"Host": "rebound.example:8000"})
+            assert refused.status_code == 400 and refused.json()["error"].startswith("Host 'rebound.example:8000': this server "
+                                                                                     "answers requests sent to localhost, 127.0.0.1, ::1, any_worker only")
+            assert "--allowed-host" in refused.json()["error"]
+        posted = http.post("/v1/annotate", json={"turns": TURNS}, headers={"Host": "rebound.example"})
+        assert posted.status_code == 400 and "rebound.example" in posted.json()["error"]
+
+
 def test_fuzzed_requests_get_no_5xx(client):
     """Malformed and near-valid requests of every endpoint (benchmarks/serve_load.py's fuzz): 4xx or 2xx, never 5xx."""
     serve_load = load_benchmark_script("serve_load")
@@ -426,6 +442,8 @@ def test_the_command_serves_its_checkpoints(runs):
         assert health is not None and health.json() == {"status": "ok", "models": 1, "sessions": 0}
         page = httpx.get(f"http://127.0.0.1:{port}/")
         assert page.status_code == 200 and "/static/app.js" in page.text
+        rebound = httpx.get(f"http://127.0.0.1:{port}/v1/health", headers={"Host": f"rebound.example:{port}"})
+        assert rebound.status_code == 400 and "--allowed-host" in rebound.json()["error"]
     finally:
         process.terminate()
         output = process.communicate(timeout=20)[0]

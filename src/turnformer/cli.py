@@ -1032,12 +1032,15 @@ def serve(
                                     "Retry-After (an utterance streamed to a session always waits its turn)."),
     worker: Optional[str] = typer.Option(None, help="This process's name, put at the start of its session ids, for a "
                                          "router in front of several processes (README: several workers)."),
+    allowed_host: list[str] = typer.Option([], "--allowed-host", help="A name requests may be sent to (their Host "
+                                           "header), beside localhost, 127.0.0.1 and ::1, where the server listens on "
+                                           "one of those; '*' takes any. Repeat for several."),
 ) -> None:
     """Serve trained models over HTTP, with a web page (TURNFORMER_TOKEN: the bearer token it asks for).
 
     Conversations annotated one utterance at a time, whole conversations labelled, replies ranked or generated."""
     # FastAPI, uvicorn and torch: loaded only when the command runs (start-up cost: `turnformer --help` stays fast)
-    from turnformer.serve.app import checked_token, create_app
+    from turnformer.serve.app import LOOPBACK_NAMES, checked_token, create_app
     from turnformer.serve.models import NAME, load_models, session_memory
     from turnformer.serve.schemas import Limits
     from turnformer.serve.server import listen, run
@@ -1054,7 +1057,7 @@ def serve(
         models = load_models(checkpoint)
     except USER_ERRORS as e:
         fail(describe(e))
-    if host not in ("127.0.0.1", "localhost", "::1") and token is None:
+    if host not in LOOPBACK_NAMES and token is None:
         err.print(f"warning: listening on {host} without TURNFORMER_TOKEN: whoever reaches this address can use the models",
                   highlight=False, soft_wrap=True)
     for m in models.values():
@@ -1066,7 +1069,10 @@ def serve(
         err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     address = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in a URL
     said(f"the page: http://{address}:{port}/   the API: http://{address}:{port}/docs")
-    run(create_app(models, limits, token, f"{worker}-" if worker else ""), sock)
+    # on this machine's own address, only requests sent to its own names (or --allowed-host): a page whose name an
+    # attacker points at 127.0.0.1 cannot call the server from a browser (DNS rebinding)
+    allowed = None if host not in LOOPBACK_NAMES or "*" in allowed_host else [*LOOPBACK_NAMES, *allowed_host]
+    run(create_app(models, limits, token, f"{worker}-" if worker else "", allowed), sock)
 
 
 def main() -> None:

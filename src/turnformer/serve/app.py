@@ -26,7 +26,7 @@ import hmac
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -244,6 +244,35 @@ class InternalErrors:
             await error(500, f"internal error ({type(exc).__name__}); the server's log has the details")(scope, receive, send)
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def host_name(header: str) -> str:
+    """The name a Host header gives, without its port: ``localhost:8000`` -> ``localhost``, ``[::1]:8000`` -> ``::1``."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+class HostGuard:
+    """Refuse (400) a request whose Host header names none of `names`: a server that listens on 127.0.0.1 answers
+    only requests sent to this machine's own names, so that a web page whose name an attacker points at 127.0.0.1
+    (DNS rebinding) cannot call it from the user's browser. A request without a Host header is no browser's."""
+
+    def __init__(self, app, names: tuple[str, ...]):
+        self.app, self.names = app, tuple(dict.fromkeys(host_name(name) for name in names))  # in order, once each
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"host")
+            if given is not None and host_name(given.decode("latin-1")) not in self.names:
+                return await error(400, f"Host {given.decode('latin-1')[:100]!r}: this server answers requests sent to "
+                                        f"{', '.join(self.names)} only (turnformer serve --allowed-host NAME "
+                                        "adds a name)")(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
 class BearerGuard:
     """Refuse (401) a request to a /v1 endpoint but the health check without ``Authorization: Bearer <token>``, before
     anything reads its body: a client without the token learns nothing of what the server makes of it (FastAPI reads
@@ -366,10 +395,11 @@ def stateless_routes(models: dict[str, LoadedModel], limits: Limits) -> APIRoute
 
 
 def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token: str | None = None,
-               session_prefix: str = "") -> FastAPI:
+               session_prefix: str = "", allowed_hosts: Sequence[str] | None = None) -> FastAPI:
     """The server over `models` (`turnformer.serve.models.load_models`). With `token`, every /v1 endpoint but the
     health check needs ``Authorization: Bearer <token>``; session ids start with `session_prefix` (a worker's name,
-    for a router in front of several processes)."""
+    for a router in front of several processes); with `allowed_hosts`, a request whose Host header names another is
+    refused (`HostGuard`)."""
     app = FastAPI(title="turnformer", version=__version__, default_response_class=JSONAnswer,
                   description="Emotions, dialogue acts, ranked and generated replies for conversations, from trained "
                               "turnformer models. Turns are {\"speaker\", \"text\"}, as in the JSONL files.")
@@ -384,6 +414,8 @@ def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token:
         app.add_middleware(BearerGuard, token=checked_token(token))  # added last, so the first to see a request: before BodyLimit
         # the scheme in the API's description (/docs asks for the token); the check itself is BearerGuard's
         guard = [Depends(HTTPBearer(auto_error=False, description="The token the server was started with (TURNFORMER_TOKEN)."))]
+    if allowed_hosts is not None:
+        app.add_middleware(HostGuard, names=tuple(allowed_hosts))
     app.add_middleware(InternalErrors)  # the outermost of ours: it answers for every one inside it
 
     @app.get("/v1/health", tags=["server"])
