@@ -67,6 +67,14 @@ def test_a_table_reads_as_the_conversations_it_stands_for(tmp_path):
     # no conversation column: the file is one conversation, and the report says so
     one = read_jsonl(table(tmp_path / "one.csv", "speaker,text\nA,hi\nB,yo\n"))
     assert list(one) == [Dialogue((Turn("A", "hi"), Turn("B", "yo")))] and one.report.counts == {"one_conversation": 1}
+    # ... and an ignored column named like an id is told what to be called to be read
+    with_id = read_jsonl(table(tmp_path / "id.csv", "id,speaker,text\nd1,A,hi\nd2,B,yo\n"))
+    assert len(list(with_id)) == 1 and "column 'id' (the row's conversation? name the column conversation_id; the " \
+        "utterance's place? utterance_id)" in with_id.report.summary()
+    scene = read_jsonl(table(tmp_path / "scene.csv", "SceneID,turn,speaker,text\ns1,1,A,hi\n"))
+    assert "column 'SceneID' (the row's conversation? name the column conversation_id)" in scene.report.summary()
+    named = read_jsonl(table(tmp_path / "named.csv", "conversation,row_id,speaker,text\ns1,1,A,hi\n"))
+    assert "column 'row_id'" in named.report.summary() and "name the column" not in named.report.summary()
 
 
 def test_a_table_is_read_a_conversation_at_a_time(tmp_path):

@@ -147,11 +147,21 @@ def header(line: str, where: str, report: LoadReport) -> tuple[str, Columns]:
         raise DialogueError(required_columns_message(where, next(csv.reader([line]))))
     for i, name in enumerate(cols.names):
         if i not in cols.roles.values():
-            report.ignore_field(where, f"column {name!r}", name)
+            report.ignore_field(where, f"column {name!r}{id_hint(name, cols)}", name)
     if "conversation" not in cols.roles:
         report.add("one_conversation", f"{where}: no conversation column ({', '.join(ROLES['conversation'])}): the file "
                    "read as one conversation")
     return delimiter, cols
+
+
+def id_hint(name: str, cols: Columns) -> str:
+    """For an ignored column named like an id (``id``, ``scene_id``) in a table without a conversation column, what
+    to call it to be read: the file is otherwise one conversation."""
+    key = column_key(name)
+    if "conversation" in cols.roles or not (key == "id" or key.endswith("_id")):
+        return ""
+    place = "" if "utterance" in cols.roles or key != "id" else "; the utterance's place? utterance_id"
+    return f" (the row's conversation? name the column conversation_id{place})"
 
 
 @dataclass
