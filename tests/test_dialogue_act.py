@@ -217,6 +217,21 @@ def test_streaming_session_equals_online_prediction(context, swda, tokenizer):
     assert len(offline) == len(dialogue.turns) and all(p is not None for p in offline)
 
 
+def test_a_streaming_session_taken_back_answers_as_if_the_utterance_was_never_sent(swda, tokenizer):
+    dialogues, labels = swda
+    model = tiny("lc-attention", len(labels)).eval()
+    plain, taken_back = (DialogueActSession(model, tokenizer, labels, padding=3) for _ in range(2))
+    for i, turn in enumerate(dialogues[0].turns[:12]):
+        if i in (4, 5):
+            state = taken_back.snapshot()
+            taken_back.add("X", "a stray utterance")
+            taken_back.add("Y", "and another")
+            taken_back.restore(state)
+        got, expected = taken_back.add(turn.speaker, turn.text), plain.add(turn.speaker, turn.text)
+        assert got["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-6)
+    assert taken_back.added == plain.added == 12
+
+
 def test_train_writes_the_run_and_loads_back(tmp_path, data_dir):
     from turnformer.tasks.dialogue_act import evaluate_split, load_trained, train_dialogue_act
 

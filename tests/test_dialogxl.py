@@ -170,6 +170,22 @@ def test_streaming_session_matches_batch_and_stays_bounded():
         session.add("Ross", "  ")
 
 
+def test_a_streaming_session_taken_back_answers_as_if_the_utterance_was_never_sent():
+    from turnformer.models.dialogxl import DialogXLSession
+
+    model = tiny_dialogxl(mem_len=20)
+    turns = [("Ross", "we were on a break"), ("Rachel", "oh my god"), ("Ross", "fine"), ("Joey", "guys?")] * 2
+    plain, taken_back = (DialogXLSession(model, _CharTokenizer(), ["a", "b", "c"]) for _ in range(2))
+    for i, (speaker, text) in enumerate(turns):
+        if i in (2, 5):
+            state = taken_back.snapshot()
+            stray = taken_back.add("Stranger", "a stray utterance") if i == 2 else taken_back.add("Joey", "again")
+            assert taken_back.turn == i + 1 and stray["probabilities"]
+            taken_back.restore(state)
+        assert taken_back.add(speaker, text)["probabilities"] == pytest.approx(plain.add(speaker, text)["probabilities"], abs=1e-6)
+    assert taken_back.speakers == plain.speakers == {"Ross": 0, "Rachel": 1, "Joey": 2}  # the stray speaker is gone too
+
+
 def test_conversation_positions_continue_and_stay_in_the_backbone_range():
     model = tiny_dialogxl(mem_len=12)  # max_position_embeddings 128
     order = torch.tensor([[5, 6, 7, 8], [120, 121, 122, 123], [200, 201, 202, 203], [125, 126, 127, 128]])
