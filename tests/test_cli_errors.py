@@ -97,7 +97,8 @@ def test_evaluate_scores_a_labelled_file_of_ones_own(trained_run, files, tmp_pat
     assert result.exit_code == 2 and f"{unlabelled.resolve()}: no turn carries an 'emotion' label" in result.output
     unlabelled.write_text(json.dumps({"turns": [{"speaker": "A", "text": "hi", "act": "inform"}]}) + "\n")  # another kind
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(unlabelled)])
-    assert result.exit_code == 2 and "its turns carry 'act' labels; the kind read is the recipe's label_kind" in result.output
+    assert result.exit_code == 2 and ("nothing to score (its turns carry 'act' labels; this model was trained on 'emotion' "
+                                      "labels and scores those)") in " ".join(result.output.split()), result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(tmp_path / "missing.jsonl")])
     assert result.exit_code == 2 and "missing.jsonl: no such file" in result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(unknown), "--split", "test"])
@@ -396,6 +397,11 @@ def test_splits_without_labels_are_refused_before_any_work(trained_run, tiny_bac
     run = _copy_run(trained_run, tmp_path / "run", recipe=recipe)
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(run)])
     assert result.exit_code == 2 and f"{unlabelled}: no turn carries an 'emotion' label: the test split cannot be scored" in result.output
+    # a file given to the trained model (--input) is spoken of as a file, not as the run's test split
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(trained_run), "--input", str(empty)])
+    assert result.exit_code == 2 and f"{empty}: no conversations in the file" in result.output, result.output
     partly = _write(tmp_path, "partly.jsonl", [Dialogue(tuple(Turn(t.speaker, t.text) for t in _dialogue(0)), id="u"), _dialogue(1)])
     run = _copy_run(trained_run, tmp_path / "run-partly", recipe={**recipe, "test_file": str(partly)})
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(run), "--limit-dialogues", "1"])
@@ -469,14 +475,36 @@ def test_resume_on_other_data_warns(tiny_backbone_dir, files, tmp_path):
     common = ["--validation-file", str(files["validation"]), "--test-file", str(files["test"]), "--out", str(out), *_tiny(tiny_backbone_dir)]
     assert runner.invoke(app, ["train", "--train-file", str(files["train"]), *common]).exit_code == 0
     assert (out / "last").is_dir()
+    finished = (out / "result.json").read_text()
     same = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--resume", *common])
     assert same.exit_code == 0, same.output
     assert "warning" not in same.output
+    assert (out / "result.json").read_text() == finished  # a finished run resumed keeps its result (its train_seconds too)
     other = runner.invoke(app, ["train", "--train-file", str(files["validation"]), "--limit-train", "1", "--resume", *common])
     assert other.exit_code == 0, other.output
     assert "warning: --resume: this run reads other data or settings" in other.output
     assert f"train_file: {str(files['train'].resolve())!r} -> {str(files['validation'].resolve())!r}" in other.output
     assert "limits: None -> {'train': 1}" in other.output
+
+
+def test_resume_alone_continues_the_run_as_its_run_json_records_it(tiny_backbone_dir, files, tmp_path):
+    """`train --out RUN --resume` without the run's options fell back to the defaults (MELD's DialogXL) and failed."""
+    out = tmp_path / "run"
+    cut = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
+                              "--test-file", str(files["test"]), "--out", str(out), "--limit-train", "4", "--seed", "7",
+                              "--time-budget", "0.001", *_tiny(tiny_backbone_dir)])
+    assert cut.exit_code == 0 and json.loads((out / "result.json").read_text())["best_epoch"] is None, cut.output
+    resumed = runner.invoke(app, ["train", "--out", str(out), "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    said = " ".join(resumed.output.split())
+    assert f"--resume: {out} as its run.json records it: --task erc --model dialogxl-memory-bias on file, seed 7, " \
+           "limits {'train': 4}" in said and "warning" not in said, resumed.output
+    result = json.loads((out / "result.json").read_text())
+    assert result["best_epoch"] == 1 and result["history"][0]["complete"]
+    assert json.loads((out / "run.json").read_text())["seed"] == 7
+    (out / "run.json").write_text("{")
+    broken = runner.invoke(app, ["train", "--out", str(out), "--resume"])
+    assert broken.exit_code == 2 and f"{out / 'run.json'}: not a run description this version reads" in broken.output
 
 
 def test_a_data_file_changed_since_the_run_read_it_is_warned_about(tiny_backbone_dir, files, tmp_path):
@@ -514,6 +542,9 @@ def test_generation_says_the_one_turn_conversations_it_leaves_out(tmp_path):
                                  *[arg for s in tiny for arg in ("--set", s)]])
     said = "split: 1 conversation(s) of one turn give no (context, response) pair (dialogue 'd9': one turn)"
     assert result.exit_code == 0 and all(f"{split} {said}" in result.output for split in ("train", "validation", "test"))
+    reused = " ".join(result.output.split())  # one file for all three: allowed, and said
+    assert f"warning: --validation-file {mixed} is the --train-file: the best epoch is chosen on conversations the " \
+           "model trains on" in reused and f"warning: --test-file {mixed} is the --train-file: its scores" in reused
     assert json.loads((out / "run.json").read_text())["encode_reports"]["train"]["one_turn_dialogues"] == 1
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(mixed)])
     assert result.exit_code == 0 and f"test {said}" in result.output, result.output
@@ -579,6 +610,11 @@ def test_response_selection_files(tmp_path):
         result = runner.invoke(app, ["train", "--task", "response-selection", "--model", model, "--train-file", str(alone),
                                      "--validation-file", str(csv_named), "--test-file", str(csv_named), "--out", str(tmp_path / "r")])
         assert result.exit_code == 2 and message in result.output.replace("\n", ""), result.output
+    # a validation file of one-candidate items: every epoch scored NaN and the best was chosen on it; refused first
+    result = runner.invoke(app, ["train", "--task", "response-selection", "--model", "mdfn", "--train-file", str(csv_named),
+                                 "--validation-file", str(alone), "--test-file", str(csv_named), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and (f"{alone}: the items of the validation split: each one with a right candidate has "
+                                      "no other") in result.output.replace("\n", ""), result.output
     assert not (tmp_path / "r").exists()
 
     dialogue = Dialogue((Turn("A", "hi"),), id="x", meta={"candidates": [{"speaker": "B", "text": "hello"}], "answer": 3})

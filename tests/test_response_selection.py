@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,7 +18,8 @@ from turnformer.models.mdfn import MDFN_VARIANTS, MDFNConfig, MaskedAttentionBlo
 from turnformer.structure import SPEAKER, TokenMeta
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics
 from turnformer.tasks.response_selection import (
-    ResponseRanker, dialogue_to_item, encode_items, item_blocks, make_selection_batches, special_tokens, write_submission,
+    ResponseRanker, dialogue_to_item, encode_items, item_blocks, make_selection_batches, special_tokens, truncation_note,
+    write_submission,
 )
 
 runner = CliRunner()
@@ -209,14 +211,26 @@ def test_speakers_come_from_the_data_and_truncation_keeps_the_response(tiny_back
     # the two context turns left out (8 word pieces) are counted for each of the two candidate sequences
     assert (short.dropped_turns, short.dropped_turn_tokens) == (2, 8)
     _, report = make_selection_batches([short], 4, special_tokens(tokenizer), max_length=64)
-    assert report == {"sequences": 2, "truncated_sequences": 2, "dropped_tokens": 16, "dropped_turns": 4, "truncated_responses": 0}
+    assert report == {"sequences": 2, "truncated_sequences": 2, "dropped_tokens": 16, "dropped_turns": 4, "truncated_responses": 0,
+                      "cut_texts": 0}
 
     # an over-long response: its end is cut (4 word pieces), then the context goes oldest-first ("nine" and its [SEP])
     long_reply = ResponseSelectionItem(context=Dialogue.from_turns([("m", "nine")]), id="y",
                                        candidates=[Turn("f", "one two three four five six seven eight")])
     (batch,), report = make_selection_batches(encode_items([long_reply], tokenizer, max_turns=20), 4, special_tokens(tokenizer), max_length=6)
     assert tokenizer.convert_ids_to_tokens(batch.input_ids[0].tolist()) == ["[CLS]", "one", "two", "three", "four", "[SEP]"]
-    assert report == {"sequences": 1, "truncated_sequences": 1, "dropped_tokens": 6, "dropped_turns": 0, "truncated_responses": 1}
+    assert report == {"sequences": 1, "truncated_sequences": 1, "dropped_tokens": 6, "dropped_turns": 0, "truncated_responses": 1,
+                      "cut_texts": 0}
+    # a huge utterance is cut before it is tokenised (64 characters a token read): its tokens past the cut are not
+    # counted, so the count of dropped tokens is a lower bound, and the note says so
+    huge = ResponseSelectionItem(context=Dialogue.from_turns([("m", "nine " * 5000)]), id="z",
+                                 candidates=[Turn("f", "one " * 5000), Turn("f", "two")], answer=1)
+    (encoded,) = encode_items([huge], tokenizer, max_turns=20, max_length=6)
+    assert encoded.cut_texts == 2  # the context turn and the first candidate; "two" is read whole
+    _, report = make_selection_batches([encoded], 4, special_tokens(tokenizer), max_length=6)
+    assert report["cut_texts"] == 2 and report["truncated_sequences"] == 2
+    note = truncation_note(report, SimpleNamespace(max_length=6, max_turns=20))
+    assert f"at least {report['dropped_tokens']} tokens dropped (2 texts over 512 characters were cut before being read" in note
 
 
 def test_turn_slots_and_pooling_match_a_loop():
@@ -367,7 +381,8 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     partly = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(unanswered)])
     assert partly.exit_code == 0 and (json.loads(partly.stdout)["groups"], json.loads(partly.stdout)["unanswered"]) == (2, 1)
     none = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(unanswered), "--limit-dialogues", "1"])
-    assert none.exit_code == 2 and "--limit-dialogues 1: the first 1 items of the test split: none has a right candidate" in none.output
+    assert none.exit_code == 2 and f"{unanswered}: --limit-dialogues 1: its first 1 items: none has a right candidate" in \
+        none.output.replace("\n", ""), none.output
     # an item of one candidate (a TSV line that lost a context column reads as two) ranks first whatever the model:
     # left out of the scores and counted; a file of nothing else is refused, where it scored R@1 = 1
     single = tmp_path / "single.tsv"
@@ -379,7 +394,7 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     (tmp_path / "alone.tsv").write_text("1\thi\tyou\tfine\n1\tso\tthere\n")
     alone = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(tmp_path / "alone.tsv")])
     assert alone.exit_code == 2 and "one candidate ranks first whatever the model" in " ".join(alone.output.split()), alone.output
-    assert f"{tmp_path / 'alone.tsv'}: the items of the test split: each one" in alone.output.replace("\n", "")  # the file named
+    assert f"{tmp_path / 'alone.tsv'}: its items: each one" in alone.output.replace("\n", "")  # the file named, no split
     online = runner.invoke(app, ["predict", "--checkpoint", str(out), "--input", str(items), "--online"])
     assert online.exit_code == 2 and "--online is for dialogue-act models" in online.output, online.output
 

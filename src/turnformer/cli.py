@@ -539,8 +539,10 @@ def train(
     recipe: Optional[str] = typer.Option(None, help="Recipe: a TOML file, or the name of one of turnformer's own (e.g. "
                                          "erc-meld-dialogxl; default: TASK-DATASET-MODEL)."),
     out: Path = typer.Option(..., help="Run folder: checkpoints (last/, best/), run.json, result.json."),
-    seed: int = typer.Option(1, min=0, max=2**32 - 1, help="Random seed (a whole number, 0 to 2**32 - 1)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out from its last checkpoint."),
+    seed: Optional[int] = typer.Option(None, min=0, max=2**32 - 1, help="Random seed (a whole number, 0 to 2**32 - 1; "
+                                       "default 1, or the resumed run's)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out from its last checkpoint "
+                                "(alone: with the task, model, data, settings and seed its run.json records)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run --out holds (kept aside until the new run's "
                                    "first checkpoint, then deleted)."),
     time_budget: Optional[float] = typer.Option(None, help="Stop (checkpointed, resumable) after this many seconds."),
@@ -564,6 +566,7 @@ def train(
         fail(f"--{given_files[0].replace('_', '-')} is for your own data: drop --dataset {dataset}, or write --dataset file")
     if resume and overwrite:
         fail("--resume continues the run in --out, --overwrite replaces it: give one of them")
+    warn_training_file_reused(files)
     if str(out) == "-":
         fail("--out -: a run is a folder (its checkpoints, run.json, result.json); give a folder name")
     if time_budget is not None and not time_budget > 0:
@@ -579,6 +582,18 @@ def train(
     if held and not (resume or overwrite):
         fail(f"{out} holds a run ({', '.join(held)}): --resume continues it, --overwrite replaces it (the old run is kept "
              f"until the new one's first checkpoint), or give another --out")
+    named = (task, model, dataset, recipe, limit_dialogues, limit_train, limit_eval)
+    if resume and not set_ and not given_files and all(option is None for option in named) and (out / "run.json").exists():
+        try:  # `train --out RUN --resume` alone: the run as it was started, not the defaults (MELD's DialogXL)
+            task, model, loaded, limits, seed = recorded_training(out, seed)
+            trainer = task_trainer(task, model)
+        except USER_ERRORS as e:
+            fail(describe(e))
+        err.print(f"--resume: {out} as its run.json records it: --task {task} --model {model} on {loaded['dataset']}, "
+                  f"seed {seed}{f', limits {limits}' if limits else ''}", highlight=False, soft_wrap=True)
+        run_training(trainer, loaded, out, seed, data_dir, resume, time_budget, limits, found)
+        return
+    seed = 1 if seed is None else seed
     task = task or "erc"
     dataset = dataset or ("file" if given_files else None if recipe is not None else "meld")
     model = model or (DEFAULT_FILE_MODEL.get(task) if dataset == "file" else None) or ("dialogxl" if task == "erc" else None)
@@ -592,13 +607,42 @@ def train(
         trainer = task_trainer(task, model)  # an unknown task or model fails here, before any data is read
         limits = training_limits(limit_dialogues, limit_train, limit_eval)
         loaded = training_recipe(task, model, dataset, recipe, files, set_)
+    except USER_ERRORS as e:
+        fail(describe(e))
+    run_training(trainer, loaded, out, seed, data_dir, resume, time_budget, limits, found)
+
+
+def warn_training_file_reused(files: dict[str, Optional[Path]]) -> None:
+    """A --validation-file or --test-file that is the --train-file scores the model on what it trained on: allowed
+    (a smoke test), but said, since its scores say nothing of conversations the model has not seen."""
+    train = files.get("train_file")
+    for key, why in (("validation_file", "the best epoch is chosen on conversations the model trains on"),
+                     ("test_file", "its scores are of conversations the model trained on, not of new ones")):
+        other = files.get(key)
+        if train is not None and other is not None and same_file(train, other):
+            err.print(f"warning: --{key.replace('_', '-')} {other} is the --train-file: {why}",
+                      highlight=False, soft_wrap=True)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or a.samefile(b)
+    except OSError:  # one does not exist: said where it is read
+        return False
+
+
+def run_training(trainer, recipe: dict, out: Path, seed: int, data_dir: Optional[Path], resume: bool,
+                 time_budget: Optional[float], limits: dict, found: int | None) -> None:
+    """Train (or resume) the run in `out` and print its summary; a resumed run reading other data or settings than
+    the one that wrote its checkpoint is warned about."""
+    try:
         if resume and (out / "last").exists() and not (out / "last").is_dir():
             fail(f"{out / 'last'}: a file where the run's checkpoint folder should be; move it, then --resume again")
         checkpointed = any((out / name).is_dir() for name in ("last", ".last.old", "best"))  # .last.old: a save cut short
-        if resume and checkpointed and (changed := changed_since_checkpoint(out, loaded, limits or None)):
+        if resume and checkpointed and (changed := changed_since_checkpoint(out, recipe, limits or None)):
             err.print(f"warning: --resume: this run reads other data or settings than the run that wrote {out / 'last'} "
                       f"({'; '.join(changed)}); its result mixes the two trainings", highlight=False)
-        result = trainer(loaded, out, seed, data_dir, resume, time_budget, limits or None)
+        result = trainer(recipe, out, seed, data_dir, resume, time_budget, limits or None)
     except USER_ERRORS as e:
         fail(describe(e))
     except KeyboardInterrupt as interruption:  # Ctrl-C, or SIGTERM (the loop's Terminated): the loop saved last/
@@ -606,10 +650,40 @@ def train(
     console.print_json(data=record_result(out, result))
 
 
+def recorded_training(out: Path, seed: Optional[int]) -> tuple[str, str, dict, dict, int]:
+    """(task, model, recipe, limits, seed) of the run in `out` as its run.json records them, for `--resume` given alone
+    (the data files' digests computed anew, so that a file changed since is warned about); `seed`, where given, over
+    the recorded one."""
+    from turnformer.tasks.common import run_task, upgrade_run  # torch: loaded only when the command runs
+    from turnformer.tasks.registry import MODELS
+
+    path = out / "run.json"
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+        task = run_task(run)
+        run = upgrade_run(run, MODELS.get(task, ()))
+        recipe, limits = dict(run["recipe"]), run.get("limits") or {}
+        model = recipe["model"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise DialogueError(f"{path}: not a run description this version reads ({type(e).__name__}: {e}); resume with "
+                            "the run's own options (--task, --model, --dataset or the files, --set)") from None
+    if recipe.get("dataset") == "file":
+        recipe["file_sha256"] = file_digests(recipe)
+    return task, model, recipe, limits, run.get("seed", 1) if seed is None else seed
+
+
 def record_result(out: Path, result) -> dict:
     """Write a finished training's result.json into its run folder (the summary and every epoch's scores); return the
-    summary, its scores as the epoch lines show them: perplexity as itself, rates in percent."""
+    summary, its scores as the epoch lines show them: perplexity as itself, rates in percent. A finished run resumed
+    (nothing trained) keeps the result.json it finished with."""
     from turnformer.training import reported_score  # torch: loaded only by the commands that train
+
+    if not result.trained:
+        try:
+            kept = json.loads((out / "result.json").read_text())
+            return {key: value for key, value in kept.items() if key != "history"}
+        except (OSError, ValueError, AttributeError):  # none yet (cut before it was written), or unreadable: written anew
+            pass
 
     shown = {split: reported_score(metrics) if metrics else (None, None)
              for split, metrics in (("validation", result.best_validation), ("test", result.test_at_best))}

@@ -72,18 +72,28 @@ def read_split_files(recipe: dict, only: Sequence[str] = SPLITS,
         path = split_file(recipe, split)
         splits[split] = read_jsonl(path, label_sets)  # a list, with the load report kept for error hints
         if not splits[split]:
-            raise DialogueError(f"{path}: no conversations in the {split} file")
+            raise DialogueError(f"{path}: no conversations in the {'' if scores_input(recipe, split) else split + ' '}file")
     return splits
 
 
-def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str) -> None:
-    """Fail, naming the file, where no turn of a split carries a label of `kind`: nothing to learn or to score."""
+def scores_input(recipe: dict, split: str) -> bool:
+    """Whether `split` of a recipe is a user's file given to a trained model to score (`scored_run`): its messages
+    speak of the file and of the model, not of a split and of training."""
+    return split == "test" and bool(recipe.get("scored_input"))
+
+
+def require_labels(dialogues: Sequence[Dialogue], kind: str, path, split: str, scoring: bool = False) -> None:
+    """Fail, naming the file, where no turn of a split carries a label of `kind`: nothing to learn or to score
+    (`scoring`: a file given to a trained model, whose label kind is its own)."""
     if not any(kind in turn.labels for d in dialogues for turn in d.turns):
-        why = "nothing to learn" if split == "train" else f"the {split} split cannot be scored"
+        why = "nothing to learn" if split == "train" else "nothing to score" if scoring else f"the {split} split cannot be scored"
         present = sorted({other for d in dialogues for turn in d.turns for other in turn.labels})
         report = getattr(dialogues, "report", None)  # a file's conversations as read carry their load report
         ignored = list(report.ignored_fields)[:5] if report else []
-        if present:
+        if present and scoring:
+            hint = (f" (its turns carry {', '.join(map(repr, present))} labels; this model was trained on {kind!r} labels "
+                    "and scores those)")
+        elif present:
             hint = (f" (its turns carry {', '.join(map(repr, present))} labels; the kind read is the recipe's label_kind: "
                     f"train with --set label_kind=\"{present[0]}\" for those)")
         elif ignored:  # e.g. {"label": "question"}: a field the reader does not know, not a label
@@ -143,7 +153,7 @@ def load_labelled_data(recipe: dict, kind: str, data_dir=None, only: Sequence[st
         rest = [split for split in only if split not in splits]
         splits.update(read_split_files(recipe, rest, {kind: labels} if labels else None))
         for split in rest:  # a split without a label would be read, encoded and trained on before failing to score
-            require_labels(splits[split], kind, recipe[f"{split}_file"], split)
+            require_labels(splits[split], kind, recipe[f"{split}_file"], split, scores_input(recipe, split))
         for split in only:
             warn_unlabelled(splits[split], kind, recipe[f"{split}_file"])
             refuse_selection_items(splits[split], recipe[f"{split}_file"], f"a model that labels every utterance with {kind_label(kind)}")
@@ -317,7 +327,7 @@ def run_task(run: dict) -> str:
 # What the encoders count of inputs the model reads only part of (utterances cut to their start, contexts cut to
 # their end), by task: said when training starts, as predict and evaluate say theirs.
 CUT_COUNTS = ("truncated_utterances", "cut_utterances", "truncated_sequences", "dropped_turns", "dropped_tokens",
-              "truncated_responses")
+              "truncated_responses", "cut_texts")
 
 
 def run_description(recipe: dict, seed: int, limits: dict[str, int] | None, labels: list[str], encode_reports: dict,
@@ -357,7 +367,7 @@ def scored_run(run: dict, input_file: Path | None) -> dict:
         raise DialogueError(f"--input {input_file}: a folder; give a labelled conversation file")
     if not input_file.is_file():
         raise DialogueError(f"--input {input_file}: no such file (a split of the run's own dataset is --split)")
-    return {**run, "recipe": {**run["recipe"], "dataset": "file", "test_file": str(input_file.resolve())}}
+    return {**run, "recipe": {**run["recipe"], "dataset": "file", "test_file": str(input_file.resolve()), "scored_input": True}}
 
 
 # --------------------------------------------------------------------------- input and output of a trained model

@@ -36,13 +36,13 @@ from turnformer.data.jsonl import iter_jsonl
 from turnformer.data.report import LoadReport
 from turnformer.data.selection_tsv import iter_selection_tsv, read_selection_tsv
 from turnformer.dialogue import (Dialogue, DialogueError, ResponseSelectionItem, Turn, as_dialogue, as_turn,
-                                 is_blank, next_speaker, output_names, text_to_read)
+                                 CHARS_PER_TOKEN, is_blank, next_speaker, output_names, text_to_read)
 from turnformer.models.mdfn import MDFN, MDFNConfig, SelectionBatch
 from turnformer.recipes import recipe_train_config
 from turnformer.structure import SpecialTokens, pack_token_ids
 from turnformer.tasks.base import RANK, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, InputBlocks, check_split, checkpoint_paths, model_builder, run_description,
-                                     built_from_run_file, scored_run, shorten, split_file, upgrade_run)
+                                     built_from_run_file, scored_run, scores_input, shorten, split_file, upgrade_run)
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics, shown_scores
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
@@ -85,6 +85,7 @@ class EncodedItem:
     length: int  # tokens of its longest candidate sequence, before truncation
     dropped_turns: int = 0  # its oldest context turns beyond max_turns, left out of every candidate sequence
     dropped_turn_tokens: int = 0  # their word pieces
+    cut_texts: int = 0  # its texts (context turns, candidates) cut before they were tokenised: tokens past the cut uncounted
 
 
 def dialogue_to_item(dialogue: Dialogue, where: str = "", report: LoadReport | None = None) -> ResponseSelectionItem:
@@ -137,7 +138,9 @@ def load_selection_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLIT
             path = split_file(recipe, split)
             splits[split] = read_selection_file(Path(path))
             if not any(sum(item.gold() or ()) for item in splits[split]):
-                raise DialogueError(f"{path}: no item has a right candidate (label 1): the {split} split cannot be scored")
+                right = "meta.answer or meta.relevance" if is_jsonl(Path(path)) else "label 1"
+                why = "nothing can be scored" if scores_input(recipe, split) else f"the {split} split cannot be scored"
+                raise DialogueError(f"{path}: no item has a right candidate ({right}): {why}")
         return splits
     if dataset not in ("mutual", "mutual-plus"):
         raise DialogueError(f"response selection runs on mutual, mutual-plus or a file (dataset = 'file'), not {dataset!r}")
@@ -157,14 +160,15 @@ def encode_items(items: Sequence[ResponseSelectionItem], tokenizer, max_turns: i
     """Tokenise every turn once; keep the newest ``max_turns - 1`` context turns before each candidate. With
     `max_length` (the tokens a sequence holds), a huge text is cut before it is tokenised (`text_to_read`): a
     candidate to its start, a context turn to its end, the parts a sequence keeps."""
-    def read(turn: Turn, keep: str) -> str:  # a context turn keeps its end: the oldest tokens are the ones dropped
-        return turn.text if max_length is None else text_to_read(turn.text, max_length, keep)[0]
+    def read(turn: Turn, keep: str) -> tuple[str, bool]:  # a context turn keeps its end: the oldest tokens are dropped
+        return (turn.text, False) if max_length is None else text_to_read(turn.text, max_length, keep)
 
-    texts = [text for item in items for text in (*(read(t, "end") for t in item.context.turns),
-                                                  *(read(t, "start") for t in item.candidates))]
+    read_texts = [[*(read(t, "end") for t in item.context.turns), *(read(t, "start") for t in item.candidates)]
+                  for item in items]
+    texts = [text for item_texts in read_texts for text, _ in item_texts]
     ids = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
     out, k = [], 0
-    for item in items:
+    for item, item_texts in zip(items, read_texts):
         context_ids = ids[k : k + len(item.context)]
         k += len(item.context)
         first_kept = max(0, len(item.context) - (max_turns - 1))
@@ -180,7 +184,8 @@ def encode_items(items: Sequence[ResponseSelectionItem], tokenizer, max_turns: i
         relevance = list(gold) if gold is not None else [-1] * len(item.candidates)
         length = max(sum(map(len, t)) + len(t) + 1 for t in turns)
         out.append(EncodedItem(str(item.id), turns, speakers, relevance, length, dropped_turns=first_kept,
-                               dropped_turn_tokens=sum(map(len, context_ids[:first_kept]))))
+                               dropped_turn_tokens=sum(map(len, context_ids[:first_kept])),
+                               cut_texts=sum(cut for _, cut in item_texts)))
     return out
 
 
@@ -193,14 +198,17 @@ def make_selection_batches(encoded: Sequence[EncodedItem], batch_size: int, spec
     """Batches of ``batch_size`` items (sorted by length first, unless told not to), and a report of
     the truncation over all candidate sequences: sequences cut, tokens dropped (context turns beyond
     ``max_turns``, oldest tokens beyond ``max_length``, the end of an over-long response), context turns
-    left out, responses cut."""
+    left out, responses cut; and texts cut before they were tokenised (`cut_texts`, each text once: a huge utterance),
+    whose tokens past the cut `dropped_tokens` cannot count."""
     order = sorted(range(len(encoded)), key=lambda i: encoded[i].length) if sort_by_length else list(range(len(encoded)))
-    report = {"sequences": 0, "truncated_sequences": 0, "dropped_tokens": 0, "dropped_turns": 0, "truncated_responses": 0}
+    report = {"sequences": 0, "truncated_sequences": 0, "dropped_tokens": 0, "dropped_turns": 0, "truncated_responses": 0,
+              "cut_texts": 0}
     batches = []
     for start in range(0, len(order), batch_size):
         chosen = [encoded[i] for i in order[start : start + batch_size]]
         turns, speakers, dropped_before_packing = [], [], []
         for item in chosen:
+            report["cut_texts"] += item.cut_texts
             for candidate_turns, candidate_speakers in zip(item.turns, item.speakers):
                 response, dropped = candidate_turns[-1], item.dropped_turn_tokens
                 if len(response) > max_length - 2:  # [CLS] response [SEP] must fit
@@ -275,6 +283,17 @@ def check_trainable(items: Sequence[ResponseSelectionItem], objective: str, wher
                             "lines in a tab-separated file)")
 
 
+def check_scorable(items: Sequence[ResponseSelectionItem], scope: str) -> None:
+    """Items to score must hold one with a right candidate and another to rank it against: else every metric is
+    undefined (NaN), and a training run would choose its best epoch on NaN. A DialogueError names the `scope`."""
+    if not any(any(item.gold() or ()) for item in items):  # no answer, or none right: nothing to score
+        raise DialogueError(f"{scope}: none has a right candidate, so nothing can be scored")
+    if all(len(item.candidates) < 2 for item in items if any(item.gold() or ())):
+        raise DialogueError(f"{scope}: each one with a right candidate has no other, and one candidate "
+                            "ranks first whatever the model, so nothing can be scored (in a tab-separated file, "
+                            "consecutive lines with the same context make one item)")
+
+
 def prepare_response_selection(recipe: dict, data_dir=None, limits: dict[str, int] | None = None, pretrained: bool = True):
     """Model, tokenizer, batches per split, and the encoding reports."""
     splits = load_selection_data(recipe, data_dir)
@@ -285,6 +304,10 @@ def prepare_response_selection(recipe: dict, data_dir=None, limits: dict[str, in
     if limits and limits.get("train"):
         where = f"the first {limits['train']} items of {where}"
     check_trainable(splits["train"], model.config.objective, where)
+    for split in ("validation", "test"):  # the best epoch is chosen on validation, the result read on test
+        source = f"{recipe[f'{split}_file']}: " if recipe["dataset"] == "file" else ""
+        first = (limits or {}).get(split)
+        check_scorable(splits[split], f"{source}" + (f"the first {first} items" if first else "the items") + f" of the {split} split")
     settings = recipe.get("train", {})
     batch_size, eval_batch_size = int(settings.get("batch_size", 8)), int(settings.get("eval_batch_size", 16))
     max_length = model.config.max_length
@@ -335,14 +358,10 @@ def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None,
     check_split(split)
     splits = load_selection_data(run["recipe"], data_dir, only=[split])
     items = splits[split][:limit]
-    scope = (f"{input_file}: " if input_file is not None else "") + \
-        (f"--limit-dialogues {limit}: the first {limit} items" if limit else "the items") + f" of the {split} split"
-    if not any(any(item.gold() or ()) for item in items):  # no answer, or none right: nothing to score
-        raise DialogueError(f"{scope}: none has a right candidate, so nothing can be scored")
-    if all(len(item.candidates) < 2 for item in items if any(item.gold() or ())):
-        raise DialogueError(f"{scope}: each one with a right candidate has no other, and one candidate "
-                            "ranks first whatever the model, so nothing can be scored (in a tab-separated file, "
-                            "consecutive lines with the same context make one item)")
+    scope = ((f"{input_file}: " + (f"--limit-dialogues {limit}: its first {limit} items" if limit else "its items"))
+             if input_file is not None else
+             (f"--limit-dialogues {limit}: the first {limit} items" if limit else "the items") + f" of the {split} split")
+    check_scorable(items, scope)
     encoded = encode_items(items, tokenizer, model.config.max_turns, model.config.max_length)
     batches, report = make_selection_batches(encoded, 16, special_tokens(tokenizer), model.config.max_length)
     # items without an answer are ranked but not scored: counted apart, so that "groups" adds up
@@ -443,9 +462,13 @@ def load_items(spec: str, data_dir=None) -> list[ResponseSelectionItem]:
 
 def truncation_note(report: dict, config) -> str | None:
     """One line on what the model did not read, or None when every candidate sequence was read whole."""
-    if not report.get("truncated_sequences"):
+    if not report.get("truncated_sequences") and not report.get("cut_texts"):
         return None
     parts = [f"{report['dropped_tokens']} tokens dropped"]
+    if report.get("cut_texts"):  # a huge text is cut before it is tokenised: what lay past the cut is not counted
+        parts = [f"at least {report['dropped_tokens']} tokens dropped ({report['cut_texts']} texts over "
+                 f"{CHARS_PER_TOKEN * (config.max_length + 2)} characters were cut before being read, their tokens past "
+                 "the cut not counted)"]
     if report.get("dropped_turns"):
         parts.append(f"{report['dropped_turns']} oldest context turns beyond the {config.max_turns} turns read")
     if report.get("truncated_responses"):

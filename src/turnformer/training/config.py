@@ -122,7 +122,8 @@ class TrainResult:
     also has `batches_done`, `batches_total` and `stopped`). `best_epoch` is the epoch with the
     highest validation `"primary"` (the first one on ties), `test_at_best` its test metrics.
     `train_seconds` is the wall-clock time of all sessions of the run (resumes included), `steps` the
-    number of updates.
+    number of updates. `trained` is False when the call had nothing left to train (a finished run resumed): its
+    result is the one the run finished with.
     """
 
     history: list[dict[str, Any]]
@@ -133,3 +134,4 @@ class TrainResult:
     steps: int
     stopped_early: bool
     stop_reason: str | None = None
+    trained: bool = True

@@ -369,6 +369,7 @@ class _Trainer:
     def run(self) -> TrainResult:
         self.session_start = time.monotonic()
         self.seconds_before = self.state.train_seconds
+        trained = self.state.epoch < self.config.epochs
         try:
             with signal_handlers({signal.SIGTERM: raise_terminated}):
                 for epoch in range(self.state.epoch, self.config.epochs):
@@ -388,7 +389,7 @@ class _Trainer:
         return TrainResult(
             history=[dict(h) for h in st.history], best_epoch=st.best_epoch, best_validation=st.best_validation,
             test_at_best=st.test_at_best, train_seconds=self._seconds(), steps=st.global_step,
-            stopped_early=st.stopped_early, stop_reason=st.stop_reason,
+            stopped_early=st.stopped_early, stop_reason=st.stop_reason, trained=trained,
         )
 
     def _release(self) -> None:
