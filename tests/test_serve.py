@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from turnformer.cli import app as cli_app
 from turnformer.dialogue import Dialogue, DialogueError, Turn
 from turnformer.serve.app import LOOPBACK_NAMES, create_app, host_name
-from turnformer.serve.models import load_models, session_memory, tensor_bytes
+from turnformer.serve.models import load_models, session_memory, sessions_that_fit, tensor_bytes
 from turnformer.serve.schemas import Limits
 from turnformer.serve.server import BackgroundServer
 
@@ -57,6 +57,9 @@ def test_models_and_health(client):
     assert (health["status"], health["models"]) == ("ok", 4) and health["sessions"] >= 0  # other tests' sessions may live
     listed = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
     assert client.get("/v1/models").json()["max_turns"] == 200  # the page sends at most the newest 200 turns
+    limits = client.get("/v1/models").json()["limits"]  # what a client may send, and how long a session lives
+    assert (limits["max_text_chars"], limits["max_session_turns"], limits["idle_seconds"]) == (2000, 1000, 1800.0)
+    assert client.head("/v1/health").status_code == 200  # monitors that ask with HEAD
     assert list(listed) == ["emotion", "acts", "ranker", "generation"]  # the run folder's name where none is given
     emotion = listed["emotion"]
     assert (emotion["task"], emotion["model"], emotion["label_kind"]) == ("erc", "dialogxl", "emotion")
@@ -223,7 +226,11 @@ def test_annotate_rank_generate_and_attention_answer_as_in_process(client, model
     ("post", "/v1/generate", {"turns": TURNS, "speaker": " "}, 422, "speaker: empty"),
     ("post", "/v1/attention", {"turns": TURNS, "utterance": 4}, 422, "utterance: 4 out of range"),
     ("post", "/v1/attention", {"turns": TURNS, "model": "acts"}, 422, "model: 'acts' (dialogue-act) cannot show"),
-    ("post", "/v1/sessions/nope/utterances", {"speaker": "A", "text": ""}, 422, "body: text: empty utterance"),
+    # the body is the turn: its fields named alone, as pydantic names a missing one
+    ("post", "/v1/sessions/nope/utterances", {"speaker": "A", "text": ""}, 422, "text: empty utterance"),
+    ("post", "/v1/sessions/nope/utterances", {"speaker": "A" * 101, "text": "hi"}, 422, "speaker: 101 characters; at most 100"),
+    ("post", "/v1/sessions/nope/utterances", {"text": "hi"}, 422, "speaker: Field required"),
+    ("post", "/v1/annotate", {"turns": TURNS, "id": " "}, 422, "id: empty; leave it out"),
     ("get", "/v1/nothing", None, 404, "Not Found"),
     ("put", "/v1/annotate", None, 405, "Method Not Allowed"),
 ])
@@ -429,7 +436,7 @@ def test_the_command_serves_its_checkpoints(runs):
     port = load_benchmark_script("serve_load").free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen([sys.executable, "-m", "turnformer.cli", "--threads", "1", "serve", "--checkpoint", str(runs["erc"]),
-                                "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+                                "--port", str(port), "--max-session-turns", "100"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
     try:
         health = None
         for _ in range(300):
@@ -449,6 +456,7 @@ def test_the_command_serves_its_checkpoints(runs):
         output = process.communicate(timeout=20)[0]
     assert "erc: erc model dialogxl" in output and f"http://127.0.0.1:{port}/" in output
     assert "a live conversation holds up to" in output and "1000 conversations, up to" in output
+    assert "for 100 turns of history" in output  # --max-session-turns: 1000 sessions of 100 turns fit this machine
 
 
 def test_the_server_says_what_its_live_conversations_can_hold(models):
@@ -465,10 +473,13 @@ def test_the_server_says_what_its_live_conversations_can_hold(models):
     acts = models["acts"].session_bytes()
     assert 0 < acts < held
     said, warning = session_memory(models, Limits(max_sessions=10), physical=1 << 40)
-    per_session = held + acts + 1000 * (2000 + 2 * 1024)
+    # history: 8 bytes a character of text and speaker (a string of emoji, 4, and its UTF-8 copy, 4), 1 KB of answers
+    per_session = held + acts + 1000 * (8 * (2000 + 100) + 2 * 1024)
     assert warning is None and f"up to {per_session / 2**20:.1f} MiB ({(held + acts) / 2**20:.1f} MiB of model state" in said
     said, warning = session_memory(models, Limits(max_sessions=1000), physical=per_session * 100)
     assert f"--max-sessions 1000: the live conversations could take" in warning and "--max-sessions 50 keeps" in warning
+    assert sessions_that_fit(models, Limits(), physical=per_session * 100) == 50  # the server's default, where < 1000
+    assert sessions_that_fit(models, Limits(max_session_turns=10), physical=per_session * 100) > 50
     assert session_memory({"ranker": models["ranker"]}, Limits()) == (None, None)  # nothing streams: nothing held
 
 
@@ -501,6 +512,33 @@ def test_a_body_that_stops_half_way_is_a_408_and_frees_its_connection(models):
         assert 0.4 < time.monotonic() - start < 5
         with httpx.Client(base_url=url, timeout=60) as http:
             assert http.get("/v1/health").status_code == 200
+            assert http.post("/v1/annotate", json={"turns": TURNS}).status_code == 200
+
+
+def test_a_head_that_stops_half_way_is_a_408_and_frees_its_connection(models):
+    """uvicorn times no request head: a client that sent part of its headers (or one byte at a time, each restarting
+    uvicorn's keep-alive timer) held its connection open for ever. The head has the body's deadline; a request sent
+    whole on the same kind of connection is answered as before."""
+    with BackgroundServer(create_app(models, Limits(body_seconds=0.5))) as url:
+        host, port = url.removeprefix("http://").split(":")
+        for dribble in (False, True):
+            with socket.create_connection((host, int(port)), timeout=10) as conn:
+                start, answer = time.monotonic(), b""
+                conn.sendall(b"POST /v1/annotate HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                while dribble and time.monotonic() - start < 1.5:  # a byte every 0.1 s: past the deadline all the same
+                    try:
+                        conn.sendall(b"X")
+                    except OSError:  # closed by the server
+                        break
+                    time.sleep(0.1)
+                while chunk := conn.recv(4096):  # the server closes the connection after its answer
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 408") and b"request head not complete within 0.5 s" in answer, answer
+            assert 0.4 < time.monotonic() - start < 5
+        with socket.create_connection((host, int(port)), timeout=10) as conn:  # a head in time, then an idle connection
+            conn.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+        with httpx.Client(base_url=url, timeout=60) as http:
             assert http.post("/v1/annotate", json={"turns": TURNS}).status_code == 200
 
 

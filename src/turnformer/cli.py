@@ -8,6 +8,7 @@ and exit code 2; no traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import logging
@@ -1092,8 +1093,11 @@ def serve(
                              "wants TURNFORMER_TOKEN set."),
     port: int = typer.Option(8000, min=1, max=65535, help="Port to listen on (taken before the models load: one in "
                              "use fails at once)."),
-    max_sessions: int = typer.Option(1000, min=1, help="Live conversations at most; the least recently used is evicted "
-                                     "to make room for a new one."),
+    max_sessions: Optional[int] = typer.Option(None, min=1, help="Live conversations at most; the least recently used "
+                                               "is evicted to make room for a new one (default: 1000, or as many as "
+                                               "fit in half of this machine's memory where fewer do)."),
+    max_session_turns: int = typer.Option(1000, min=1, help="Utterances one live conversation takes; the next is a 409 "
+                                          "saying to start a new one."),
     idle_timeout: float = typer.Option(1800.0, min=1.0, help="Seconds after which a conversation no request used expires."),
     max_turns: int = typer.Option(200, min=1, help="Turns of a conversation sent in one request."),
     max_text: int = typer.Option(2000, min=1, help="Characters of one utterance."),
@@ -1115,7 +1119,7 @@ def serve(
     Conversations annotated one utterance at a time, whole conversations labelled, replies ranked or generated."""
     # FastAPI, uvicorn and torch: loaded only when the command runs (start-up cost: `turnformer --help` stays fast)
     from turnformer.serve.app import LOOPBACK_NAMES, checked_token, create_app
-    from turnformer.serve.models import NAME, load_models, session_memory
+    from turnformer.serve.models import NAME, load_models, session_memory, sessions_that_fit
     from turnformer.serve.schemas import Limits
     from turnformer.serve.server import listen, run
 
@@ -1125,7 +1129,8 @@ def serve(
             raise DialogueError(f"--worker {worker!r}: use letters, digits, '_', '.' and '-' (at most 64)")
         if token is not None:
             checked_token(token)
-        limits = Limits(max_body_bytes=max_body, max_text_chars=max_text, max_turns=max_turns, max_sessions=max_sessions,
+        limits = Limits(max_body_bytes=max_body, max_text_chars=max_text, max_turns=max_turns,
+                        max_sessions=max_sessions or Limits.max_sessions, max_session_turns=max_session_turns,
                         idle_seconds=idle_timeout, body_seconds=body_timeout, max_beam=max_beam, max_waiting=max_waiting)
         sock = listen(host, port)  # before the models load: a port in use fails at once
         models = load_models(checkpoint)
@@ -1136,6 +1141,9 @@ def serve(
                   highlight=False, soft_wrap=True)
     for m in models.values():
         said(f"{m.name}: {m.task.name} model {m.run['recipe']['model']} from {m.checkpoint} ({', '.join(sorted(m.serves))})")
+    if max_sessions is None and (fit := sessions_that_fit(models, limits)) is not None and fit < limits.max_sessions:
+        limits = dataclasses.replace(limits, max_sessions=fit)  # the default is one this machine holds
+        said(f"--max-sessions {fit}: as many live conversations as fit in half of this machine's memory")
     held, warning = session_memory(models, limits)
     if held:
         said(held)

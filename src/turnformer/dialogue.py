@@ -225,7 +225,8 @@ class Dialogue:
 def as_turn(value: Any, source: str, default_speaker: str | None = None) -> Turn:
     """A `Turn` from a Turn, a (speaker, text) pair, a mapping of the JSONL format's turn fields (``speaker``, ``text``,
     ``labels``, ``id``, and ``emotion``, ``act``, ``sentiment`` read as labels) or, where a ``default_speaker`` is given,
-    a bare text; anything else, or a mapping with another field, is an error naming ``source``."""
+    a bare text; anything else, or a mapping with another field, is an error naming ``source`` (empty: the fields
+    alone, the turn being a whole request's body)."""
     if isinstance(value, Turn):
         return value
     turn_id = None
@@ -243,7 +244,7 @@ def as_turn(value: Any, source: str, default_speaker: str | None = None) -> Turn
     try:
         return Turn(speaker=speaker, text=text, labels=labels, id=turn_id)
     except DialogueError as e:
-        raise DialogueError(f"{source}: {e}") from None
+        raise DialogueError(f"{source}: {e}" if source else str(e)) from None
 
 
 def _mapping_labels(value: Mapping, source: str) -> dict[str, Any]:

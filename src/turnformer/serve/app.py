@@ -314,7 +314,7 @@ def session_routes(models: dict[str, LoadedModel], store: SessionStore, limits: 
     @router.post("/{session_id}/utterances")
     def add_utterance(session_id: str, turn: UtteranceIn) -> dict:
         """The next utterance: each model's label and probabilities for it, read with the conversation so far."""
-        checked = checked_turn(turn, "body", limits)
+        checked = checked_turn(turn, "", limits)  # the body is the turn: its fields named alone, as pydantic names them
         session = store.get(session_id)
         entry = session.add(checked, lambda name, stream: label_answer(models[name].add(stream, checked)))
         return {"session": session.id, **entry}
@@ -407,6 +407,7 @@ def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token:
     for model in models.values():
         model.max_waiting = limits.max_waiting
     app.state.sessions = store  # the live sessions, for a program that embeds the app (a test moves their clock)
+    app.state.request_seconds = limits.body_seconds  # what the server gives a request's head to arrive (`server.run`)
     add_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, seconds=limits.body_seconds)
     guard = []
@@ -422,10 +423,12 @@ def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token:
     async def health() -> dict:  # on the event loop: answered while every worker thread runs a model
         return {"status": "ok", "models": len(models), "sessions": len(store)}
 
+    app.add_api_route("/v1/health", health, methods=["HEAD"], include_in_schema=False)  # monitors that ask with HEAD
+
     @app.get("/v1/models", tags=["server"], dependencies=guard)
     def list_models() -> dict:
         """The loaded models, and the most turns one request may send (`max_turns`: the page sends the newest)."""
-        return {"models": [m.info() for m in models.values()], "max_turns": limits.max_turns}
+        return {"models": [m.info() for m in models.values()], "max_turns": limits.max_turns, "limits": limits.for_clients()}
 
     app.include_router(session_routes(models, store, limits), dependencies=guard)
     app.include_router(stateless_routes(models, limits), dependencies=guard)

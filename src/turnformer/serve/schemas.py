@@ -34,6 +34,12 @@ class Limits:
             if not value > 0:
                 raise ValueError(f"{name} = {value!r}: must be above 0")
 
+    def for_clients(self) -> dict:
+        """What a client may send, and how long a session lives (`GET /v1/models`)."""
+        shown = ("max_body_bytes", "max_text_chars", "max_name_chars", "max_turns", "max_candidates", "max_beam",
+                 "max_sessions", "idle_seconds", "max_session_turns")
+        return {name: getattr(self, name) for name in shown}
+
 
 def _int_speaker(value: Any) -> Any:
     """An integer speaker id as its string, as conversation files are read (a bool stays a type error)."""
@@ -131,10 +137,12 @@ def checked_speaker(value: str | None, where: str, limits: Limits) -> str | None
 
 
 def checked_turn(turn: TurnIn | CandidateIn, where: str, limits: Limits, default_speaker: str | None = None) -> Turn:
-    """The library's `Turn` of a request's turn, within the limits; an error names ``where`` and the field."""
+    """The library's `Turn` of a request's turn, within the limits; an error names ``where`` and the field (``where``
+    empty: the turn is the whole body, its fields named alone)."""
+    prefix = f"{where}." if where else ""
     if len(turn.text) > limits.max_text_chars:
-        raise DialogueError(f"{where}.text: {len(turn.text)} characters; at most {limits.max_text_chars}")
-    check_name(turn.speaker, f"{where}.speaker", limits)
+        raise DialogueError(f"{prefix}text: {len(turn.text)} characters; at most {limits.max_text_chars}")
+    check_name(turn.speaker, f"{prefix}speaker", limits)
     speaker = turn.speaker if turn.speaker is not None else default_speaker
     return as_turn({"speaker": speaker, "text": turn.text}, where)
 
@@ -145,6 +153,8 @@ def conversation(turns: Sequence[TurnIn], limits: Limits, id: str | None = None)
         raise DialogueError("turns: empty; give at least one {\"speaker\", \"text\"} turn")
     if len(turns) > limits.max_turns:
         raise DialogueError(f"turns: {len(turns)} turns; at most {limits.max_turns} in one request")
+    if id is not None and is_blank(id):
+        raise DialogueError("id: empty; leave it out, or give the conversation a name")
     check_name(id, "id", limits)
     return Dialogue(tuple(checked_turn(t, f"turns[{i}]", limits) for i, t in enumerate(turns)), id=id)
 

@@ -4,11 +4,14 @@ of 127.0.0.1 for tests, benchmarks and screenshots (`BackgroundServer`)."""
 from __future__ import annotations
 
 import errno
+import json
 import socket
 import threading
 import time
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from turnformer.dialogue import DialogueError
 
@@ -32,9 +35,58 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+class HeadDeadline(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, where a request's head (its line and headers) must arrive whole within `seconds`
+    of the connection or of its first byte: uvicorn times no head (its keep-alive timer restarts at every byte), so a
+    client that sends part of one (or a byte a minute) held its connection open for ever. It then gets a 408, as a
+    late body does (the app's `BodyLimit`), and its connection is closed."""
+
+    seconds = 30.0
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self.head_timer = self.loop.call_later(self.seconds, self.head_late)
+
+    def data_received(self, data: bytes) -> None:
+        if getattr(self, "head_timer", None) is None and self.conn.their_state is h11.IDLE:  # a next request begins
+            self.head_timer = self.loop.call_later(self.seconds, self.head_late)
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:  # its head is in (the body has the app's own deadline)
+            self.stop_head_timer()
+
+    def connection_lost(self, exc) -> None:
+        self.stop_head_timer()
+        super().connection_lost(exc)
+
+    def stop_head_timer(self) -> None:
+        if getattr(self, "head_timer", None) is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+
+    def head_late(self) -> None:
+        self.head_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        if self.conn.our_state is not h11.IDLE:  # mid-answer (pipelined requests): no room for a 408, closed alone
+            self.transport.close()
+            return
+        body = json.dumps({"error": f"request head not complete within {self.seconds:g} s"}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        for event in (h11.Response(status_code=408, headers=headers), h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
+
+
+def head_deadline(app) -> type[HeadDeadline]:
+    """The protocol class for `app`: its head deadline the app's own for a body (`app.state.request_seconds`)."""
+    seconds = getattr(getattr(app, "state", None), "request_seconds", HeadDeadline.seconds)
+    return type("HeadDeadline", (HeadDeadline,), {"seconds": float(seconds)})
+
+
 def run(app, sock: socket.socket) -> None:
     """Serve `app` on `sock` (`listen`) until Ctrl-C or SIGTERM. One process: its sessions live in its memory."""
-    uvicorn.Server(uvicorn.Config(app, log_level="info", server_header=False)).run(sockets=[sock])
+    uvicorn.Server(uvicorn.Config(app, log_level="info", server_header=False, http=head_deadline(app))).run(sockets=[sock])
 
 
 class BackgroundServer:
@@ -49,7 +101,8 @@ class BackgroundServer:
         # leaves Nagle's algorithm on for its connections (each small answer then waits ~40 ms for a delayed ACK)
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.socket.bind((self.host, 0))
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", server_header=False))
+        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", server_header=False,
+                                                    http=head_deadline(self.app)))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + self.start_timeout_s
