@@ -238,11 +238,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(checkpoints: Sequence[str], threads: int, max_sessions: int) -> tuple[subprocess.Popen, str]:
-    """``turnformer serve`` in its own process on a free port of 127.0.0.1, once it answers."""
+def start_server(checkpoints: Sequence[str], threads: int, max_sessions: int,
+                 options: Sequence[str] = ()) -> tuple[subprocess.Popen, str]:
+    """``turnformer serve`` in its own process on a free port of 127.0.0.1 (with its other `options`), once it answers."""
     port = free_port()
     command = [sys.executable, "-m", "turnformer.cli", "-q", "--threads", str(threads), "serve", "--port", str(port),
-               "--max-sessions", str(max_sessions), *[a for c in checkpoints for a in ("--checkpoint", c)]]
+               "--max-sessions", str(max_sessions), *options, *[a for c in checkpoints for a in ("--checkpoint", c)]]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):

@@ -473,8 +473,9 @@ def test_the_server_says_what_its_live_conversations_can_hold(models):
     acts = models["acts"].session_bytes()
     assert 0 < acts < held
     said, warning = session_memory(models, Limits(max_sessions=10), physical=1 << 40)
-    # history: 8 bytes a character of text and speaker (a string of emoji, 4, and its UTF-8 copy, 4), 1 KB of answers
-    per_session = held + acts + 1000 * (8 * (2000 + 100) + 2 * 1024)
+    # history: 12 bytes a character of text and speaker (a string of emoji, 4, its UTF-8 copy, 4, and more as measured),
+    # 1 KB of answers a model
+    per_session = held + acts + 1000 * (12 * (2000 + 100) + 2 * 1024)
     assert warning is None and f"up to {per_session / 2**20:.1f} MiB ({(held + acts) / 2**20:.1f} MiB of model state" in said
     said, warning = session_memory(models, Limits(max_sessions=1000), physical=per_session * 100)
     assert f"--max-sessions 1000: the live conversations could take" in warning and "--max-sessions 50 keeps" in warning
