@@ -145,9 +145,9 @@ def tensor_bytes(value: Any, seen: set | None = None) -> int:
 
 # What a session's history holds a character of text, at most: a Python string of characters beyond U+FFFF (emoji)
 # takes 4 bytes each, its UTF-8 form, made once (by the tokenizer, by a JSON answer) and kept beside it, 4 more, and
-# what else a turn keeps and the allocator holds 1 to 3 more: `python benchmarks/session_memory.py` measured 18.7 to
-# 26.2 MiB (median 23.0) a session of 1,000 utterances of 2,000 emoji, 3.5 MiB of it the models' state, in a server of
-# two streaming models (3.7 to 13.5 MiB, median 4.8, in ASCII).
+# what else a turn keeps and the allocator holds up to 4 more: `python benchmarks/session_memory.py` measured 16.7 to
+# 28.2 MiB (median 23.0) a session of 1,000 utterances of 2,000 emoji, 3.5 MiB of it the models' state, in a server of
+# two streaming models (3.7 to 11.6 MiB, median 4.8, in ASCII), against an estimate of 29.5.
 HISTORY_BYTES_PER_CHAR = 12
 
 
