@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"estimate {(state + history) / 2**20:.1f})")
     worst = max(m["median_bytes"] for m in measured.values())
     record = make_result(
-        "serve-session-memory", task="serve", dataset=None, split="-", model="+".join(sorted({m.run["recipe"]["model"] for m in models.values()})),
+        "serve-session-memory", task="serve", dataset="-", split="-", model="+".join(sorted({m.run["recipe"]["model"] for m in models.values()})),
         metric="estimate_over_measured", scores=[(state + history) / worst], seeds=[0],
         config={"sessions": args.sessions, "turns": args.turns, "chars": args.chars, "threads": args.threads},
         extra={"estimate_bytes": state + history, "state_bytes": state, "history_bytes": history, "measured": measured})
