@@ -88,6 +88,12 @@ def test_plot_masks_query_utterance_out_of_range_names_the_option(conversation_f
     assert f"--query-utterance {index} out of range: dialogue 'friends' has 4 utterances (0..3)" in result.output
 
 
+def test_plot_masks_memory_length_needs_a_query_utterance(conversation_file):
+    """--mem-len shapes DialogXL's view of one utterance; without --query-utterance it was read past without a word."""
+    result = runner.invoke(app, ["plot", "masks", "--input", str(conversation_file), "--mem-len", "5", "--json"])
+    assert result.exit_code == 2 and "--mem-len is DialogXL's view of one utterance: give --query-utterance N" in result.output
+
+
 def test_plot_masks_wordpiece_tokens(conversation_file):
     result = runner.invoke(
         app, ["plot", "masks", "--input", str(conversation_file), "--dialogue", "short", "--tokenizer", "all-MiniLM-L6-v2",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,9 @@ def test_train_refuses_an_output_that_is_no_folder_and_a_budget_that_is_no_time(
     data = ["--train-file", str(files["train"]), "--validation-file", str(files["validation"]), "--test-file", str(files["test"])]
     result = runner.invoke(app, ["train", *data, "--out", "-"])
     assert result.exit_code == 2 and "--out -: a run is a folder" in result.output and not (tmp_path / "-").exists()
+    for nameless in ("", ".", ".."):  # "PosixPath('.') has an empty name", once the models had loaded
+        result = runner.invoke(app, ["train", *data, "--out", nameless])
+        assert result.exit_code == 2 and "a run is a folder of its own" in result.output, result.output
     for budget in ("-1", "0", "nan"):
         result = runner.invoke(app, ["train", *data, "--out", "x", "--time-budget", budget])
         assert result.exit_code == 2 and "give a number of seconds above 0" in result.output, result.output
@@ -177,7 +181,6 @@ def test_a_recipe_of_another_task_or_model_than_the_options_is_refused(tmp_path)
 def test_an_output_file_of_the_run_read_is_refused(trained_run, files, tmp_path):
     """predict --out over a file of its own run (run.json, a checkpoint's weights) would leave a run that no longer
     loads: refused before any work, the file as it was; a new file in the run folder is written."""
-    import shutil
 
     run = tmp_path / "run"
     shutil.copytree(trained_run, run)
@@ -258,11 +261,17 @@ def test_checkpoint_problems(trained_run, files, tmp_path):
     (unfinished / "run.json").write_text((trained_run / "run.json").read_text())
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(unfinished)])
     assert result.exit_code == 2 and "without a best checkpoint yet" in result.output
+    # an --overwrite cut before the new run's first checkpoint: the run it replaces is whole beside it, and named
+    aside = _copy_run(trained_run, tmp_path / "unfinished.replaced")
+    result = runner.invoke(app, ["evaluate", "--checkpoint", str(unfinished)])
+    assert result.exit_code == 2 and f"the run it replaces is whole in {aside} (pass that folder to use it)" in \
+        result.output.replace("\n", ""), result.output
+    assert runner.invoke(app, ["evaluate", "--checkpoint", str(aside)]).exit_code == 0
+    shutil.rmtree(aside)
     (unfinished / "result.json").write_text((trained_run / "result.json").read_text())  # finished, then pruned
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(unfinished)])
     assert result.exit_code == 2 and "a finished run whose checkpoints were removed" in result.output
 
-    import shutil
 
     damaged = tmp_path / "damaged"  # best/ without its weights; then a finished run with last/ alone
     shutil.copytree(trained_run, damaged)
@@ -300,7 +309,6 @@ def _copy_run(run: Path, to: Path, **run_json) -> Path:
 def test_a_refused_resume_leaves_the_run_as_it_was(trained_run, files, tmp_path):
     """--resume with another model config is refused; the run's run.json (what evaluate and predict read) was
     already replaced by then, so the run no longer loaded."""
-    import shutil
 
     run = tmp_path / "run"
     shutil.copytree(trained_run, run)
@@ -502,6 +510,23 @@ def test_resume_alone_continues_the_run_as_its_run_json_records_it(tiny_backbone
     result = json.loads((out / "result.json").read_text())
     assert result["best_epoch"] == 1 and result["history"][0]["complete"]
     assert json.loads((out / "run.json").read_text())["seed"] == 7
+    # a finished run resumed with other settings trains nothing, and its record stays the one it was trained with
+    recorded = (out / "run.json").read_text()
+    same = runner.invoke(app, ["train", "--out", str(out), "--resume", "--set", "train.batch_size=4"])
+    assert same.exit_code == 0 and (out / "run.json").read_text() == recorded, same.output
+    other_seed = runner.invoke(app, ["train", "--out", str(out), "--resume", "--seed", "9"])
+    assert other_seed.exit_code == 2 and "--seed 9: the run in" in other_seed.output and "started with seed 7" in other_seed.output
+    # --set alone with --resume changes the recorded run (here one more epoch), not the defaults' (MELD's)
+    more = runner.invoke(app, ["train", "--out", str(out), "--resume", "--set", "train.epochs=2"])
+    assert more.exit_code == 0 and "as its run.json records it with --set" in " ".join(more.output.split()), more.output
+    assert [e["epoch"] for e in json.loads((out / "result.json").read_text())["history"]] == [1, 2]
+    assert json.loads((out / "run.json").read_text())["seed"] == 7
+    with_files = runner.invoke(app, ["train", "--train-file", str(files["train"]), "--validation-file", str(files["validation"]),
+                                     "--test-file", str(files["test"]), "--out", str(out), "--resume", "--limit-train", "4",
+                                     *_tiny(tiny_backbone_dir), "--set", "train.epochs=2"])
+    assert with_files.exit_code == 0 and "warning" not in with_files.output, with_files.output  # its seed, 7, is the run's
+    refused = runner.invoke(app, ["train", "--out", str(out), "--resume", "--set", 'train_file="other.jsonl"'])
+    assert refused.exit_code == 2 and "the train_file is --train-file's to set" in refused.output, refused.output
     (out / "run.json").write_text("{")
     broken = runner.invoke(app, ["train", "--out", str(out), "--resume"])
     assert broken.exit_code == 2 and f"{out / 'run.json'}: not a run description this version reads" in broken.output

@@ -79,7 +79,7 @@ def test_train_evaluate_predict_online(data_dir, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--task", "dialogue-act", "--model", "dialogxl"], "unknown dialogue-act model 'dialogxl'"),
-    (["--task", "summarise"], "task 'summarise' is not available yet"),
+    (["--task", "summarise"], "task 'summarise': unknown task"),
 ])
 def test_unknown_task_or_model_is_one_line_exit_2(tmp_path, args, message):
     result = runner.invoke(app, ["train", *args, "--out", str(tmp_path / "run")])

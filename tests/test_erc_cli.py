@@ -76,7 +76,7 @@ def test_train_reports_bad_input(conversation_files, tmp_path):
     result = runner.invoke(app, ["train", "--dataset", "file", "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "train_file" in result.output
     result = runner.invoke(app, ["train", "--task", "summarisation", "--out", str(tmp_path / "x")])
-    assert result.exit_code == 2 and "not available yet" in result.output
+    assert result.exit_code == 2 and "task 'summarisation': unknown task" in result.output
     result = runner.invoke(app, ["train", "--task", "generation", "--out", str(tmp_path / "x")])  # no default model on a benchmark
     assert result.exit_code == 2 and "--task generation on meld: name the model with --model (transformer" in result.output
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(tmp_path)])

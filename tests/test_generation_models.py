@@ -500,12 +500,14 @@ def test_replies_that_reach_the_last_step_without_ending_are_said(vocab_and_batc
     write_jsonl(DIALOGUES, conversations)
     model = tiny(vocab, max_response_words=3)
     bot = ResponseGenerator(model, vocab)
-    assert [bot.unfinished(["you"] * n) for n in (1, 3, 4)] == [False, False, True]  # 4: the last step's word
-    # what greedy decoding gives when [EOU] never wins: max_response_words + 1 words
-    monkeypatch.setattr(ResponseGenerator, "reply_words", lambda self, dialogues, speakers=None: [["you"] * 4, ["fine", "."]])
+    # what greedy decoding gives when [EOU] never wins: max_response_words + 1 tokens; here the first a special one,
+    # which the reply's words leave out (counted in words, the reply seemed finished)
+    you, fine, stop = (vocab.index[word] for word in ("you", "fine", "."))
+    monkeypatch.setattr(type(model), "generate", lambda self, batch, max_words=None, beam_size=1:
+                        [[vocab.index[SOU], you, you, you], [fine, stop]])
     replies = generate_replies(model, vocab, {"recipe": {}}, str(conversations))
     rows = replies.rows()  # made once: the rows come as the blocks are made
-    assert [r["response"] for r in rows] == ["You you you you", "Fine."]
+    assert [r["response"] for r in rows] == ["You you you", "Fine."]
     assert [r["unfinished"] for r in rows] == [True, False]  # in the rows written too, not only in the note
     assert replies.notes == ["note: 1 reply(ies) reached the model's last step (3 words and one) without ending, cut "
                              "there: d1"]
@@ -518,7 +520,7 @@ def test_empty_replies_in_a_file_are_said(vocab_and_batch, tmp_path, monkeypatch
     vocab = vocab_and_batch[0]
     conversations = tmp_path / "c.jsonl"
     write_jsonl(DIALOGUES, conversations)
-    monkeypatch.setattr(ResponseGenerator, "reply_words", lambda self, dialogues, speakers=None: [[], ["fine", "."]])
+    monkeypatch.setattr(ResponseGenerator, "replies", lambda self, dialogues, speakers=None: [([], False), (["fine", "."], False)])
     replies = generate_replies(tiny(vocab), vocab, {"recipe": {}}, str(conversations))
     assert [r["response"] for r in replies.rows()] == ["", "Fine."]
     assert replies.notes == ["note: 1 reply(ies) are empty: the model ended them at once: d1"]

@@ -37,7 +37,7 @@ def test_every_model_of_the_registry_has_a_recipe():
 
 
 def test_unknown_tasks_and_models_are_named_with_what_is_known():
-    with pytest.raises(DialogueError, match="task 'summarise' is not available yet; available: erc, dialogue-act"):
+    with pytest.raises(DialogueError, match="task 'summarise': unknown task; the tasks: erc, dialogue-act"):
         get_task("summarise")
     with pytest.raises(DialogueError, match="unknown response-selection model 'mdfn-cnn'; known: mdfn, plain-encoder"):
         get_model_builder("response-selection", "mdfn-cnn")
@@ -221,6 +221,7 @@ def test_a_setting_of_another_task_a_written_key_or_a_whole_section_is_refused_f
         ("response-selection-mutual-mdfn", 'label_kind="emotion"', "is a setting of the erc and dialogue-act tasks"),
         ("erc-meld-dialogxl", 'file_sha256="x"', "file_sha256 is written by the command itself, not set"),
         ("erc-meld-dialogxl", 'recipe_path="x"', "recipe_path is written by the command itself, not set"),
+        ("erc-meld-dialogxl", "train.official_lr=1", "train.official_lr records the paper's learning rate and is not read"),
         ("erc-meld-dialogxl", "train=5", "train is a section of settings; set one of them: train.NAME=VALUE"),
         ("erc-meld-dialogxl", "model_config=3", "model_config is a section of settings"),
         ("erc-meld-dialogxl", "train={epochs=1, lr=", "'{epochs=1, lr=' is not a valid TOML inline table ("),

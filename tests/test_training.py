@@ -323,6 +323,10 @@ def test_checkpoints_are_complete_and_reload(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "last"]   # no temporary leftovers
     for name in ("best", "last"):
         assert sorted(p.name for p in (tmp_path / name).iterdir()) == sorted([*CHECKPOINT_FILES, "checksums.json"])
+    mask = os.umask(0)
+    os.umask(mask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "last").iterdir()}  # safetensors wrote 0600
+    assert set(modes.values()) == {0o666 & ~mask}, modes
     fresh = TinyClassifier()
     loaded = load_checkpoint(tmp_path / "last", fresh)
     assert torch.equal(flat_params(fresh), flat_params(model))

@@ -271,6 +271,8 @@ def plot_masks_command(
 
     if out is None and not as_json:
         fail("give --out FILE.png, --json, or both")
+    if mem_len is not None and query_utterance is None:  # it was read past without a word
+        fail("--mem-len is DialogXL's view of one utterance: give --query-utterance N with it")
     try:
         out = figure_path(out) if out is not None else None
         check_output_file(out, source=input)
@@ -568,8 +570,8 @@ def train(
     if resume and overwrite:
         fail("--resume continues the run in --out, --overwrite replaces it: give one of them")
     warn_training_file_reused(files)
-    if str(out) == "-":
-        fail("--out -: a run is a folder (its checkpoints, run.json, result.json); give a folder name")
+    if str(out) == "-" or out.name in ("", ".."):  # -, '', . or ..: no name (the run's set-aside folder is named after it)
+        fail(f"--out {out}: a run is a folder of its own (its checkpoints, run.json, result.json); give a folder name")
     if time_budget is not None and not time_budget > 0:
         fail(f"--time-budget {time_budget}: give a number of seconds above 0")
     try:
@@ -583,18 +585,23 @@ def train(
     if held and not (resume or overwrite):
         fail(f"{out} holds a run ({', '.join(held)}): --resume continues it, --overwrite replaces it (the old run is kept "
              f"until the new one's first checkpoint), or give another --out")
-    named = (task, model, dataset, recipe, limit_dialogues, limit_train, limit_eval)
-    if resume and not set_ and not given_files and all(option is None for option in named) and (out / "run.json").exists():
-        try:  # `train --out RUN --resume` alone: the run as it was started, not the defaults (MELD's DialogXL)
-            task, model, loaded, limits, seed = recorded_training(out, seed)
+    if resume and not given_files and all(option is None for option in (task, model, dataset, recipe)) \
+            and (out / "run.json").exists():
+        try:  # `train --out RUN --resume [--set ...]`: the run as it was started, not the defaults (MELD's DialogXL)
+            task, model, loaded, recorded_limits, seed = recorded_training(out, seed, set_)
+            limits = training_limits(limit_dialogues, limit_train, limit_eval) or recorded_limits
             trainer = task_trainer(task, model)
         except USER_ERRORS as e:
             fail(describe(e))
-        err.print(f"--resume: {out} as its run.json records it: --task {task} --model {model} on {loaded['dataset']}, "
-                  f"seed {seed}{f', limits {limits}' if limits else ''}", highlight=False, soft_wrap=True)
+        err.print(f"--resume: {out} as its run.json records it{' with --set' if set_ else ''}: --task {task} --model "
+                  f"{model} on {loaded['dataset']}, seed {seed}{f', limits {limits}' if limits else ''}",
+                  highlight=False, soft_wrap=True)
         run_training(trainer, loaded, out, seed, data_dir, resume, time_budget, limits, found)
         return
-    seed = 1 if seed is None else seed
+    try:
+        seed = resumed_seed(out, seed) if resume else 1 if seed is None else seed
+    except DialogueError as e:
+        fail(str(e))
     task = task or "erc"
     dataset = dataset or ("file" if given_files else None if recipe is not None else "meld")
     model = model or (DEFAULT_FILE_MODEL.get(task) if dataset == "file" else None) or ("dialogxl" if task == "erc" else None)
@@ -651,11 +658,25 @@ def run_training(trainer, recipe: dict, out: Path, seed: int, data_dir: Optional
     console.print_json(data=record_result(out, result))
 
 
-def recorded_training(out: Path, seed: Optional[int]) -> tuple[str, str, dict, dict, int]:
-    """(task, model, recipe, limits, seed) of the run in `out` as its run.json records them, for `--resume` given alone
-    (the data files' digests computed anew, so that a file changed since is warned about); `seed`, where given, over
-    the recorded one."""
-    from turnformer.tasks.common import run_task, upgrade_run  # torch: loaded only when the command runs
+def resumed_seed(out: Path, seed: Optional[int]) -> int:
+    """The seed of a resumed run: the one its run.json records (1 without one). Another given is refused: a resumed
+    run goes on from its checkpoint's random state, and its run.json would name a seed it was not trained with."""
+    try:
+        recorded = json.loads((out / "run.json").read_text(encoding="utf-8")).get("seed")
+    except (OSError, ValueError, AttributeError):  # no run yet, or none this version reads: said where it matters
+        recorded = None
+    if seed is not None and recorded is not None and seed != recorded:
+        raise DialogueError(f"--seed {seed}: the run in {out} was started with seed {recorded}, and a resumed run goes on "
+                            "from its checkpoint's random state; leave --seed out, or start a new run (another --out)")
+    return seed if seed is not None else recorded if isinstance(recorded, int) else 1
+
+
+def recorded_training(out: Path, seed: Optional[int], overrides: list[str]) -> tuple[str, str, dict, dict, int]:
+    """(task, model, recipe, limits, seed) of the run in `out` as its run.json records them, for `--resume` without the
+    run's own options (the data files' digests computed anew, so that a file changed since is warned about), with the
+    --set `overrides` applied and checked as a recipe file's are."""
+    from turnformer.recipes import apply_overrides, check_recipe_keys, check_train_settings  # torch: loaded lazily
+    from turnformer.tasks.common import run_task, upgrade_run
     from turnformer.tasks.registry import MODELS
 
     path = out / "run.json"
@@ -668,9 +689,13 @@ def recorded_training(out: Path, seed: Optional[int]) -> tuple[str, str, dict, d
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise DialogueError(f"{path}: not a run description this version reads ({type(e).__name__}: {e}); resume with "
                             "the run's own options (--task, --model, --dataset or the files, --set)") from None
+    if overrides:  # (the papers' scores an older run.json's recipe holds are no recipe keys)
+        recipe = apply_overrides({key: value for key, value in recipe.items() if not key.startswith("paper")}, overrides)
+        check_recipe_keys(recipe, f"{path} with --set")
+        check_train_settings(recipe["train"], f"{path} with --set")
     if recipe.get("dataset") == "file":
         recipe["file_sha256"] = file_digests(recipe)
-    return task, model, recipe, limits, run.get("seed", 1) if seed is None else seed
+    return task, model, recipe, limits, resumed_seed(out, seed)
 
 
 def record_result(out: Path, result) -> dict:
@@ -723,13 +748,14 @@ def training_limits(limit_dialogues: Optional[int], limit_train: Optional[int], 
 
 
 # a recipe's keys that the command's own options set, not --set
-RECIPE_OPTIONS = {"task": "--task", "model": "--model", "dataset": "--dataset"}
+RECIPE_OPTIONS = {"task": "--task", "model": "--model", "dataset": "--dataset", "train_file": "--train-file",
+                  "validation_file": "--validation-file", "test_file": "--test-file"}
 QUOTES = "\"'"  # around a --set text value (TOML)
 
 
 def check_set_keys(overrides: list[str]) -> None:
-    """Refuse a --set of what an option of `train` sets (the task, the model, the dataset): the trainer, the recipe and
-    the run's description would disagree."""
+    """Refuse a --set of what an option of `train` sets (the task, the model, the dataset, the files): the trainer, the
+    recipe and the run's description would disagree (a --set train_file on a benchmark was recorded, never read)."""
     for override in overrides:
         key, _, value = override.partition("=")
         if (option := RECIPE_OPTIONS.get(key.strip())) is not None:

@@ -270,6 +270,9 @@ def apply_overrides(recipe: dict[str, Any], overrides: list[str]) -> dict[str, A
                                 "expected KEY=VALUE, e.g. train.epochs=2")
         if key.strip() in WRITTEN_KEYS:
             raise DialogueError(f"--set {item!r}: {key.strip()} is written by the command itself, not set")
+        if key.strip() == "train.official_lr":  # a recipe's record of the paper's rate: set, it would change nothing
+            raise DialogueError(f"--set {item!r}: train.official_lr records the paper's learning rate and is not read; "
+                                "the rate trained with is train.lr")
         node = recipe
         for section in sections:
             node = node.setdefault(section, {})

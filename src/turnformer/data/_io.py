@@ -105,6 +105,14 @@ def cannot_write(path: Path, error: OSError) -> OSError:
     return failure
 
 
+def usual_permissions(path) -> None:
+    """Give a file the permissions a new file gets from this process's umask (0644 under 022): a writer that makes
+    it 0600 (mkstemp, safetensors) would keep others sharing a run or an output from reading it."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
 def _write(path: Path, chunks: Iterable[bytes]) -> int:
     compress = path.name.endswith(".gz")
     if path.is_symlink() or (path.exists() and not path.is_file()):
@@ -113,9 +121,7 @@ def _write(path: Path, chunks: Iterable[bytes]) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; give the file the usual permissions
+        usual_permissions(tmp)  # mkstemp makes 0600
         with os.fdopen(fd, "wb") as fh:
             total = _write_to(fh, chunks, compress)
             fh.flush()

@@ -18,6 +18,7 @@ from turnformer.data.jsonl import iter_jsonl, refuse_selection_item, refuse_sele
 from turnformer.dialogue import Dialogue, DialogueError, output_names, texts_to_read
 from turnformer.tasks.base import ModelBuilder, Predictions
 from turnformer.training import LABEL_MAP_FILE, MODEL_FILE
+from turnformer.training.runs import holds_set_aside_run, replaced_run_folder
 
 logger = logging.getLogger(__name__)
 
@@ -193,8 +194,11 @@ def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = (), task: str
         if finished and not latest:  # its checkpoints since removed (run.py --prune)
             raise DialogueError(f"{checkpoint}: a finished run whose checkpoints were removed (its scores are in "
                                 "result.json); train it again to use the model")
+        aside = replaced_run_folder(checkpoint)  # a run --overwrite sets aside until the new one's first checkpoint
+        earlier = (f"; the run it replaces is whole in {aside} (pass that folder to use it)"
+                   if holds_set_aside_run(aside) and (aside / "best" / MODEL_FILE).exists() else "")
         raise DialogueError(f"{checkpoint}: a run without a best checkpoint"
-                            f"{'' if finished else ' yet: training has not finished an epoch'}{latest}")
+                            f"{'' if finished else ' yet: training has not finished an epoch'}{latest}{earlier}")
     for folder in (checkpoint, folder_above(checkpoint)):
         if (folder / "run.json").exists():
             try:

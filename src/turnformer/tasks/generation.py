@@ -511,19 +511,20 @@ class ResponseGenerator:
         """One reply per dialogue (a Dialogue or a list of turns), spoken by ``speakers[i]`` (None: `next_speaker`), as
         ordinary text: the model's lower-cased words with punctuation glued back and sentences capitalised. `unfinished`,
         if given, is extended with whether each reply reached the decoder's last step without ending (`unfinished`)."""
-        replies = self.reply_words(dialogues, speakers)
+        replies = self.replies(dialogues, speakers)
         if unfinished is not None:
-            unfinished.extend(self.unfinished(reply) for reply in replies)
-        return [detokenize(reply) for reply in replies]
-
-    def unfinished(self, reply: list[str]) -> bool:
-        """Whether a reply (`reply_words`') reached a word decoder's last step without ending: cut there. (A sub-word
-        decoder's replies end at its `max_new_tokens` and are not told apart.)"""
-        limit = getattr(self.model.config, "max_response_words", None)
-        return limit is not None and len(reply) > limit
+            unfinished.extend(cut for _, cut in replies)
+        return [detokenize(reply) for reply, _ in replies]
 
     def reply_words(self, dialogues, speakers=None) -> list[list[str]]:
         """`respond_all`'s replies as the model's words (what the metrics score)."""
+        return [reply for reply, _ in self.replies(dialogues, speakers)]
+
+    def replies(self, dialogues, speakers=None) -> list[tuple[list[str], bool]]:
+        """(the model's words, whether it reached a word decoder's last step without ending: cut there) of every
+        reply. The steps are counted in the decoder's tokens, not in the words decoded from them, which leave out
+        the special ones it may have said. (A sub-word decoder's replies end at its `max_new_tokens` and are not told
+        apart.)"""
         dialogues = [as_dialogue(d) for d in dialogues]
         speakers = [None] * len(dialogues) if speakers is None else speakers
         if isinstance(speakers, str) or len(speakers) != len(dialogues):
@@ -532,10 +533,13 @@ class ResponseGenerator:
         for dialogue, speaker in zip(dialogues, speakers):
             instances.append(reply_instance(dialogue, replier(dialogue, speaker), self.max_context_turns, self.max_words))
         batches = instance_batches(self.model, instances, self.vocab, 64, sort_by_length=False)
+        device = next(self.model.parameters()).device
         if hasattr(self.model, "generate_words"):  # a sub-word decoder's replies keep their rare words
-            device = next(self.model.parameters()).device
-            return [list(h) for batch in batches for h in self.model.generate_words(batch.to(device))]
-        return [list(h) for h in generate_responses(self.model, batches, self.vocab, self.beam_size)[1]]
+            return [(list(h), False) for batch in batches for h in self.model.generate_words(batch.to(device))]
+        steps = self.model.config.max_response_words + 1
+        with torch.no_grad():
+            return [(self.vocab.decode(ids), len(ids) >= steps) for batch in progress(batches, "generate")
+                    for ids in self.model.generate(batch.to(device), beam_size=self.beam_size)]
 
 
 def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=None, speaker: str | None = None,

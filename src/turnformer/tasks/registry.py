@@ -21,7 +21,7 @@ LABELLED = tuple(name for name, task in TASKS.items() if task.labelled)
 
 def get_task(name: str) -> Task:
     if name not in TASKS:
-        raise DialogueError(f"task {name!r} is not available yet; available: {', '.join(TASKS)}")
+        raise DialogueError(f"task {name!r}: unknown task; the tasks: {', '.join(TASKS)}")
     return TASKS[name]
 
 

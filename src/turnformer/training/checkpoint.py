@@ -17,6 +17,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from turnformer.data._io import usual_permissions
 from turnformer.errors import CheckpointError
 from turnformer.training.config import TrainConfig
 from turnformer.training.files import fsync, json_normalise, read_json, write_json
@@ -209,6 +210,7 @@ def _save_weights(state_dict: dict[str, torch.Tensor], path: Path) -> None:
         tensor = tensor.to("cpu").contiguous()
         ready[name] = tensor.clone() if shared else tensor
     save_file(ready, str(path), metadata={"format": "pt", _ALIASES_KEY: json.dumps(aliases, sort_keys=True)})
+    usual_permissions(path)  # safetensors writes 0600: a shared run's weights could not be read or served by others
 
 
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:

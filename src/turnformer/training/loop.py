@@ -62,7 +62,8 @@ def train(
     """Train `model` (a `TrainableModel`) on `train_batches`; see the package docstring.
 
     `run_info`, the run's description, is written to ``out_dir/run.json`` once the checkpoint that a resumed run
-    continues is known to fit: a refused resume (another model, other sizes or labels) leaves the run as it was.
+    continues is known to fit: a refused resume (another model, other sizes or labels) leaves the run as it was, and a
+    finished run resumed (nothing left to train) keeps its own.
 
     `eval_fn(model, split)` is called after every epoch for "validation" and "test", with the plain
     (unwrapped) model in eval mode under `torch.no_grad()`; it returns a JSON-serialisable dict with
@@ -106,7 +107,8 @@ def train(
     made = [folder for folder in (*reversed(config.out_dir.parents), config.out_dir) if not folder.exists()]
     with only_run_in(config.out_dir, accelerator.is_main_process):
         trainer = _Trainer(model, train_batches, eval_fn, config, label_map, accelerator)  # checks last/ on resume
-        if run_info is not None and accelerator.is_main_process:
+        finished = trainer.state.epoch >= trainer.config.epochs and (config.out_dir / "run.json").exists()
+        if run_info is not None and accelerator.is_main_process and not finished:  # a finished run's record stays
             if not (config.out_dir / "run.json").exists():
                 made.append(config.out_dir / "run.json")
             config.out_dir.mkdir(parents=True, exist_ok=True)
