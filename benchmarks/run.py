@@ -545,4 +545,10 @@ def write_sweep(model: str, runs: list[tuple[Experiment, dict]], results_dir: Pa
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit as refused:  # a message (an unknown plan, a results file to move away): a usage error, exit 2
+        if not isinstance(refused.code, str):
+            raise
+        print(refused.code, file=sys.stderr)
+        sys.exit(2)

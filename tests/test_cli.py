@@ -109,6 +109,7 @@ def test_plot_masks_wordpiece_tokens(conversation_file):
     [
         (["--dialogue", "nope"], "no dialogue with id 'nope'"),
         (["--kinds", "speakers"], "unknown mask 'speakers'"),
+        (["--kinds", "local&|speaker"], "a mask is missing beside '&', '|' or '~'"),  # was "unknown mask ''"
         (["--level", "words"], "level must be"),
     ],
 )

@@ -143,7 +143,8 @@ def check_recipe_keys(recipe: dict[str, Any], source: str) -> None:
     by `check_train_settings`."""
     unknown = [k for k in recipe if k not in (*RECIPE_KEYS, "train")]
     if unknown:
-        raise DialogueError(f"{source}: unknown recipe key {unknown[0]!r}; known: {', '.join(sorted(RECIPE_KEYS))}, train")
+        settable = sorted(set(RECIPE_KEYS) - set(WRITTEN_KEYS))  # what the commands write is no key to give
+        raise DialogueError(f"{source}: unknown recipe key {unknown[0]!r}; known: {', '.join(settable)}, train")
     for key in ("model_config", "data"):
         if not isinstance(recipe.get(key, {}), dict):
             raise DialogueError(f"{source}: {key} must be a table of settings, got {recipe[key]!r}")

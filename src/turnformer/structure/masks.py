@@ -200,6 +200,8 @@ def mask_from_name(spec: str, window: int | None = None) -> Mask:
     ``&``, ``|`` and a leading ``~`` compose, left to right: ``speaker|same_utterance``.
     """
     spec = spec.strip()
+    if not spec:  # `local&|speaker`, `speaker|`: a mask missing beside an operator
+        raise ValueError("a mask is missing beside '&', '|' or '~' (write e.g. local&speaker, speaker|same_utterance)")
     for op in ("|", "&"):
         if op in spec:
             left, right = spec.rsplit(op, 1)
