@@ -3,6 +3,7 @@ or setting at fault, before any long work; nothing is lost or half-written."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -467,6 +468,14 @@ def test_predict_outputs_and_inputs(trained_run, files, tmp_path):
     assert result.exit_code == 2 and "--task emotions: unknown task; known: erc, dialogue-act" in result.output
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--task", "dialogue-act"])
     assert result.exit_code == 2 and "is a model for erc" in result.output
+
+
+def test_an_output_that_cannot_be_written_is_said_in_words():
+    """A full disk under `predict --out -` was "error: [Errno 28] No space left on device"."""
+    from turnformer.cli import describe
+
+    assert describe(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))) == "the output cannot be written: " + os.strerror(errno.ENOSPC)
+    assert describe(FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), "x.jsonl")) == "x.jsonl: " + os.strerror(errno.ENOENT)
 
 
 def test_resume_without_a_checkpoint_says_so(tiny_backbone_dir, files, tmp_path):

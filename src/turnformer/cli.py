@@ -161,6 +161,10 @@ def describe(error: Exception) -> str:
     the quoted key)."""
     if isinstance(error, KeyError):
         return f"missing entry {error.args[0]!r} in the recipe or run description" if error.args else "missing entry"
+    if isinstance(error, OSError) and error.strerror:  # said as a sentence, not "[Errno 28] ..."
+        if error.filename is not None:
+            return f"{error.filename}: {error.strerror}"
+        return f"{'the output cannot be written: ' if error.errno in UNWRITABLE else ''}{error.strerror}"
     return str(error)
 
 
