@@ -537,6 +537,9 @@ def test_a_head_that_stops_half_way_is_a_408_and_frees_its_connection(models):
                     answer += chunk
             assert answer.startswith(b"HTTP/1.1 408") and b"request head not complete within 0.5 s" in answer, answer
             assert 0.4 < time.monotonic() - start < 5
+        with socket.create_connection((host, int(port)), timeout=10) as conn:  # nothing sent: closed, no answer
+            start = time.monotonic()
+            assert conn.recv(4096) == b"" and 0.4 < time.monotonic() - start < 5
         with socket.create_connection((host, int(port)), timeout=10) as conn:  # a head in time, then an idle connection
             conn.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert conn.recv(4096).startswith(b"HTTP/1.1 200")

@@ -39,7 +39,7 @@ class HeadDeadline(H11Protocol):
     """uvicorn's HTTP/1.1 protocol, where a request's head (its line and headers) must arrive whole within `seconds`
     of the connection or of its first byte: uvicorn times no head (its keep-alive timer restarts at every byte), so a
     client that sends part of one (or a byte a minute) held its connection open for ever. It then gets a 408, as a
-    late body does (the app's `BodyLimit`), and its connection is closed."""
+    late body does (the app's `BodyLimit`), and its connection is closed; a connection that sent nothing is closed."""
 
     seconds = 30.0
 
@@ -67,8 +67,8 @@ class HeadDeadline(H11Protocol):
         self.head_timer = None
         if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
             return
-        if self.conn.our_state is not h11.IDLE:  # mid-answer (pipelined requests): no room for a 408, closed alone
-            self.transport.close()
+        if self.conn.our_state is not h11.IDLE or not self.conn.trailing_data[0]:  # no head begun (a browser's
+            self.transport.close()  # spare connection), or mid-answer (pipelined): nothing to answer, closed alone
             return
         body = json.dumps({"error": f"request head not complete within {self.seconds:g} s"}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
