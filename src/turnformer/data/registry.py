@@ -145,6 +145,10 @@ def parse_split_spec(spec: str) -> tuple[str, str] | None:
         return None
     if colon and not split.strip():
         raise DialogueError(f"{spec}: give a split after the colon: {name}:train, {name}:validation or {name}:test")
+    try:  # an unknown split refused here, before anything is said of the dataset (its labels, its size)
+        normalize_split(split or "test")
+    except DialogueError as e:
+        raise DialogueError(f"{spec}: {e}") from None
     return name, split or "test"
 
 
