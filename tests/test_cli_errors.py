@@ -541,6 +541,21 @@ def test_resume_alone_continues_the_run_as_its_run_json_records_it(tiny_backbone
     assert broken.exit_code == 2 and f"{out / 'run.json'}: not a run description this version reads" in broken.output
 
 
+def test_a_training_file_edited_so_its_label_counts_change_order_resumes_with_the_runs_labels(tiny_backbone_dir, files, tmp_path):
+    """Labels read from a training file come in order of their counts: an edit that changed the order made the
+    checkpoint's label map differ, and the resume was refused after the warning that the file had changed."""
+    train = _write(tmp_path, "train.jsonl", [_dialogue(i, label="joy") for i in range(3)] + [_dialogue(9, label="sadness")])
+    out = tmp_path / "run"
+    common = ["--train-file", str(train), "--validation-file", str(files["validation"]), "--test-file", str(files["test"]),
+              "--out", str(out), *_tiny(tiny_backbone_dir)]
+    assert runner.invoke(app, ["train", *common]).exit_code == 0
+    assert json.loads((out / "run.json").read_text())["labels"] == ["joy", "sadness"]
+    _write(tmp_path, "train.jsonl", [_dialogue(i, label="sadness") for i in range(3)] + [_dialogue(9, label="joy")])
+    resumed = runner.invoke(app, ["train", *common, "--resume", "--set", "train.epochs=2"])
+    assert resumed.exit_code == 0 and "its content changed since" in resumed.output, resumed.output
+    assert json.loads((out / "run.json").read_text())["labels"] == ["joy", "sadness"]  # the classifier's order
+
+
 def test_a_data_file_changed_since_the_run_read_it_is_warned_about(tiny_backbone_dir, files, tmp_path):
     own = {split: tmp_path / path.name for split, path in files.items()}   # copies: the module's files stay as they are
     for split, path in files.items():

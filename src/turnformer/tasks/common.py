@@ -166,6 +166,19 @@ def load_labelled_data(recipe: dict, kind: str, data_dir=None, only: Sequence[st
     return {s: list(ds.dialogues) for s, ds in loaded.items()}, next(iter(loaded.values())).label_set(kind)
 
 
+def resumed_labels(out_dir, resume: bool) -> list[str] | None:
+    """The label set of the run a resumed training continues, as its run.json records it: the order its classifier was
+    trained in. Read anew from a training file edited since, labels come in order of their counts, and an edit that
+    changed that order made the checkpoint's label map differ (the resume refused). None for a new run."""
+    if not resume:
+        return None
+    try:
+        labels = json.loads((Path(out_dir) / "run.json").read_text(encoding="utf-8")).get("labels")
+    except (OSError, ValueError, AttributeError):  # no run yet (a resume with nothing to resume starts it)
+        return None
+    return list(labels) if isinstance(labels, list) and labels else None
+
+
 def folder_above(path: Path) -> Path:
     """The folder `path` is in: its parent as written, or where it is written with ".." (run/best/../.. is not in
     run/best/..), the parent of the folder it names."""

@@ -37,7 +37,8 @@ from turnformer.recipes import recipe_train_config
 from turnformer.tasks.base import ANNOTATE, STREAM, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, conversation_blocks, label_predictions,
                                      built_from_run_file, load_labelled_data, mark_cut, model_builder,
-                                     run_description, say_other_labels, scored_run, upgrade_run, utterance_counts)
+                                     resumed_labels, run_description, say_other_labels, scored_run, upgrade_run,
+                                     utterance_counts)
 from turnformer.tasks.metrics import accuracy
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
@@ -232,11 +233,13 @@ def _windows(recipe: dict) -> tuple[int, int, bool]:
     return int(recipe.get("window", 1)), int(recipe.get("context_padding", 0)), setting == "online"
 
 
-def prepare_dialogue_act(recipe: dict, data_dir=None, limits: dict[str, int] | None = None, pretrained: bool = True):
+def prepare_dialogue_act(recipe: dict, data_dir=None, limits: dict[str, int] | None = None, pretrained: bool = True,
+                         labels: Sequence[str] | None = None):
     """Model, tokenizer, labels, and per split its batches by setting: ``batches[split] = {"offline": [...],
-    "online": [...]}`` (for "train", only the recipe's setting)."""
+    "online": [...]}`` (for "train", only the recipe's setting). ``labels``: a user's files' label set (a resumed
+    run's), instead of the one read from the training file."""
     recipe = {**recipe, "label_kind": recipe.get("label_kind", "act")}
-    splits, labels = load_labelled_data(recipe, recipe["label_kind"], data_dir)
+    splits, labels = load_labelled_data(recipe, recipe["label_kind"], data_dir, labels=labels)
     apply_limits(splits, limits, recipe["label_kind"])
     window, padding, online = _windows(recipe)
     model, tokenizer = build_dialogue_act_model(recipe, labels, pretrained)
@@ -269,7 +272,7 @@ def train_dialogue_act(recipe: dict, out_dir, seed: int, data_dir=None, resume: 
     """Train a dialogue-act recipe; returns the `TrainResult` (test accuracy at the best validation epoch).
     Checkpoints, run.json and resume work as for every other task."""
     set_seed(seed)
-    model, _, labels, batches, reports = prepare_dialogue_act(recipe, data_dir, limits)
+    model, _, labels, batches, reports = prepare_dialogue_act(recipe, data_dir, limits, labels=resumed_labels(out_dir, resume))
     _, padding, online = _windows(recipe)
     setting = "online" if online else "offline"
     settings = recipe.get("train", {})

@@ -30,7 +30,8 @@ from turnformer.structure.packing import closing_special_ids, truncate_keeping_e
 from turnformer.tasks.base import ANNOTATE, ATTENTION, STREAM, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, conversation_blocks, label_predictions,
                                      built_from_run_file, load_labelled_data, mark_cut, model_builder,
-                                     run_description, say_other_labels, scored_run, upgrade_run, utterance_counts)
+                                     resumed_labels, run_description, say_other_labels, scored_run, upgrade_run,
+                                     utterance_counts)
 from turnformer.tasks.metrics import PRIMARY_METRIC, confusion_matrix_plot, erc_metrics
 from turnformer.training import load_checkpoint, predict_all, progress, set_seed, train
 
@@ -173,14 +174,15 @@ def build_erc_model(model_id: str, model_config: dict, labels: list[str], backbo
     return model_builder(MODELS, model_id, TITLE)(model_config, labels, backbone)
 
 
-def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = None):
+def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = None, labels: Sequence[str] | None = None):
     """Model, tokenizer, labels and batches of every split for an ERC recipe.
 
     ``limits`` keeps the first N dialogues of the named splits (quick runs, the demo, tests); it is
-    recorded in the run's description so no result is mistaken for a full one.
+    recorded in the run's description so no result is mistaken for a full one. ``labels``: a user's files' label set
+    (a resumed run's), instead of the one read from the training file.
     """
     kind = recipe.get("label_kind", "emotion")
-    splits, labels = load_erc_data(recipe, data_dir)
+    splits, labels = load_erc_data(recipe, data_dir, labels=labels)
     apply_limits(splits, limits, kind)
     model, tokenizer = build_erc_model(recipe["model"], recipe["model_config"], labels, recipe["backbone"])
     batch_size = int(recipe["train"].get("batch_size", 4))
@@ -201,7 +203,7 @@ def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = Fa
               time_budget_s: float | None = None, limits: dict[str, int] | None = None):
     """Fine-tune an ERC recipe; returns the `TrainResult` (test score at the best validation epoch)."""
     set_seed(seed)  # before the classifier is initialised
-    model, _, labels, batches, reports = prepare_erc(recipe, data_dir, limits)
+    model, _, labels, batches, reports = prepare_erc(recipe, data_dir, limits, resumed_labels(out_dir, resume))
     settings = recipe["train"]
     check_training_memory(model, batches["train"], settings.get("mixed_precision"))
     config = recipe_train_config(settings, {"epochs": 4, "lr": 2e-5, "save_every_steps": 50}, seed=seed,
