@@ -233,6 +233,7 @@ def test_annotate_rank_generate_and_attention_answer_as_in_process(client, model
     ("post", "/v1/sessions/nope/utterances", {"text": "hi"}, 422, "speaker: Field required"),
     ("post", "/v1/annotate", {"turns": TURNS, "id": " "}, 422, "id: empty; leave it out"),
     ("get", "/v1/nothing", None, 404, "Not Found"),
+    ("post", "/v1/annotate/", {"turns": TURNS}, 404, "Not Found: /v1/annotate/ (the endpoints are written without a final"),
     ("put", "/v1/annotate", None, 405, "Method Not Allowed"),
 ])
 def test_bad_input_is_a_4xx_naming_the_field(client, method, path, body, status, message):

@@ -187,9 +187,12 @@ def add_error_handlers(app: FastAPI) -> None:
             more = f" (and {len(problems) - 1} more: the first {MAX_PROBLEMS} in problems)"
         return error(422, f"{problems[0]['field']}: {problems[0]['message']}{more}", problems=problems[:MAX_PROBLEMS])
 
-    async def http_error(_, exc: StarletteHTTPException):
+    async def http_error(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not read the body: say why
             return error(400, f"body: {unreadable(exc.__cause__)}")
+        path = request.url.path
+        if exc.status_code == 404 and len(path) > 1 and path.endswith("/"):  # no redirect: a POST would lose its body
+            return error(404, f"Not Found: {path} (the endpoints are written without a final '/': {path.rstrip('/')})")
         return error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
 
     async def bad_input(_, exc: DialogueError):
@@ -400,7 +403,7 @@ def create_app(models: dict[str, LoadedModel], limits: Limits = Limits(), token:
     health check needs ``Authorization: Bearer <token>``; session ids start with `session_prefix` (a worker's name,
     for a router in front of several processes); with `allowed_hosts`, a request whose Host header names another is
     refused (`HostGuard`)."""
-    app = FastAPI(title="turnformer", version=__version__, default_response_class=JSONAnswer,
+    app = FastAPI(title="turnformer", version=__version__, default_response_class=JSONAnswer, redirect_slashes=False,
                   description="Emotions, dialogue acts, ranked and generated replies for conversations, from trained "
                               "turnformer models. Turns are {\"speaker\", \"text\"}, as in the JSONL files.")
     store = SessionStore(limits.max_sessions, limits.idle_seconds, limits.max_session_turns, session_prefix)
