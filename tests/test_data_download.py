@@ -64,14 +64,16 @@ def leftovers(root: Path) -> list[str]:
 
 def test_files_download_verifies_and_loads(tmp_path):
     remote = FakeRemote({f"https://example.invalid/{n}": d for n, d in FILES.items()})
-    folder = download("emorynlp", tmp_path, fetch=remote, manifest=files_manifest())
-    assert folder == tmp_path / "emorynlp"
+    announced = []
+    folder = download("emorynlp", tmp_path, fetch=remote, manifest=files_manifest(), announce=lambda: announced.append(1))
+    assert folder == tmp_path / "emorynlp" and announced == [1]
     assert leftovers(tmp_path) == ["emorynlp"]
     assert load_split("emorynlp", "dev", tmp_path)[0][0].text == "Yo"
-    # Already there and verified: nothing is fetched again.
+    # Already there and verified: nothing is fetched again, and no download is announced.
     remote.calls.clear()
-    assert download("emorynlp", tmp_path, fetch=remote, manifest=files_manifest()) == folder
-    assert remote.calls == []
+    announced.clear()
+    assert download("emorynlp", tmp_path, fetch=remote, manifest=files_manifest(), announce=lambda: announced.append(1)) == folder
+    assert remote.calls == [] and announced == []
 
 
 def test_checksum_mismatch_leaves_nothing(tmp_path):

@@ -152,9 +152,14 @@ def download_cmd(
     """Fetch a benchmark from its source repository at a pinned commit and verify its checksums."""
     if data_dir is not None and data_dir.exists() and not data_dir.is_dir():
         _fail(f"--data-dir {data_dir}: a file, not a folder")
-    typer.echo(f"downloading {_run(describe, name)}")
-    folder = _run(download, name, data_dir, force=force)
-    typer.echo(f"{name}: verified, in {folder}")
+    what, fetched = _run(describe, name), []
+
+    def announce() -> None:  # a download begins (a copy already here that verifies is kept, not fetched)
+        typer.echo(f"downloading {what}")
+        fetched.append(name)
+
+    folder = _run(download, name, data_dir, force=force, announce=announce)
+    typer.echo(f"{name}: verified, in {folder}" if fetched else f"{name}: already here and verified, in {folder}")
 
 
 @data_app.command("verify")

@@ -234,12 +234,13 @@ def download(
     fetch: Fetch | None = None,
     force: bool = False,
     manifest: dict[str, Any] | None = None,
+    announce: Callable[[], None] | None = None,
 ) -> Path:
     """Fetch dataset `name` into the data directory, verify it, and return its folder.
 
     An existing folder that verifies is kept as is; one that does not is an error unless `force`
     (then it is replaced, only once the new download has verified). ``mutual`` and ``mutual-plus``
-    share the ``mutual/`` folder and one download.
+    share the ``mutual/`` folder and one download. `announce` is called when a download begins (not for a copy kept).
     """
     info = get_info(name)
     manifest = manifest if manifest is not None else manifest_of(info)
@@ -253,6 +254,8 @@ def download(
             raise DownloadError(f"{target} exists but does not match the pinned files ({err}); pass --force to replace it") from None
         return target
     made = [folder for folder in (root, *root.parents) if not folder.exists()]  # what this call creates, deepest first
+    if announce is not None:
+        announce()
     root.mkdir(parents=True, exist_ok=True)
     try:
         return _download_into(root, target, info.folder, manifest, fetch)
