@@ -638,7 +638,7 @@ def warn_training_file_reused(files: dict[str, Optional[Path]]) -> None:
 
 def same_file(a: Path, b: Path) -> bool:
     try:
-        return a.resolve() == b.resolve() or a.samefile(b)
+        return a.samefile(b)
     except OSError:  # one does not exist: said where it is read
         return False
 
@@ -662,11 +662,12 @@ def run_training(trainer, recipe: dict, out: Path, seed: int, data_dir: Optional
     console.print_json(data=record_result(out, result))
 
 
-def resumed_seed(out: Path, seed: Optional[int]) -> int:
-    """The seed of a resumed run: the one its run.json records (1 without one). Another given is refused: a resumed
-    run goes on from its checkpoint's random state, and its run.json would name a seed it was not trained with."""
+def resumed_seed(out: Path, seed: Optional[int], run: dict | None = None) -> int:
+    """The seed of a resumed run: the one its run.json (`run`, where already read) records (1 without one). Another
+    given is refused: a resumed run goes on from its checkpoint's random state, and its run.json would name a seed it
+    was not trained with."""
     try:
-        recorded = json.loads((out / "run.json").read_text(encoding="utf-8")).get("seed")
+        recorded = (run if run is not None else json.loads((out / "run.json").read_text(encoding="utf-8"))).get("seed")
     except (OSError, ValueError, AttributeError):  # no run yet, or none this version reads: said where it matters
         recorded = None
     if seed is not None and recorded is not None and seed != recorded:
@@ -699,7 +700,7 @@ def recorded_training(out: Path, seed: Optional[int], overrides: list[str]) -> t
         check_train_settings(recipe["train"], f"{path} with --set")
     if recipe.get("dataset") == "file":
         recipe["file_sha256"] = file_digests(recipe)
-    return task, model, recipe, limits, resumed_seed(out, seed)
+    return task, model, recipe, limits, resumed_seed(out, seed, run)
 
 
 def record_result(out: Path, result) -> dict:

@@ -48,7 +48,7 @@ class HeadDeadline(H11Protocol):
         self.head_timer = self.loop.call_later(self.seconds, self.head_late)
 
     def data_received(self, data: bytes) -> None:
-        if getattr(self, "head_timer", None) is None and self.conn.their_state is h11.IDLE:  # a next request begins
+        if self.head_timer is None and self.conn.their_state is h11.IDLE:  # a next request begins
             self.head_timer = self.loop.call_later(self.seconds, self.head_late)
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:  # its head is in (the body has the app's own deadline)
@@ -59,7 +59,7 @@ class HeadDeadline(H11Protocol):
         super().connection_lost(exc)
 
     def stop_head_timer(self) -> None:
-        if getattr(self, "head_timer", None) is not None:
+        if self.head_timer is not None:
             self.head_timer.cancel()
             self.head_timer = None
 
