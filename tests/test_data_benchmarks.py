@@ -156,6 +156,12 @@ def test_swda_in_lee_and_dernoncourts_split_holds_out_112_training_conversations
     (copy / "metadata" / "train_split.txt").write_text("".join(f"{p.stem}\n" for p in sorted((copy / "train").glob("*.txt"))))
     with pytest.raises(DataNotFoundError, match="1 of Lee and Dernoncourt's 112 validation conversations.*2053"):
         load_split("swda-ld", "validation", tmp_path)
+    # each split reports its own conversations' repairs alone (validation reported a training file's blank line)
+    (copy / "train" / "2005.txt").write_text((data_dir / "swda" / "train" / "2005.txt").read_text() + "\n")
+    shutil.copy(data_dir / "swda" / "train" / "2053.txt", copy / "train" / "2053.txt")
+    (copy / "metadata" / "train_split.txt").write_text((data_dir / "swda" / "metadata" / "train_split.txt").read_text())
+    assert load_split("swda-ld", "train", tmp_path).report.counts == {"blank_line": 1}
+    assert not load_split("swda-ld", "validation", tmp_path).report
 
 
 @pytest.mark.parametrize("name", ["mutual", "mutual-plus"])

@@ -107,6 +107,15 @@ def test_meld_unterminated_quote(tmp_path):
     write_meld(tmp_path, MELD_HEADER + _meld_row(1, "Hi") + '2,"never closed,Ross,joy,positive,0,1,1,1,a,b\n')
     with pytest.raises(DialogueError, match=r"train_sent_emo\.csv:\d+: (malformed CSV|expected 11 fields)"):
         load_split("meld", "train", tmp_path)
+    # the row a quote opened in is named, not the line the reader stopped at (the file's last)
+    write_meld(tmp_path, MELD_HEADER + _meld_row(1, "Hi") + '2,"line one,Ross,joy,positive,0,1,1,1,a,b\n'
+               + _meld_row(3, "Hey", uid=2) + _meld_row(4, "Yo", uid=3))
+    with pytest.raises(DialogueError, match=r"train_sent_emo\.csv:4: malformed CSV in the row from line 3: "):
+        load_split("meld", "train", tmp_path)  # the next row's quoted time closes the quote; a comma is not after it
+    write_meld(tmp_path, MELD_HEADER + _meld_row(1, "Hi") + '2,"line one,Ross,joy,positive,0,1,1,1,a,b\n3,x\n4,y\n')
+    with pytest.raises(DialogueError, match=r"train_sent_emo\.csv:5: malformed CSV in the row from line 3: .*a quote "
+                                            r"opened there is not closed"):
+        load_split("meld", "train", tmp_path)
 
 
 def test_meld_unknown_label_empty_text_missing_speaker_bad_id(tmp_path):
@@ -115,6 +124,8 @@ def test_meld_unknown_label_empty_text_missing_speaker_bad_id(tmp_path):
         (_meld_row(2, " ", uid=1), r"train_sent_emo\.csv:3: Utterance: empty text"),
         (_meld_row(2, "Hi", speaker="", uid=1), r"train_sent_emo\.csv:3: Speaker: missing speaker"),
         (_meld_row(2, "Hi", uid="x"), r"train_sent_emo\.csv:3: Utterance_ID: expected an integer, got 'x'"),
+        (_meld_row(2, "Hi", uid="1_0"), r"train_sent_emo\.csv:3: Utterance_ID: expected an integer, got '1_0'"),
+        (_meld_row(2, "Hi", did="\u0663"), r"train_sent_emo\.csv:3: Dialogue_ID: expected an integer, got '\u0663'"),
         (_meld_row(2, "Hi", sentiment="meh", uid=1), r"train_sent_emo\.csv:3: Sentiment: unknown label 'meh'"),
     ]
     for row, pattern in cases:

@@ -279,6 +279,21 @@ def test_what_a_table_would_not_give_back_is_refused(tmp_path):
     assert list(read_jsonl(tmp_path / "mine.csv")) == list(read_jsonl(source))
 
 
+def test_a_row_of_column_names_is_a_row_where_its_text_is_not_one_and_else_is_refused_when_written(tmp_path):
+    """A caller's "The refund came through" with the emotion "content" names a speaker and a text column: it was read
+    as another table's header line (an error), and a row that spelled the header was skipped, the conversation lost.
+    A row is a header only where its text is a column's name too, and the writer refuses a row that would be read so."""
+    calls = [Dialogue((Turn("caller", "The refund came through, thanks.", {"emotion": "content"}), Turn("agent", "Glad.")),
+                      id="call1")]
+    assert write_table(calls, tmp_path / "calls.csv") == 1
+    assert list(read_jsonl(tmp_path / "calls.csv")) == calls
+    for turn in (Turn("Speaker", "Text?"), Turn("speaker", "text", {"emotion": "emotion"})):
+        with pytest.raises(DialogueError, match=r"conversation 'c': turn 0: its row \(c, , .*\) would read as another "
+                                                r"table's header line"):
+            write_table([Dialogue((turn,), id="c")], tmp_path / "t.csv")
+        assert not (tmp_path / "t.csv").exists()
+
+
 @pytest.mark.parametrize("name", ["meld", "emorynlp", "dailydialog", "swda"])
 def test_a_benchmark_split_written_as_a_table_reads_back_whole(data_dir, tmp_path, name):
     split = load_split(name, "test", data_dir)

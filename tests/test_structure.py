@@ -324,7 +324,7 @@ def test_packing_layout_and_truncation():
     assert cut.truncated == [4]
     last_two = pack_dialogues(dialogues, tokenize, special=special, max_turns=2)
     assert last_two.meta.utterance.tolist()[0][1:] == [1, 1, 1, 2, 2]
-    assert last_two.truncated == [3]
+    assert last_two.truncated == [4]  # "a b c" and its suffix, as max_length counts them
 
 
 def test_packing_with_a_real_tokenizer(minilm_tokenizer):
@@ -458,7 +458,7 @@ def test_paper_layouts_by_dataset_name():
 def _former_pack_one(turns, speakers, heads, special: SpecialTokens, max_length, max_turns) -> dict:
     """`_pack_one` as it was before it skipped the turns a cut drops whole: every turn packed, then cut."""
     first_turn = 0 if max_turns is None else max(0, len(turns) - max_turns)
-    dropped = sum(len(t) for t in turns[:first_turn])
+    dropped = sum(len(t) + (special.prefix is not None) + (special.suffix is not None) for t in turns[:first_turn])
     ids, utt, spk, special_flag, head = [], [], [], [], []
     for t in range(first_turn, len(turns)):
         start = len(ids) + (1 if special.bos is not None else 0)
@@ -510,8 +510,10 @@ def test_packing_skips_the_turns_a_cut_drops_whole_and_packs_the_same(data):
                             suffix=data.draw(st.sampled_from([None, 3])))
     max_length = data.draw(st.sampled_from([None, *range(1, 40), 1000]))
     max_turns = data.draw(st.sampled_from([None, 1, 3, 10]))
-    assert _pack_one(turns, speakers, heads, special, max_length, max_turns) == \
-        _former_pack_one(turns, speakers, heads, special, max_length, max_turns)
+    packed = _pack_one(turns, speakers, heads, special, max_length, max_turns)
+    assert packed == _former_pack_one(turns, speakers, heads, special, max_length, max_turns)
+    # every token dropped is counted, a dropped turn's special tokens too (max_turns counted only its words)
+    assert packed["truncated"] == len(_pack_one(turns, speakers, heads, special, None, None)["ids"]) - len(packed["ids"])
 
 
 def test_a_long_history_packs_in_the_time_of_its_end():

@@ -95,10 +95,9 @@ def _repaired(value: str, column: str, where: str, report: LoadReport) -> str:
 
 
 def _int(value: str, path: Path, line: int, column: str) -> int:
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise DialogueError(f"{path}:{line}: {column}: expected an integer, got {value!r}") from None
+    if not re.fullmatch(r"[+-]?[0-9]+", value.strip()):  # int() reads "1_0" as 10 and "٣" as 3
+        raise DialogueError(f"{path}:{line}: {column}: expected an integer, got {value!r}")
+    number = int(value)
     if number < 0:
         raise DialogueError(f"{path}:{line}: {column}: expected 0 or more, got {value!r}")
     return number
@@ -144,8 +143,9 @@ def read_csv(path: Path, report: LoadReport, base: Path | None = None) -> list[D
             row = next(reader)
         except StopIteration:
             break
-        except csv.Error as err:
-            raise DialogueError(f"{path}:{reader.line_num}: malformed CSV: {err}") from None
+        except csv.Error as err:  # named by the row's first line, as docs/data-format.md says (and the table reader)
+            opened = " (a quote opened there is not closed)" if "end of data" in str(err) else ""
+            raise DialogueError(f"{path}:{reader.line_num}: malformed CSV in the row from line {line}: {err}{opened}") from None
         if not row or all(not f.strip() for f in row):
             report.add("blank_line", f"{shown}:{line}: blank row skipped")
             continue

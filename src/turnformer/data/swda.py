@@ -29,6 +29,7 @@ conversations, in neither of their splits, are not read.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from turnformer.data._io import display, iter_lines, text_files
 from turnformer.data.report import DataNotFoundError, DatasetSplit, LoadReport
@@ -138,12 +139,16 @@ def read_conversation(path: Path, report: LoadReport, conv_id: str, base: Path |
     return Dialogue(turns=tuple(turns), id=conv_id)
 
 
-def load(root: Path, split: str) -> DatasetSplit:
+def load(root: Path, split: str, keep: Callable[[str], bool] | None = None) -> DatasetSplit:
+    """A split's conversations, those `keep` takes alone where it is given (the others are not read, and their
+    repairs are not in the report)."""
     report = LoadReport(source=f"{NAME}/{split}")
     fsplit = FILE_SPLITS[split]
     _check_label_file(root)
     dialogues = []
     for conv in _conversations(root, fsplit, report):
+        if keep is not None and not keep(conv):
+            continue
         path = root / fsplit / f"{conv}.txt"
         if not path.exists():  # a folder of that name is named as one when read
             raise DataNotFoundError(f"{path}: conversation {conv} is listed in metadata/{fsplit}_split.txt but its file is missing")
@@ -162,16 +167,12 @@ def load_lee_dernoncourt(root: Path, split: str) -> DatasetSplit:
     if split == "test":
         loaded = load(root, "test")
     else:
-        whole = load(root, "train")
-        found = {d.id for d in whole.items}
-        missing = sorted(LEE_DERNONCOURT_VALIDATION - found)
+        missing = sorted(conv for conv in LEE_DERNONCOURT_VALIDATION if not (root / "train" / f"{conv}.txt").is_file())
         if missing:
             raise DataNotFoundError(f"{root / 'train'}: {len(missing)} of Lee and Dernoncourt's 112 validation "
                                     f"conversations are not there (first: {', '.join(missing[:5])})")
-        held_out = split == "validation"
-        loaded = DatasetSplit(name=NAME, split=split, report=whole.report, label_kinds=whole.label_kinds,
-                              label_sets=whole.label_sets,
-                              items=[d for d in whole.items if (d.id in LEE_DERNONCOURT_VALIDATION) == held_out])
+        held_out = split == "validation"  # each split reads (and reports on) its own conversations alone
+        loaded = load(root, "train", keep=lambda conv: (conv in LEE_DERNONCOURT_VALIDATION) == held_out)
     loaded.name = LEE_DERNONCOURT
     loaded.report.source = f"{LEE_DERNONCOURT}/{split}"
     return loaded

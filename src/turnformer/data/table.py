@@ -20,7 +20,8 @@ Columns are told by their names in the header, in any letter case, with spaces, 
 * ``meta``: the conversation's meta, a JSON object, on its first row (any later row's is empty or the same).
 
 A row that repeats the header (tables written one after the other) is skipped and counted (``header_again``); another
-header line among the rows (a row that names a text and a speaker column) is an error.
+header line among the rows (a row that names a text and a speaker column, and whose cell under the text column is a
+column's name) is an error.
 
 Every other column is ignored and counted (``unknown_field``). The delimiter is the first of tab, comma and semicolon
 that splits the header into a text and a speaker column. A file is read as a table where its name does not say JSON
@@ -203,10 +204,11 @@ def iter_table(path: Path, report: LoadReport) -> Iterator[TableConversation]:
         if not row or all(is_blank(value) for value in row):
             report.add("blank_line", f"{path}:{line}: blank row skipped")
             continue
+        text = row[cols.roles["text"]] if len(row) > cols.roles["text"] else ""
         if row == cols.names:  # tables written one after the other
             report.add("header_again", f"{path}:{line}: the header line again, skipped")
             continue
-        if is_header(row):
+        if is_header(row, text):
             raise DialogueError(f"{path}:{line}: a header line ({', '.join(row)}) among the rows, other than the first "
                                 f"({', '.join(cols.names)}): tables of other columns written one after the other? Give "
                                 "each table its own file, or write them under one header")
@@ -241,10 +243,14 @@ def iter_table(path: Path, report: LoadReport) -> Iterator[TableConversation]:
         yield ordered(conversation, cols, path, report)
 
 
-def is_header(row: list[str]) -> bool:
-    """Whether a row names a text and a speaker column among its cells: another table's header. Cheap, as it looks at
-    every row: a cell's letters and digits alone, in small letters, against `ROLES`' names written so."""
-    words = {squashed(value) for value in row if len(value) <= NAME_LENGTH}  # a long text is no column's name
+def is_header(row: list[str], text: str) -> bool:
+    """Whether a row is another table's header: its cells name a text and a speaker column, and its `text` (the cell
+    under the table's text column) is a column's name too: a row where a "caller" says "The refund came through" with
+    the emotion "content" names both, and is a row. Cheap, as it looks at every row: a cell's letters and digits alone,
+    in small letters, against `ROLES`' names written so."""
+    if len(text) > NAME_LENGTH or squashed(text) not in COLUMN_NAMES:  # a long text is no column's name
+        return False
+    words = {squashed(value) for value in row if len(value) <= NAME_LENGTH}
     return not SQUASHED_NAMES["text"].isdisjoint(words) and not SQUASHED_NAMES["speaker"].isdisjoint(words)
 
 
@@ -254,6 +260,7 @@ def squashed(name: str) -> str:
 
 
 SQUASHED_NAMES = {role: frozenset(map(squashed, names)) for role, names in ROLES.items()}  # `is_header`
+COLUMN_NAMES = frozenset().union(*SQUASHED_NAMES.values())
 
 
 def row_turn(row: list[str], cols: Columns, path: Path, line: int, report: LoadReport) -> dict:
@@ -333,8 +340,8 @@ def write_table(dialogues: Iterable[Dialogue], path: Path | str) -> int:
     kind (``emotion``, ``act``, ``sentiment``, else ``label_KIND``), and meta (JSON, where any conversation has one).
     What a table would not give back is refused before a row is written, naming the conversation: response-selection
     items (write them as JSON Lines), a carriage return in a value, an id with spaces at its ends, whole-number turn
-    ids out of order (the reader would sort them), a label kind that starts with a separator, two conversations (or two
-    turns of one) with one id. `dialogues` is gone through twice, the columns found in the first pass and the rows
+    ids out of order (the reader would sort them), a row the reader would take for a header (`is_header`), a label
+    kind that starts with a separator, two conversations (or two turns of one) with one id. `dialogues` is gone through twice, the columns found in the first pass and the rows
     written in the second, a conversation at a time: give a collection, or what reads a file anew at each pass
     (`turnformer.data.jsonl.FileConversations`) for a file of any length."""
     if isinstance(dialogues, Iterator):  # a one-pass iterator: held
@@ -404,6 +411,11 @@ def check_writable(dialogue: Dialogue, name: str) -> None:
     if any("\r" in v for v in values + [i for i in ids if i is not None]):
         raise DialogueError(f"{where}: a carriage return (\\r) in a value, which a table's lines do not keep: write "
                             "JSON Lines")
+    for i, turn in enumerate(dialogue.turns):
+        if is_header(row := [name, turn.id or "", turn.speaker, turn.text, *turn.labels.values()], turn.text):
+            raise DialogueError(f"{where}: turn {i}: its row ({', '.join(row)}) would read as another table's header "
+                                "line (its text is a column's name, beside a speaker and a text column's names): write "
+                                "JSON Lines")
     places = [turn.id for turn in dialogue.turns]
     if whole_numbers(places) and places != sorted(places, key=int):
         raise DialogueError(f"{where}: its turn ids are whole numbers out of order, which a table reads as the turns' "

@@ -264,7 +264,8 @@ def pack_token_ids(
 
 def _pack_one(turns, speakers, heads, special: SpecialTokens, max_length, max_turns) -> dict:
     first_turn = 0 if max_turns is None else max(0, len(turns) - max_turns)
-    dropped = sum(len(t) for t in turns[:first_turn])
+    extra = (special.prefix is not None) + (special.suffix is not None)  # a turn's special tokens
+    dropped = sum(len(t) + extra for t in turns[:first_turn])
     if max_length is not None:  # the turns the cut below would drop whole are not packed (a long history costs its end)
         first_turn, skipped = _first_turn_reaching(turns, first_turn, special, max_length)
         dropped += skipped
