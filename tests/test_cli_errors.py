@@ -265,7 +265,7 @@ def test_checkpoint_problems(trained_run, files, tmp_path):
     # an --overwrite cut before the new run's first checkpoint: the run it replaces is whole beside it, and named
     aside = _copy_run(trained_run, tmp_path / "unfinished.replaced")
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(unfinished)])
-    assert result.exit_code == 2 and f"the run it replaces is whole in {aside} (pass that folder to use it)" in \
+    assert result.exit_code == 2 and f"the run it replaces is kept in {aside} (pass that folder to use it)" in \
         result.output.replace("\n", ""), result.output
     assert runner.invoke(app, ["evaluate", "--checkpoint", str(aside)]).exit_code == 0
     shutil.rmtree(aside)
@@ -283,7 +283,7 @@ def test_checkpoint_problems(trained_run, files, tmp_path):
     shutil.rmtree(damaged / "best")
     result = runner.invoke(app, ["evaluate", "--checkpoint", str(damaged)])
     message = " ".join(result.output.split())
-    assert result.exit_code == 2 and f"without a best checkpoint (its latest checkpoint is whole: pass {damaged / 'last'}" in message
+    assert result.exit_code == 2 and f"without a best checkpoint (it has a latest checkpoint: pass {damaged / 'last'}" in message
     assert runner.invoke(app, ["evaluate", "--checkpoint", str(damaged / "last")]).exit_code == 0
 
     corrupt = tmp_path / "corrupt"
@@ -536,9 +536,17 @@ def test_resume_alone_continues_the_run_as_its_run_json_records_it(tiny_backbone
     assert with_files.exit_code == 0 and "warning" not in with_files.output, with_files.output  # its seed, 7, is the run's
     refused = runner.invoke(app, ["train", "--out", str(out), "--resume", "--set", 'train_file="other.jsonl"'])
     assert refused.exit_code == 2 and "the train_file is --train-file's to set" in refused.output, refused.output
+    # a --limit-* given changes its own splits' limits and keeps the others (--limit-eval dropped the train limit)
+    evaluated = runner.invoke(app, ["train", "--out", str(out), "--resume", "--limit-eval", "3"])
+    assert evaluated.exit_code == 0 and "limits {'train': 4, 'validation': 3, 'test': 3}" in " ".join(
+        evaluated.output.split()), evaluated.output
     (out / "run.json").write_text("{")
     broken = runner.invoke(app, ["train", "--out", str(out), "--resume"])
     assert broken.exit_code == 2 and f"{out / 'run.json'}: not a run description this version reads" in broken.output
+    (out / "run.json").unlink()  # the defaults (MELD's DialogXL) met the run's checkpoint and failed on its config
+    missing = runner.invoke(app, ["train", "--out", str(out), "--resume"])
+    assert missing.exit_code == 2 and f"{out / 'run.json'}: missing, so the run's options are not known" in " ".join(
+        missing.output.split()), missing.output
 
 
 def test_a_training_file_edited_so_its_label_counts_change_order_resumes_with_the_runs_labels(tiny_backbone_dir, files, tmp_path):

@@ -111,10 +111,37 @@ def test_greedy_decoding_follows_the_argmax_and_stops_at_eou(vocab_and_batch):
     ids = batch.response_in[:1, :2]
     for expected in out[0]:
         step = model.decode((memory[:1], padding[:1]), ids)[0, -1]
-        step[0] = float("-inf")
+        step[model.unsaid_ids()] = float("-inf")
         assert int(step.argmax()) == expected
         ids = torch.cat([ids, torch.tensor([[expected]])], 1)
     assert out == model.generate(batch)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_reply_never_holds_a_special_token_but_unk(vocab_and_batch, beam):
+    """A small model said [SPEAKER-R] at every step: decoded, an empty reply that also ran to the last step."""
+    vocab, _, batch = vocab_and_batch
+    model = tiny(vocab, max_response_words=6)
+    favoured = [vocab.index[token] for token in (SOU, SPEAKER_R, "[SPEAKER-Q]", "[PAD]")]
+    assert model.unsaid_ids() == sorted(favoured)  # [UNK] stands for a word, [EOU] ends the reply
+    steps = model.stepper
+
+    def biased(state):
+        inner = steps(state)
+
+        class Biased:
+            def __call__(self, ids):
+                logits = inner(ids).clone()
+                logits[:, favoured] += 1e4
+                return logits
+
+            def reorder(self, rows):
+                inner.reorder(rows)
+        return Biased()
+
+    model.stepper = biased
+    out = model.generate(batch, beam_size=beam)
+    assert all(len(o) == 7 and not set(o) & set(favoured) for o in out), out  # words to the last step, none special
 
 
 def test_a_tiny_generator_learns_its_training_responses(vocab_and_batch):
@@ -547,7 +574,9 @@ def test_what_words_split_inside_a_written_word_is_joined_again():
              "a 24 - hour store": "A 24-hour store",
              "one , two . 5 people": "One, two. 5 people",
              "is it 3 , 45 ?": "Is it 3, 45?",
-             "in 1990 , 100 people came ; 1 , 000 , 000 more": "In 1990, 100 people came; 1,000,000 more"}
+             "in 1990 , 100 people came ; 1 , 000 , 000 more": "In 1990, 100 people came; 1,000,000 more",
+             "at 7 : 30 p . m . in the u . s . a . is it ? write to a . b @ c . com": "At 7:30 p.m. in the u.s.a. is it? Write to a.b@c.com",
+             "i saw plan b . then i left": "I saw plan b. Then I left"}
     for text, written in cases.items():
         assert detokenize(words(text)) == written
         assert words(written) == words(text)

@@ -122,7 +122,8 @@ def test_stop_then_resume_ends_with_the_same_weights(tmp_path, uninterrupted, st
     assert torch.equal(flat_params(model), reference)
     assert resumed.steps == expected.steps and not resumed.stopped_early
     assert [h["epoch"] for h in resumed.history] == [1, 2, 3] and all(h["complete"] for h in resumed.history)
-    assert [h["train_loss"] for h in resumed.history] == pytest.approx([h["train_loss"] for h in expected.history])
+    # exactly: the loss sums are float64, where folding them at a save did not round them the same
+    assert [h["train_loss"] for h in resumed.history] == [h["train_loss"] for h in expected.history]
     assert resumed.best_epoch == expected.best_epoch and resumed.test_at_best == expected.test_at_best
 
 

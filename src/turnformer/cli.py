@@ -589,11 +589,14 @@ def train(
     if held and not (resume or overwrite):
         fail(f"{out} holds a run ({', '.join(held)}): --resume continues it, --overwrite replaces it (the old run is kept "
              f"until the new one's first checkpoint), or give another --out")
-    if resume and not given_files and all(option is None for option in (task, model, dataset, recipe)) \
-            and (out / "run.json").exists():
+    if resume and not given_files and all(option is None for option in (task, model, dataset, recipe)) and held:
+        if not (out / "run.json").exists():  # the defaults (MELD's DialogXL) would meet another model's checkpoint
+            fail(f"{out / 'run.json'}: missing, so the run's options are not known: resume with them (--task, --model, "
+                 "--dataset or the files, --set)")
         try:  # `train --out RUN --resume [--set ...]`: the run as it was started, not the defaults (MELD's DialogXL)
             task, model, loaded, recorded_limits, seed = recorded_training(out, seed, set_)
-            limits = training_limits(limit_dialogues, limit_train, limit_eval) or recorded_limits
+            # a --limit-* given changes its splits' limits; the others stay as recorded
+            limits = {**recorded_limits, **training_limits(limit_dialogues, limit_train, limit_eval)}
             trainer = task_trainer(task, model)
         except USER_ERRORS as e:
             fail(describe(e))

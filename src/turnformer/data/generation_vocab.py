@@ -50,7 +50,8 @@ def detokenize(tokens: Sequence[str]) -> str:
     before, opening brackets, ``$ #`` and ``¿ ¡`` to the one after, a contraction's typographic apostrophe to both its parts (DailyDialog writes
     "I ’ m"), and double quotes in pairs, each to the words it encloses. What `words` split inside a written word is
     joined again: numbers (``3 . 50``, ``7 : 30``, ``10 , 000``), hyphenated words (``e - mail``), web and e-mail
-    addresses (``www . google . com``, ``a @ b . com``)."""
+    addresses (``www . google . com``, ``a . b @ c . com``; not a path after the address), abbreviations of single
+    letters (``p . m .``, after which no word is capitalised)."""
     tokens, quotes = list(tokens), 0
     for i, token in enumerate(tokens):
         if token == '"':
@@ -63,19 +64,22 @@ def detokenize(tokens: Sequence[str]) -> str:
     text = _join_within_words(text)
     text = text.replace("\x00 ", "").replace(" \x00", "").replace("\x00", "")
     text = re.sub(r"\bi\b", "I", text)
-    return re.sub(r"(^|[.!?] )([¿¡]?[a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
+    # a sentence's first word capitalised, not one after an abbreviation of single letters ("p.m. in")
+    return re.sub(r"(^|(?<!\.[a-z])[.!?] )([¿¡]?[a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
 
 
 # What `words` splits inside a written word, after `detokenize` glued marks to the word before ("3. 50"): a decimal
 # point or a time's colon between digits, a thousands comma between a group of one to three digits and one of three,
-# a hyphen between letters or digits (DailyDialog writes "e-mail" 13 times as often as a spaced dash), and the dots
-# and @ of web and e-mail addresses
+# a hyphen between letters or digits (DailyDialog writes "e-mail" 13 times as often as a spaced dash), the dots
+# and @ of web and e-mail addresses, and the dots of an abbreviation of single letters
 _WITHIN_WORDS = (
     (re.compile(r"(?<=\d)([.:]) (?=\d)"), r"\1"),
     (re.compile(r"\b(\d{1,3}(?:,\d{3})*), (?=\d{3}\b)"), r"\1,"),  # "10 , 000", not "1990 , 100"
     (re.compile(r"(?<=[^\W_]) - (?=[^\W_])"), "-"),
     (re.compile(r"\b(www)\. (?=\w)|(?<=\w)\. (?=(?:com|org|net|edu|gov)\b)", re.IGNORECASE), lambda m: (m.group(1) or "") + "."),
     (re.compile(r"(?<=\w) @ (?=\w)"), "@"),
+    (re.compile(r"(?<=\w)\. (?=[\w.]+@)"), "."),  # an e-mail address's dots before its @ (a.b@c.com)
+    (re.compile(r"(?<=\b[a-z])\. (?=[a-z]\.(?:\W|$))"), "."),  # an abbreviation of single letters (p.m., u.s.a.)
 )
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 import torch
 from torch import nn
 
-from turnformer.data.generation_vocab import GenerationInstance, Utterance
+from turnformer.data.generation_vocab import EOU, SPECIALS, UNK, GenerationInstance, Utterance
 from turnformer.models.config_checks import ModelConfig, check_config
 
 IGNORE = -100  # target id left out of the loss and of perplexity
@@ -127,6 +127,12 @@ class GeneratorBase(nn.Module):
     def config_dict(self) -> dict:
         return {"generator": self.config.to_dict(), "pad_id": self.pad_id, "eou_id": self.eou_id}
 
+    def unsaid_ids(self) -> list[int]:
+        """The tokens a reply never holds, kept from every decoding step: [PAD], [SOU] and the speaker tokens (every
+        special token of the vocabulary, which comes first in it, but [EOU], which ends a reply, and [UNK], which stands
+        for a word). A small model could say a speaker token fifty times, decoded as an empty reply."""
+        return sorted({self.pad_id, *(i for i, token in enumerate(SPECIALS) if token not in (EOU, UNK))})
+
     def context_window(self, response_words: int) -> int | None:
         """The most context tokens the model reads beside a response of `response_words` words (its position table
         counts them); None: no such limit (a model whose positions count within an utterance)."""
@@ -230,9 +236,10 @@ class GeneratorBase(nn.Module):
         prefix = ids.shape[1]
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
         next_logits = self.stepper(state)
+        unsaid = self.unsaid_ids()
         for _ in range(max_words + 1):
             step = next_logits(ids)
-            step[:, self.pad_id] = float("-inf")
+            step[:, unsaid] = float("-inf")
             token = step.argmax(-1).masked_fill(done, self.pad_id)
             ids = torch.cat([ids, token[:, None]], 1)
             done |= token.eq(self.eou_id)
@@ -281,9 +288,10 @@ class GeneratorBase(nn.Module):
             best_tokens[better, :length] = tokens[rows[:, 0], beam][better]
 
         next_logits = self.stepper(state)
+        unsaid = self.unsaid_ids()
         for step in range(1, max_steps + 1):
             log_probs = next_logits(ids).double().log_softmax(-1)
-            log_probs[:, self.pad_id] = float("-inf")
+            log_probs[:, unsaid] = float("-inf")
             vocab_size = log_probs.shape[-1]
             total = scores[:, :, None] + log_probs.view(examples, beam_size, vocab_size)
             total = total.masked_fill(~scores.isfinite()[:, :, None], float("-inf"))  # dead beams stay dead

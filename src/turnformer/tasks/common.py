@@ -196,7 +196,7 @@ def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = (), task: str
         raise DialogueError(f"{checkpoint}: a file; give the run folder (or its best/ or last/ checkpoint)")
     weights = checkpoint / "best" if (checkpoint / "best").is_dir() else checkpoint
     if (checkpoint / "run.json").exists() and not (weights / MODEL_FILE).exists():
-        latest = (f" (its latest checkpoint is whole: pass {checkpoint / 'last'} to use it)"
+        latest = (f" (it has a latest checkpoint: pass {checkpoint / 'last'} to use it)"
                   if (checkpoint / "last" / MODEL_FILE).exists() else "")
         finished = (checkpoint / "result.json").exists()
         if weights == checkpoint and (checkpoint / ".best.old" / MODEL_FILE).exists():  # a save cut between its renames
@@ -208,7 +208,7 @@ def checkpoint_paths(checkpoint, labelled_tasks: Collection[str] = (), task: str
             raise DialogueError(f"{checkpoint}: a finished run whose checkpoints were removed (its scores are in "
                                 "result.json); train it again to use the model")
         aside = replaced_run_folder(checkpoint)  # a run --overwrite sets aside until the new one's first checkpoint
-        earlier = (f"; the run it replaces is whole in {aside} (pass that folder to use it)"
+        earlier = (f"; the run it replaces is kept in {aside} (pass that folder to use it)"
                    if holds_set_aside_run(aside) and (aside / "best" / MODEL_FILE).exists() else "")
         raise DialogueError(f"{checkpoint}: a run without a best checkpoint"
                             f"{'' if finished else ' yet: training has not finished an epoch'}{latest}{earlier}")

@@ -559,7 +559,7 @@ def generate_replies(model, vocab: Vocabulary, run: dict, source: str, data_dir=
             rows = [{"id": name, "speaker": replier(d, speaker), "response": r, "truncated": u is not None, "unfinished": last}
                     for name, d, r, u, last in zip(names, dialogues, replies, unread, at_last_step)]
             cut.add(f"{name} ({u})" for name, u in zip(names, unread) if u is not None)
-            empty.add(str(name) for name, r in zip(names, replies) if not r)
+            empty.add(str(name) for name, r, last in zip(names, replies, at_last_step) if not r and not last)
             yield rows, [(r["id"], shorten(f"{d.turns[-1].speaker}: {d.turns[-1].text}"), f"{r['speaker']}: {r['response']}")
                          for d, r in zip(dialogues, rows)]
         if cut.count:

@@ -248,7 +248,10 @@ class _Trainer:
             self.scheduler.load_state_dict(checkpoint["optimizer"]["scheduler"])
             set_rng_state(checkpoint["rng"])
         self.state.stopped_early, self.state.stop_reason = False, None
-        self.local_loss = torch.zeros((), device=accelerator.device)   # this process's losses not yet folded
+        # this process's losses not yet folded; in float64, where a sum of float32 losses is exact, so that where the
+        # sums are folded (a save, a resume) does not change the epoch's train loss (MPS has no float64)
+        self.local_loss = torch.zeros((), dtype=torch.float32 if accelerator.device.type == "mps" else torch.float64,
+                                      device=accelerator.device)
         self.local_count = 0
         self.saved_at: tuple[int, int, int] | None = None
         # the random state at the last whole update, while a next one is under way: a Ctrl-C saves this one, so
