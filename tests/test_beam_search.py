@@ -99,11 +99,12 @@ def test_a_beam_of_one_is_greedy_decoding(models, vocab, model_id):
 
 @pytest.mark.parametrize("length_penalty", [0.0, 0.6, 1.0])
 def test_a_beam_wider_than_every_sequence_finds_the_best_one(length_penalty):
-    vocab = Vocabulary([*SPECIALS, "fine", "you"])  # 7 tokens besides [PAD], 6 of them words
-    model = tiny("transformer", vocab)  # untrained: fitted, this vocabulary's model says [UNK] whatever comes
+    vocab = Vocabulary.build(DIALOGUES, min_count=3)  # [UNK] and 4 words a reply may hold, and [EOU]
+    assert len(vocab.index) == len(SPECIALS) + 4
+    model = trained("transformer", vocab)  # fitted a little: its replies end at various lengths
     encoded = encoded_instances(model, vocab)
     max_words = 2
-    words = [t for t in range(len(vocab)) if t not in (model.pad_id, model.eou_id)]
+    words = [t for t in range(len(vocab)) if t not in (model.eou_id, *model.unsaid_ids())]  # never [SOU], speakers
     # every response: up to max_words words then [EOU], or max_words + 1 words never finished
     candidates = [[*w, model.eou_id] for n in range(max_words + 1) for w in itertools.product(words, repeat=n)]
     candidates += [list(w) for w in itertools.product(words, repeat=max_words + 1)]
