@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -164,3 +165,18 @@ def test_a_view_too_wide_to_draw_shows_the_keys_from_the_memorys_oldest_token(mo
     for kind in kinds:
         assert torch.equal(cut.masks[kind], whole.masks[kind][:, -kept:])
         assert not whole.masks[kind][:, :-kept].any()  # what is left out, no head sees
+
+
+def test_utterance_attention_panels_share_one_scale_with_a_colour_bar(tmp_path, monkeypatch):
+    """Each panel was scaled to its own maximum, without a colour bar: an even 0.1 drew as dark as a peak of 0.9."""
+    import turnformer.plots as plots
+
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, out: figures.append(fig) or Path(out))
+    even = torch.full((4, 4), 0.25)
+    peaked = torch.eye(4) * 0.9 + 0.025
+    plots.plot_utterance_attention([("plain", even), ("local", peaked)], ["a", "b", "c", "d"], tmp_path / "f.png")
+    (fig,) = figures
+    panels = [ax for ax in fig.axes if ax.images]
+    assert [ax.images[0].get_clim() for ax in panels] == [(0, pytest.approx(0.925))] * 2
+    assert any(ax.get_ylabel() == "attention weight" for ax in fig.axes)  # the colour bar, named

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from turnformer.cli import app
 from turnformer.data import load_split, write_jsonl
+from turnformer.data.report import DataNotFoundError
 from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, Turn
 from turnformer.models.mdfn import MDFN_VARIANTS, MDFNConfig, MaskedAttentionBlock, build_mdfn, pool_turns, turn_slots
 from turnformer.structure import SPEAKER, TokenMeta
@@ -85,6 +86,10 @@ def test_selection_tsv_groups_lines_and_names_bad_lines(tmp_path):
     assert [t.speaker for t in first.context.turns] == ["A", "B", "A"]
     assert [c.speaker for c in first.candidates] == ["B", "B"] and first.gold() == (1, 0)
     assert items[1].candidates[0].speaker == "B" and items[1].id == "ubuntu-4"
+    import gzip  # compressed, the same ids (they were "ubuntu.tsv-1": a submission file differed by compression)
+
+    (tmp_path / "ubuntu.tsv.gz").write_bytes(gzip.compress(path.read_bytes()))
+    assert [item.id for item in read_selection_tsv(tmp_path / "ubuntu.tsv.gz")] == ["ubuntu-1", "ubuntu-4"]
 
     for bad, message in [("2\ta\tb\n", ":1: label"), ("1\tonly a response\n", ":1: expected a label"),
                          ("1\ta\t \tc\n", ":1: column 3: empty utterance"),
@@ -95,6 +100,22 @@ def test_selection_tsv_groups_lines_and_names_bad_lines(tmp_path):
         path.write_text(bad, encoding="utf-8")
         with pytest.raises(DialogueError, match=message):
             read_selection_tsv(path)
+
+
+def test_mutuals_dev_set_alone_is_read_where_only_it_is_scored(data_dir, tmp_path):
+    """`evaluate --split test` (MuTual's dev set) read, and needed, all 7,088 training files."""
+    import shutil
+
+    from turnformer.tasks.response_selection import load_selection_data
+
+    dev = tmp_path / "mutual" / "mutual" / "dev"
+    dev.mkdir(parents=True)
+    for name in ("dev_1.txt", "dev_2.txt"):
+        shutil.copy(data_dir / "mutual" / "mutual" / "dev" / name, dev / name)
+    only_dev = load_selection_data({"dataset": "mutual"}, tmp_path, only=["test"])
+    assert list(only_dev) == ["test"] and len(only_dev["test"]) == 2
+    with pytest.raises(DataNotFoundError, match="train"):  # the held-out validation items are training items
+        load_selection_data({"dataset": "mutual"}, tmp_path, only=["validation"])
 
 
 def test_prediction_rows_keep_the_candidates_relevance(tmp_path):

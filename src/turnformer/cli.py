@@ -918,7 +918,7 @@ def predict(
     checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
     input: str = typer.Option(..., "--input", help="Conversation file (JSONL, or a CSV / tab-separated table) or benchmark split NAME:SPLIT (NAME alone: its test split)."),
     out: Optional[Path] = typer.Option(None, help="Write JSONL here (one line per utterance; - for standard output); default a table."),
-    online: bool = typer.Option(False, "--online", help="Dialogue acts: predict each utterance from the preceding ones only."),
+    online: Optional[bool] = typer.Option(None, "--online/--offline", help="Dialogue acts: predict each utterance from the preceding ones only, or from its sub-dialogue (default: as the model was trained)."),
     task_: Optional[str] = typer.Option(None, "--task", help="Check that the checkpoint is of this task (erc, dialogue-act, response-selection)."),
     submission: Optional[Path] = typer.Option(None, help="Response selection: also write MuTual's submission file (id, then candidates best first)."),
     data_dir: Optional[Path] = DataDir,
@@ -943,7 +943,7 @@ def predict(
             raise DialogueError(f"--task {task_}: {checkpoint} is a model for {task.name}")
         if task.command != "predict":
             raise DialogueError(f"{checkpoint} is a {task.name} model: use `turnformer {task.command}`")
-        given = {"submission": (submission, submission is not None), "online": (online, online)}
+        given = {"submission": (submission, submission is not None), "online": (online, online is not None)}
         options = task_options(task, checkpoint, given)
         predictions = task.predict(model, tokenizer, run, input, data_dir, **options)
         key = work_key("predict", checkpoint, input, data_dir, **options)

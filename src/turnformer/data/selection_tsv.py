@@ -56,6 +56,13 @@ def read_selection_tsv(path: str | Path, report: LoadReport | None = None, summa
     return items
 
 
+def item_prefix(path: Path) -> str:
+    """The start of the ids of a file's items: its name without its endings (``valid.txt.gz`` -> ``valid``, as
+    ``valid.txt``), so that the same file gives the same ids compressed or not."""
+    name = path.name[: -len(".gz")] if path.name.lower().endswith(".gz") else path.name
+    return Path(name).stem
+
+
 def iter_selection_tsv(path: str | Path, report: LoadReport | None = None, summary: bool = True) -> Iterator[ResponseSelectionItem]:
     """`read_selection_tsv` an item at a time, the file read a line at a time (a file of no items yields none); with
     `summary`, the report's summary is logged once the last line is read (where something was repaired or skipped)."""
@@ -98,7 +105,7 @@ def iter_selection_tsv(path: str | Path, report: LoadReport | None = None, summa
         if group is None or group["context"] != context:
             if group is not None:
                 yield item()
-            group = {"context": context, "id": f"{path.stem}-{number}", "line": number, "candidates": [], "relevance": []}
+            group = {"context": context, "id": f"{item_prefix(path)}-{number}", "line": number, "candidates": [], "relevance": []}
         group["candidates"].append(candidate)
         group["relevance"].append(int(label))
     if group is not None:

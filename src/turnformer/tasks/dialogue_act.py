@@ -318,7 +318,8 @@ def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, da
     accuracy = {f"{s}_accuracy": evaluate(model, make_batches(ids, ys, window, padding, 32, model.config.pad_id, online=s == "online"))
                 for s in settings}
     return {"conversations": len(scored), **utterance_counts(scored, recipe["label_kind"]),
-            "truncated_utterances": report["truncated_utterances"], **accuracy}
+            "truncated_utterances": report["truncated_utterances"], **accuracy,
+            "trained_setting": "online" if _windows(recipe)[2] else "offline"}
 
 
 @torch.no_grad()
@@ -428,7 +429,7 @@ class DialogueActs:
     def load_data(self, recipe: dict, data_dir=None, only: Sequence[str] = SPLITS) -> dict[str, list[Dialogue]]:
         return load_labelled_data(recipe, recipe.get("label_kind", "act"), data_dir, only)[0]
 
-    def predict(self, model, tokenizer, run: dict, source: str, data_dir=None, online: bool = False) -> Predictions:
+    def predict(self, model, tokenizer, run: dict, source: str, data_dir=None, online: bool | None = None) -> Predictions:
         say_other_labels(source, run)
         return label_predictions(conversation_blocks(source, data_dir, self.reader),
                                  lambda dialogues, desc: self.annotate(model, tokenizer, run, dialogues, desc, online),
@@ -441,11 +442,13 @@ class DialogueActs:
         return frozenset({STREAM, ANNOTATE})
 
     def annotate(self, model, tokenizer, run: dict, dialogues: Sequence[Dialogue], desc: str = "predict",
-                 online: bool = False) -> list[list[dict]]:
+                 online: bool | None = None) -> list[list[dict]]:
         """Every utterance's act: offline, from its sub-dialogue with the recipe's W and P (the context on both sides);
-        `online`, from the P utterances before it, as a session answers; and whether the model read only its start
+        `online`, from the P utterances before it, as a session answers (None: as the model was trained: a model trained
+        online has never read the utterances after the one it labels); and whether the model read only its start
         (``truncated``)."""
         recipe = run["recipe"]
+        online = _windows(recipe)[2] if online is None else online
         return mark_cut(predict_dialogues(model, tokenizer, dialogues, run["labels"], int(recipe.get("window", 1)),
                                           int(recipe.get("context_padding", 0)), online=online, desc=desc),
                         dialogues, *utterance_reader(model, tokenizer))

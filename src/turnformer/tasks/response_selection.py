@@ -144,9 +144,11 @@ def load_selection_data(recipe: dict, data_dir=None, only: Sequence[str] = SPLIT
         return splits
     if dataset not in ("mutual", "mutual-plus"):
         raise DialogueError(f"response selection runs on mutual, mutual-plus or a file (dataset = 'file'), not {dataset!r}")
-    train = list(load_split(dataset, "train", data_dir).items)
-    dev = list(load_split(dataset, "validation", data_dir).items)
     holdout = int(recipe.get("holdout", 500))
+    dev = list(load_split(dataset, "validation", data_dir).items)
+    if "train" not in only and (holdout <= 0 or "validation" not in only):  # the dev set alone (evaluate's test)
+        return {split: dev for split in only}
+    train = list(load_split(dataset, "train", data_dir).items)
     if holdout <= 0:
         return {"train": train, "validation": dev, "test": dev}
     if holdout >= len(train):
