@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -184,6 +185,39 @@ def test_a_gzip_compressed_selection_file_is_told_by_its_content(tmp_path):
     tsv.write_bytes(gzip.compress(b"1\thi\tthere\n0\thi\tblue\n"))
     assert [(i.id, i.gold()) for i in read_selection_file(jsonl)] == [("q", (1, 0))]
     assert [i.gold() for i in read_selection_file(tsv)] == [(1, 0)]
+
+
+def test_mutuals_own_item_files_are_read_as_input(data_dir, tmp_path):
+    """A MuTual file (one JSON object on one line), or a file of such objects one a line, is read as the loader reads
+    the split's files; a fault names its line and MuTual's field."""
+    from turnformer.tasks.response_selection import read_selection_file
+
+    dev = data_dir / "mutual" / "mutual" / "dev"
+    expected = load_split("mutual", "validation", data_dir).items[:3]
+    first = dev / "dev_1.txt"
+    def read(path):  # what a ranker reads of each item
+        return [(item.id, item.context.turns, item.candidates, item.answer) for item in read_selection_file(path)]
+
+    assert read(first) == [(item.id, item.context.turns, item.candidates, item.answer) for item in expected[:1]]
+    joined = tmp_path / "three.txt"
+    joined.write_text("".join((dev / f"{item.id}.txt").read_text().strip() + "\n" for item in expected))
+    assert read(joined) == [(item.id, item.context.turns, item.candidates, item.answer) for item in expected]
+    assert [item.id for _, block in item_blocks(str(joined)) for item in block] == [item.id for item in expected]
+    nameless = json.loads(first.read_text())
+    del nameless["id"]
+    joined.write_text(json.dumps(nameless) + "\n" + json.dumps(nameless) + "\n")
+    assert [item.id for item in read_selection_file(joined)] == [None, None]  # named by their place, as conversations are
+    joined.write_text(first.read_text().strip() + "\n" + first.read_text().strip() + "\n")
+    with pytest.raises(DialogueError, match=r"three\.txt:2: id: 'dev_1' is already the id of the conversation on line 1"):
+        read_selection_file(joined)
+    for field, value, said in (("answers", "E", "answers: unknown label 'E'"), ("id", 7, "id: expected a non-empty string"),
+                               ("options", ["m : hi"], "options: expected a list of 4 strings")):
+        joined.write_text(first.read_text().strip() + "\n" + json.dumps({**nameless, field: value}) + "\n")
+        with pytest.raises(DialogueError, match=rf"three\.txt:2: {re.escape(said)}"):
+            read_selection_file(joined)
+    joined.write_text(json.dumps({key: value for key, value in nameless.items() if key != "article"}) + "\n")
+    with pytest.raises(DialogueError, match=r"three\.txt:1: article: missing field"):  # not "turns", a MuTual item's
+        read_selection_file(joined)
 
 
 def test_item_relevance_is_checked():
@@ -395,6 +429,13 @@ def test_train_evaluate_predict_rank(data_dir, tiny_backbone_dir, tmp_path):
     from_file = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(items)])
     assert from_file.exit_code == 0, from_file.output
     assert json.loads(from_file.stdout) == json.loads(first.stdout)
+    own = tmp_path / "ten.txt"  # and in MuTual's own format, one item file's line a line
+    dev = data_dir / "mutual" / "mutual" / "dev"
+    own.write_text("".join((dev / f"{item.id}.txt").read_text().strip() + "\n"
+                           for item in load_split("mutual", "validation", data_dir).items[:10]))
+    from_own = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(own)])
+    assert from_own.exit_code == 0, from_own.output
+    assert json.loads(from_own.stdout) == json.loads(first.stdout)
     # an item without an answer is counted, not silently left out; none with one is an error, not a NaN
     unanswered = tmp_path / "unanswered.jsonl"
     first_item, *rest = load_split("mutual", "validation", data_dir).items[:3]

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from turnformer.data._io import NUL_HINT, check_output_file, iter_lines, read_json, write_chunks
-from turnformer.data.mutual import item_to_dialogue
+from turnformer.data.mutual import is_item, item_to_dialogue, parse_item
 from turnformer.data.report import LoadReport
 from turnformer.data.table import iter_table, reads_as_table
 from turnformer.dialogue import (CONVENIENCE_LABELS, TURN_KEYS, Dialogue, DialogueError, ResponseSelectionItem, Turn, check_unicode,
@@ -346,6 +346,9 @@ def _json_dialogues(path: Path, label_sets: Mapping[str, list[str]] | None, repo
         if isinstance(obj, list):  # a whole JSON array on one line: name the format rather than the type
             hint = ONE_DOCUMENT_HINT if lineno == 1 else " (one conversation per line)"
             raise DialogueError(f"{where}: expected a JSON object with 'turns', got a JSON array{hint}")
+        if is_item(obj):  # one of MuTual's items (a MuTual file is one such line): its context, candidates in meta
+            yield lineno, item_to_dialogue(parse_item(obj, where, report, where))
+            continue
         yield lineno, parse_dialogue(obj, where, label_sets, report)
 
 

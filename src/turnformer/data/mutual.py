@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from turnformer.data._io import display, folder_names, load_json
 from turnformer.data.report import DataNotFoundError, DatasetSplit, LoadReport
@@ -97,15 +98,24 @@ def split_turns(text: str, path: Path, field: str, report: LoadReport | None = N
 
 
 def read_item(path: Path, report: LoadReport, base: Path | None = None) -> ResponseSelectionItem:
-    data = load_json(path, report)
-    shown = display(path, base)
+    """The item of one MuTual file (named, if it gives no id, by the file's stem)."""
+    return parse_item(load_json(path, report), path, report, display(path, base), path.stem)
+
+
+def is_item(data: Any) -> bool:
+    """Whether a JSON value is one of MuTual's items (an object with ``article`` or ``options``, no ``turns``)."""
+    return isinstance(data, dict) and ("article" in data or "options" in data) and "turns" not in data
+
+
+def parse_item(data: Any, path, report: LoadReport | None, shown: str, default_id: str | None = None) -> ResponseSelectionItem:
+    """A MuTual item from its JSON object; errors name `path` (a file, or ``file:line``), the load report `shown`."""
     if not isinstance(data, dict):
         raise DialogueError(f"{path}: expected a JSON object with article, options, answers, id")
     for key in ("article", "options", "answers"):
         if key not in data:
             raise DialogueError(f"{path}: {key}: missing field")
-    item_id = data.get("id", path.stem)
-    if not isinstance(item_id, str) or not item_id.strip():
+    item_id = data.get("id", default_id)
+    if "id" in data and (not isinstance(item_id, str) or not item_id.strip()):
         raise DialogueError(f"{path}: id: expected a non-empty string, got {item_id!r}")
     article = data["article"]
     if not isinstance(article, str):
