@@ -336,6 +336,12 @@ def test_every_variant_trains_and_scores_deterministically(model_id, tiny_backbo
     model.eval()
     first, second = model.group_scores(batches[0]), model.group_scores(batches[0])
     assert first.shape == (3, 4) and torch.equal(first, second)  # no random GRU state
+    # the sequences scored a few at a time (MDFN.predict's bound on memory): the same scores as all at once; an item's
+    # candidates split between two chunks (rows 0-4 and 5-9 of items of 4) included
+    for rows in (1, 5, 12, 100):
+        assert torch.allclose(model.group_scores(batches[0], rows), first, atol=1e-5)
+    for batch in batches:
+        assert torch.allclose(torch.tensor(model.predict(batch)[1]), model.group_scores(batch), atol=1e-5)
 
 
 def test_choice_loss_is_cross_entropy_over_candidates(tiny_backbone_dir, mutual_items):

@@ -52,6 +52,9 @@ MDFN_VARIANTS: dict[str, dict] = {
     "mdfn-linear-fusion": {"fusion": "linear"},
 }
 CHANNEL_MASKS = {"utterance": (SAME_UTTERANCE, OTHER_UTTERANCE), "speaker": (SPEAKER, LISTENER)}
+# Sequences `MDFN.predict` scores at a time: a batch of 16 MuTual items (4 candidates each) in one go, and a batch of
+# items with many candidates in memory no larger.
+SCORING_ROWS = 64
 
 
 @dataclass
@@ -99,6 +102,10 @@ class SelectionBatch:
     def to(self, device) -> "SelectionBatch":
         return SelectionBatch(self.input_ids.to(device), self.meta.to(device), self.groups.to(device),
                               self.relevance.to(device), self.ids)
+
+    def sequences(self, index: slice) -> "SelectionBatch":
+        """The sequences ``index`` alone (to be scored; the items' groups do not apply to them)."""
+        return SelectionBatch(self.input_ids[index], self.meta.rows(index), self.groups[:0], self.relevance[:0], [])
 
 
 class MaskedAttentionBlock(nn.Module):
@@ -227,9 +234,12 @@ class MDFN(nn.Module):
         out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=turns.shape[1])
         return out[torch.arange(len(count), device=out.device), count - 1]  # the state at the last turn
 
-    def group_scores(self, batch: SelectionBatch) -> torch.Tensor:
-        """[G, C] scores per item and candidate (-inf in empty slots)."""
-        scores = self.scores(batch)
+    def group_scores(self, batch: SelectionBatch, rows: int | None = None) -> torch.Tensor:
+        """[G, C] scores per item and candidate (-inf in empty slots). With `rows`, the sequences are scored that many
+        at a time: the same scores, in memory bounded whatever the number of an item's candidates."""
+        n = len(batch.input_ids)
+        step = rows or max(n, 1)
+        scores = torch.cat([self.scores(batch.sequences(slice(a, a + step))) for a in range(0, n, step)])  # [N]
         return scores[batch.groups.clamp_min(0)].masked_fill(batch.groups < 0, float("-inf"))
 
     def loss(self, batch: SelectionBatch) -> torch.Tensor:
@@ -249,8 +259,8 @@ class MDFN(nn.Module):
 
     @torch.no_grad()
     def predict(self, batch: SelectionBatch) -> tuple[list[list[int]], list[list[float]]]:
-        """(relevance, scores) per item, without the empty slots."""
-        scores = self.group_scores(batch).cpu()
+        """(relevance, scores) per item, without the empty slots; the sequences scored `SCORING_ROWS` at a time."""
+        scores = self.group_scores(batch, SCORING_ROWS).cpu()
         out_gold, out_scores = [], []
         for g, row in enumerate(batch.groups.cpu()):
             n = int((row >= 0).sum())

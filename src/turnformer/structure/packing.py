@@ -67,6 +67,10 @@ class TokenMeta:
     def to(self, device) -> "TokenMeta":
         return TokenMeta(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
+    def rows(self, index: slice) -> "TokenMeta":
+        """Rows ``index`` of every field (e.g. a chunk of the sequences, scored a chunk at a time)."""
+        return TokenMeta(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
     def select(self, index: slice | torch.Tensor) -> "TokenMeta":
         """Columns ``index`` of every field (e.g. one utterance's tokens, or the newest memory)."""
         return TokenMeta(**{f.name: getattr(self, f.name)[:, index] for f in fields(self)})

@@ -239,9 +239,13 @@ def make_selection_batches(encoded: Sequence[EncodedItem], batch_size: int, spec
 
 
 def evaluate(model: MDFN, batches: Sequence[SelectionBatch]) -> dict:
-    """Ranking metrics over the labelled items (``primary`` = R@1); ``{"primary": nan, "labelled": 0}``
-    when no item has a known answer (MuTual's test set)."""
-    gold, scores = predict_all(model, batches)
+    """Ranking metrics of the model over the labelled items of `batches` (`ranking_report`)."""
+    return ranking_report(*predict_all(model, batches))
+
+
+def ranking_report(gold: Sequence[Sequence[int]], scores: Sequence[Sequence[float]]) -> dict:
+    """Ranking metrics over the labelled items (``primary`` = R@1), from each item's relevance (-1 where unknown) and
+    scores; ``{"primary": nan, "labelled": 0}`` when no item has a known answer (MuTual's test set)."""
     labelled = [(g, s) for g, s in zip(gold, scores) if min(g) >= 0]
     if not labelled:
         return {"primary": float("nan"), "labelled": 0}
@@ -364,10 +368,11 @@ def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None,
              if input_file is not None else
              (f"--limit-dialogues {limit}: the first {limit} items" if limit else "the items") + f" of the {split} split")
     check_scorable(items, scope)
-    encoded = encode_items(items, tokenizer, model.config.max_turns, model.config.max_length)
-    batches, report = make_selection_batches(encoded, 16, special_tokens(tokenizer), model.config.max_length)
+    report: dict = {}
+    scores = score_items(model, tokenizer, items, truncation=report, desc="evaluate")  # a chunk of items at a time
+    gold = [list(item.gold() or [-1] * len(item.candidates)) for item in items]
     # items without an answer are ranked but not scored: counted apart, so that "groups" adds up
-    return {**evaluate(model, batches), "unanswered": sum(item.gold() is None for item in items), "truncation": report}
+    return {**ranking_report(gold, scores), "unanswered": sum(item.gold() is None for item in items), "truncation": report}
 
 
 @torch.no_grad()
