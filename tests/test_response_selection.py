@@ -533,6 +533,13 @@ def test_scoring_in_chunks_is_scoring_at_once(tiny_backbone_dir, mutual_items):
     empty: dict = {}
     assert score_items(model, tokenizer, [], truncation=empty) == [] and set(empty) == set(whole)
     assert not any(empty.values())
+    # evaluate's metrics from these chunks' scores are those of the batches training scores its splits with
+    from turnformer.tasks.response_selection import evaluate, ranking_report
+
+    batches, report = make_selection_batches(encode_items(mutual_items, tokenizer, 20, 48), 4, special_tokens(tokenizer), 48)
+    assert report == whole
+    gold = [list(item.gold()) for item in mutual_items]
+    assert ranking_report(gold, chunked) == pytest.approx(evaluate(model, batches), abs=1e-6)
 
 
 def test_a_candidates_unknown_fields_are_counted_as_a_turns_are(tmp_path, caplog):
