@@ -380,7 +380,7 @@ def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], 
                 truncation: dict | None = None, chunk_items: int = 1024, desc: str = "score") -> list[list[float]]:
     """Scores of every item's candidates (higher = better), in the items' order. ``truncation``, if
     given, is filled with the truncation report (see `make_selection_batches`). Items are encoded and batched
-    `chunk_items` at a time: memory holds one chunk's batches, whatever the file's length."""
+    `chunk_items` at a time, by length within a chunk: memory holds one chunk's batches, whatever the file's length."""
     model.eval()
     device = next(model.parameters()).device
     scores: list[list[float]] = []
@@ -388,11 +388,14 @@ def score_items(model: MDFN, tokenizer, items: Sequence[ResponseSelectionItem], 
     starts = range(0, len(items), chunk_items) if items else range(1)  # no items: one empty chunk, a report of zeros
     for start in progress(starts, desc, unit="item", sizes=[min(chunk_items, len(items) - s) for s in starts]):
         encoded = encode_items(items[start : start + chunk_items], tokenizer, model.config.max_turns, model.config.max_length)
-        batches, counts = make_selection_batches(encoded, batch_size, special_tokens(tokenizer), model.config.max_length,
-                                                 sort_by_length=False)
+        order = sorted(range(len(encoded)), key=lambda i: encoded[i].length)  # like lengths batched: less padding
+        batches, counts = make_selection_batches([encoded[i] for i in order], batch_size, special_tokens(tokenizer),
+                                                 model.config.max_length, sort_by_length=False)
         report = {key: report.get(key, 0) + n for key, n in counts.items()}
-        for batch in batches:
-            scores.extend(model.predict(batch.to(device))[1])
+        chunk = [None] * len(order)
+        for i, item_scores in zip(order, (s for batch in batches for s in model.predict(batch.to(device))[1])):
+            chunk[i] = item_scores
+        scores.extend(chunk)
     if truncation is not None:
         truncation.update(report)
     return scores
