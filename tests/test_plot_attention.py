@@ -180,3 +180,15 @@ def test_utterance_attention_panels_share_one_scale_with_a_colour_bar(tmp_path, 
     panels = [ax for ax in fig.axes if ax.images]
     assert [ax.images[0].get_clim() for ax in panels] == [(0, pytest.approx(0.925))] * 2
     assert any(ax.get_ylabel() == "attention weight" for ax in fig.axes)  # the colour bar, named
+    # laid out as write_figure lays it out: the colour bar beside the panels (tight_layout had drawn it over the
+    # second), the keys numbered as the rows are (from --start)
+    plots.plot_utterance_attention([("plain", even), ("local", peaked)], ["7 a", "8 b", "9 c", "10 d"], tmp_path / "g.png",
+                                   first=7)
+    fig = figures[-1]
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    fig.canvas.draw()
+    (bar,) = [ax for ax in fig.axes if ax.get_ylabel() == "attention weight"]
+    for ax in (ax for ax in fig.axes if ax.images):
+        assert not ax.get_window_extent().overlaps(bar.get_window_extent())
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["7", "8", "9", "10"]

@@ -392,7 +392,8 @@ def plot_act_attention_command(
              "and every model reads")
     shown = chosen.turns[start : start + shown_length]
     labels = [f"{start + i} {shorten(t.speaker, 12)}: {shorten(t.text, 28)}" for i, t in enumerate(shown)]
-    plot_utterance_attention(panels, labels, out, title=f"dialogue {chosen.id}, utterances {start}..{start + len(shown) - 1}")
+    plot_utterance_attention(panels, labels, out, title=f"dialogue {chosen.id}, utterances {start}..{start + len(shown) - 1}",
+                             first=start)
     said(f"wrote {out}")
 
 

@@ -72,7 +72,8 @@ def write_figure(fig, out: str | Path) -> Path:
     out = figure_path(out)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fig.tight_layout()
+        if fig.get_layout_engine() is None:  # a figure laid out as it is drawn (constrained) keeps its own
+            fig.tight_layout()
         image = io.BytesIO()
         fig.savefig(image, format=out.suffix[1:].lower(), dpi=110)
     write_file(out, image.getvalue())  # whole or not at all, and a failure names the file
@@ -342,22 +343,24 @@ def plot_attention(view: AttentionView, out: str | Path, title: str | None = Non
 
 @literal_text()
 def plot_utterance_attention(panels: Sequence[tuple[str, torch.Tensor]], labels: Sequence[str], out: str | Path,
-                             title: str | None = None, key: str = "utterance") -> Path:
+                             title: str | None = None, key: str = "utterance", first: int = 0) -> Path:
     """Side-by-side heatmaps (one per model) of utterance-to-utterance attention (or, with ``key="token"``,
-    token-to-token, the labels on both axes); rows: queries."""
+    token-to-token, the labels on both axes); rows: queries; the utterances numbered from `first`."""
     import matplotlib  # matplotlib: loaded when a figure is made
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # after the backend is chosen
 
     n = len(labels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(2 + len(panels) * (2.5 + 0.35 * n), 1.5 + 0.35 * n), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3 + len(panels) * (2.5 + 0.35 * n), 2 + 0.35 * n), squeeze=False,
+                             layout="constrained")  # the colour bar beside the panels, not over them
+    numbers = range(first, first + n)
     top = max(float(matrix.max()) for _, matrix in panels)  # one scale for every panel, shown: each to its own
     for ax, (name, matrix) in zip(axes[0], panels):  # maximum drew an even 0.1 as dark as a peak of 0.9
         image = ax.imshow(matrix.numpy(), cmap="Reds", vmin=0, vmax=top, interpolation="nearest")
         ax.set_title(name, fontsize=9)
-        ax.set_xticks(range(n), labels if key == "token" else range(n), fontsize=7, rotation=90 if key == "token" else 0)
-        ax.set_yticks(range(n), labels if ax is axes[0][0] else range(n), fontsize=7)
+        ax.set_xticks(range(n), labels if key == "token" else numbers, fontsize=7, rotation=90 if key == "token" else 0)
+        ax.set_yticks(range(n), labels if ax is axes[0][0] else numbers, fontsize=7)
         ax.set_xlabel(f"key {key}")
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="attention weight")
     fig.suptitle(title or f"attention between {key}s (mean over heads; rows sum to 1)", fontsize=9)
