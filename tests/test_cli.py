@@ -66,6 +66,29 @@ def test_plot_masks_utterance_level(conversation_file):
     assert payload["kinds"]["speaker|same_utterance"][0] == [1, 0, 1, 0]
 
 
+@pytest.mark.parametrize("level", ["utterances", "tokens"])
+def test_plot_masks_of_a_part_of_a_conversation_are_the_whole_ones_there(conversation_file, level):
+    """--start/--length: a long conversation's utterances can be shown a part at a time, numbered as in the whole."""
+    def masks(*part):
+        result = runner.invoke(app, ["plot", "masks", "--input", str(conversation_file), "--dialogue", "friends",
+                                     "--level", level, "--kinds", "local,speaker", "--window", "1", "--json", *part])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    whole, part = masks(), masks("--start", "1", "--length", "2")
+    shown = [i for i, u in enumerate(whole["utterance"]) if u in (1, 2)]
+    assert part["utterance"] == [whole["utterance"][i] for i in shown] and set(part["utterance"]) == {1, 2}
+    assert part["speaker"] == [whole["speaker"][i] for i in shown]
+    for kind in ("local", "speaker"):
+        assert part["kinds"][kind] == [[whole["kinds"][kind][i][j] for j in shown] for i in shown]
+    assert masks("--start", "3")["utterance"] == [3] * (len(whole["utterance"]) - shown[-1] - 1)  # to the end
+    for wrong, said in ((["--start", "4"], "--start 4 out of range: dialogue 'friends' has 4 utterances"),
+                        (["--start", "1", "--query-utterance", "2"], "--query-utterance shows the utterances up to it")):
+        refused = runner.invoke(app, ["plot", "masks", "--input", str(conversation_file), "--dialogue", "friends",
+                                      "--json", *wrong])
+        assert refused.exit_code == 2 and said in refused.output, refused.output
+
+
 def test_plot_masks_query_utterance_is_dialogxl_view(conversation_file):
     result = runner.invoke(
         app, ["plot", "masks", "--input", str(conversation_file), "--dialogue", "friends", "--query-utterance", "2",

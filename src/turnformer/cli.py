@@ -266,22 +266,28 @@ def plot_masks_command(
         "each kind a DialogXL head type as the model applies it (memory keys only; the own utterance visible to every head)."
     ),
     mem_len: Optional[int] = typer.Option(None, "--mem-len", min=0, help="DialogXL's view: memory length (default: all earlier tokens)."),
+    start: int = typer.Option(0, "--start", min=0, help="First utterance shown (a part of a long conversation)."),
+    length: Optional[int] = typer.Option(None, "--length", min=1, help="Utterances shown from --start (default: to the end)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Figure to write: PNG, or the format its extension names (.svg, .pdf, ...)."),
     as_json: bool = typer.Option(False, "--json", help="Print the masks as JSON."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
-    """Draw (or print) the attention masks of one conversation."""
+    """Draw (or print) the attention masks of one conversation (or of its utterances --start to --start + --length)."""
     from turnformer.plots import figure_path, mask_view, plot_masks  # torch: loaded only when the command runs
 
     if out is None and not as_json:
         fail("give --out FILE.png, --json, or both")
     if mem_len is not None and query_utterance is None:  # it was read past without a word
         fail("--mem-len is DialogXL's view of one utterance: give --query-utterance N with it")
+    if query_utterance is not None and (start or length is not None):  # its keys are every utterance before it
+        fail("--start and --length show a part of the conversation; --query-utterance shows the utterances up to it")
     try:
         out = figure_path(out) if out is not None else None
         check_output_file(out, source=input)
         chosen = pick_dialogue(load_input(input, data_dir), dialogue, input)
         utterance_in(chosen, query_utterance, "--query-utterance")
+        utterance_in(chosen, start, "--start")
+        chosen = dataclasses.replace(chosen, turns=chosen.turns[start : None if length is None else start + length])
         tok = None
         if tokenizer != "words" and level == "tokens":
             from turnformer.backbones import load_tokenizer  # transformers: loaded only when asked for
@@ -291,11 +297,12 @@ def plot_masks_command(
         if not named:
             raise DialogueError(f"--kinds {kinds!r}: name at least one mask, e.g. local,speaker")
         view = mask_view(chosen, named, window=window, level=level, tokenizer=tok, query_utterance=query_utterance,
-                         mem_len=mem_len)
+                         mem_len=mem_len, first=start)
     except USER_ERRORS as e:
         fail(describe(e))
     if out is not None:
-        said(f"wrote {plot_masks(view, out, title=f'dialogue {chosen.id or dialogue or 0}')}")
+        part = f", utterances {start}..{start + len(chosen) - 1}" if start or length is not None else ""
+        said(f"wrote {plot_masks(view, out, title=f'dialogue {chosen.id or dialogue or 0}{part}')}")
     if as_json:
         write_line(json.dumps(view.to_json()))
 

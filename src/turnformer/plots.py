@@ -142,6 +142,7 @@ def mask_view(
     tokenizer=None,
     query_utterance: int | None = None,
     mem_len: int | None = None,
+    first: int = 0,
 ) -> MaskView:
     """Evaluate mask ``kinds`` (names or compositions, see `mask_from_name`) on one dialogue.
 
@@ -151,7 +152,8 @@ def mask_view(
     tokens and the keys are u_0..u_t, each utterance tokenised as DialogXL encodes it ([CLS] u [SEP]); each kind
     is a head type, restricted to the memory (earlier utterances' tokens without special ones, the newest
     ``mem_len`` of them; None: all) with the query's own utterance visible to every head, exactly the masks
-    `dialogxl_layout` gives the encoder. Otherwise rows and columns are every token (the offline view).
+    `dialogxl_layout` gives the encoder. Otherwise rows and columns are every token (the offline view). The
+    utterances are numbered from `first` (the dialogue a part of a longer one, whose masks on it are the same).
     """
     names = [t.speaker for t in dialogue.turns]
     if level == "tokens" and query_utterance is not None and tokenizer is not None:
@@ -161,7 +163,7 @@ def mask_view(
         meta, tokens = packed.meta, tokenizer.convert_ids_to_tokens(packed.input_ids[0].tolist())
     elif level == "utterances":
         meta = TokenMeta.from_lists([list(range(len(dialogue)))], [dialogue.speaker_ids()])
-        tokens = [f"u{i} {t.speaker}" for i, t in enumerate(dialogue.turns)]
+        tokens = [f"u{first + i} {t.speaker}" for i, t in enumerate(dialogue.turns)]
     elif level == "tokens":
         if tokenizer is None:
             vocab: dict[str, int] = {}
@@ -194,8 +196,9 @@ def mask_view(
     if not kinds:
         raise ValueError("no mask kinds given: name at least one, e.g. local,speaker")
     if len(query_tokens) * len(tokens) > MAX_VIEW_CELLS:
-        other_views = "a shorter conversation" if level == "utterances" else \
-            "one utterance's view (--query-utterance N, with --mem-len), the utterances (--level utterances), or a shorter conversation"
+        other_views = "fewer utterances (--start, --length)" if level == "utterances" else \
+            "one utterance's view (--query-utterance N, with --mem-len), the utterances (--level utterances), or fewer " \
+            "utterances (--start, --length)"
         raise ValueError(f"{len(query_tokens)} x {len(tokens)} {level}: too many to draw or print (at most "
                          f"{MAX_VIEW_CELLS:,} cells); show {other_views}")
     masks = {}
@@ -206,7 +209,7 @@ def mask_view(
         masks[kind] = mask(queries, keys)[0]
     utterance = keys.utterance[0].tolist()
     return MaskView(
-        tokens=tokens, utterance=utterance, speaker=[names[u] for u in utterance], masks=masks,
+        tokens=tokens, utterance=[first + u for u in utterance], speaker=[names[u] for u in utterance], masks=masks,
         query_tokens=query_tokens if query_utterance is not None else [],
     )
 
