@@ -4,6 +4,7 @@ before every model setting was written in its recipe."""
 from __future__ import annotations
 
 import json
+import re
 from itertools import combinations
 
 import pytest
@@ -204,6 +205,19 @@ def test_a_label_no_training_turn_carries_is_warned_of(tmp_path, caplog):
         load_labelled_data({**recipe, "labels": ["joy", "sadness"]}, "emotion")
         load_labelled_data({**recipe, "labels": []}, "emotion")  # the labels the training file has
     assert not caplog.records
+
+    # a validation label the training file lacks: the error names its line and the way to give every label; a label
+    # that differs from one of the set only in capitals says so
+    other = tmp_path / "validation.jsonl"
+    for label, said in (("fear", f"(the labels of the training file {train}: to score others too, give every label, "
+                                 "--set 'labels=[\"...\", ...]')"),
+                        ("Joy", "unknown label 'Joy' (the label set has 'joy': capitals count); allowed: joy, sadness")):
+        other.write_text(json.dumps({"turns": [{"speaker": "A", "text": "oh", "labels": {"emotion": label}}]}) + "\n")
+        with pytest.raises(DialogueError, match=re.escape(said)) as refused:
+            load_labelled_data({**recipe, "labels": [], "validation_file": str(other)}, "emotion")
+        assert str(refused.value).startswith(f"{other}:1: turns[0].labels.emotion: unknown label {label!r}")
+    other.write_text(json.dumps({"turns": [{"speaker": "A", "text": "oh", "labels": {"emotion": "fear"}}]}) + "\n")
+    assert load_labelled_data({**recipe, "validation_file": str(other)}, "emotion")[1] == recipe["labels"]  # given
 
 
 def test_a_setting_of_another_task_a_written_key_or_a_whole_section_is_refused_from_set():

@@ -18,6 +18,10 @@ class DialogueError(ValueError):
     """Invalid conversation data; the message names the file, line or field at fault."""
 
 
+class UnknownLabelError(DialogueError):
+    """A label outside the label set a file was read with (a trained model's, or its training file's)."""
+
+
 CONVENIENCE_LABELS = ("emotion", "act", "sentiment")  # a turn's fields read as labels of that kind
 TURN_KEYS = frozenset({"speaker", "text", "labels", "id", *CONVENIENCE_LABELS})
 

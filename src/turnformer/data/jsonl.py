@@ -42,8 +42,9 @@ from turnformer.data._io import NUL_HINT, check_output_file, iter_lines, read_js
 from turnformer.data.mutual import is_item, item_to_dialogue, parse_item
 from turnformer.data.report import LoadReport
 from turnformer.data.table import iter_table, reads_as_table
-from turnformer.dialogue import (CONVENIENCE_LABELS, TURN_KEYS, Dialogue, DialogueError, ResponseSelectionItem, Turn, check_unicode,
-                                 is_blank, label_name, speaker_name, trim_invisible, with_unique_ids)
+from turnformer.dialogue import (CONVENIENCE_LABELS, TURN_KEYS, Dialogue, DialogueError, ResponseSelectionItem, Turn,
+                                 UnknownLabelError, check_unicode, is_blank, label_name, speaker_name, trim_invisible,
+                                 with_unique_ids)
 DIALOGUE_KEYS = frozenset({"id", "turns", "meta"})
 
 logger = logging.getLogger(__name__)
@@ -194,7 +195,9 @@ def parse_turn(
             allowed = label_sets.get(kind)
             if allowed is not None and label not in allowed:
                 field = f"{at}labels.{kind}" if isinstance(labels_raw, dict) and kind in labels_raw else f"{at}{kind}"
-                raise _err(where, field, f"unknown label {label!r}; allowed: {', '.join(allowed)}")
+                same = [a for a in allowed if a.casefold() == label.casefold()]  # capitals count: say so
+                hint = f" (the label set has {same[0]!r}: capitals count)" if same else ""
+                raise UnknownLabelError(f"{where}: {field}: unknown label {label!r}{hint}; allowed: {', '.join(allowed)}")
     turn_id = t.get("id")
     if turn_id is not None and not isinstance(turn_id, str):
         raise _err(where, f"{at}id", f"expected a string, got {turn_id!r}")

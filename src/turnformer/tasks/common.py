@@ -15,7 +15,7 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Seque
 
 from turnformer.data import DATASETS, load_split, names_benchmark, parse_split_spec, read_jsonl
 from turnformer.data.jsonl import iter_jsonl, refuse_selection_item, refuse_selection_items
-from turnformer.dialogue import Dialogue, DialogueError, output_names, texts_to_read
+from turnformer.dialogue import Dialogue, DialogueError, UnknownLabelError, output_names, texts_to_read
 from turnformer.tasks.base import ModelBuilder, Predictions
 from turnformer.training import LABEL_MAP_FILE, MODEL_FILE
 from turnformer.training.runs import holds_set_aside_run, replaced_run_folder
@@ -152,7 +152,13 @@ def load_labelled_data(recipe: dict, kind: str, data_dir=None, only: Sequence[st
                                     "a classifier needs two labels or more in its training file (or a recipe's labels)")
         # every other split is checked against the training labels as it is read: an error names its file and line
         rest = [split for split in only if split not in splits]
-        splits.update(read_split_files(recipe, rest, {kind: labels} if labels else None))
+        try:
+            splits.update(read_split_files(recipe, rest, {kind: labels} if labels else None))
+        except UnknownLabelError as e:
+            if "train" not in splits:  # a trained model's labels, or the recipe's
+                raise
+            raise UnknownLabelError(f"{e} (the labels of the training file {recipe['train_file']}: to score others too, "
+                                    f"give every label, --set 'labels=[\"...\", ...]')") from None
         for split in rest:  # a split without a label would be read, encoded and trained on before failing to score
             require_labels(splits[split], kind, recipe[f"{split}_file"], split, scores_input(recipe, split))
         for split in only:
