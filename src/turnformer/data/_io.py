@@ -385,7 +385,12 @@ def iter_lines(path: Path, report: LoadReport | None = None) -> Iterator[tuple[i
 
 
 def json_error(path: Path, err: json.JSONDecodeError, line_offset: int = 0) -> DialogueError:
-    return DialogueError(f"{path}:{err.lineno + line_offset}: malformed JSON (column {err.colno}): {err.msg}")
+    return DialogueError(f"{path}:{err.lineno + line_offset}: {json_fault(err)}")
+
+
+def json_fault(err: json.JSONDecodeError) -> str:
+    """What is wrong, and where on its line: Python's "Unterminated string starting at" ends where its column was."""
+    return f"malformed JSON (column {err.colno}): {err.msg.removesuffix(' at')}"
 
 
 def _no_constant(name: str) -> None:
