@@ -248,7 +248,8 @@ def test_integer_speaker_ids_are_read_as_strings_and_counted(tmp_path):
     (d,) = read_jsonl(path)
     assert [t.speaker for t in d.turns] == ["7", "0"]
     assert read_jsonl(path).report.counts == {"integer_speaker": 2}
-    for bad, message in ((True, "expected a non-empty string \\(or an integer id\\), got True"), (1.5, ".*got 1.5"),
+    for bad, message in ((True, "expected a non-empty string \\(or an integer id\\), got true$"), (1.5, ".*got 1.5"),
+                         (False, ".*got false$"), ([1], r".*got \[1\]$"),
                          ("", "missing speaker")):
         write_lines(path, conv({"speaker": bad, "text": "Hi"}))
         with pytest.raises(DialogueError, match=r"conv\.jsonl:1: turns\[0\]\.speaker: " + message):

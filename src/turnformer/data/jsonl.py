@@ -71,6 +71,11 @@ def json_type(value: Any) -> str:
     return "null" if value is None else JSON_TYPES.get(type(value), type(value).__name__)
 
 
+def as_written(value: Any) -> str:
+    """A value read from a file, for a message, as JSON writes it (true, null, [1]); a string quoted as elsewhere."""
+    return repr(value) if isinstance(value, str) else json.dumps(value, ensure_ascii=False)[:80]
+
+
 def _err(where: str, field: str, msg: str) -> DialogueError:
     return DialogueError(f"{where}: {field}: {msg}" if field else f"{where}: {msg}")
 
@@ -96,7 +101,7 @@ def parse_dialogue(
         raise _err(where, "turns", "a conversation needs at least one turn")
     dlg_id = obj.get("id")
     if dlg_id is not None and not isinstance(dlg_id, str):
-        raise _err(where, "id", f"expected a string, got {dlg_id!r}")
+        raise _err(where, "id", f"expected a string, got {as_written(dlg_id)}")
     if dlg_id is not None and is_blank(dlg_id):
         raise _err(where, "id", f"empty ({dlg_id!r}): name the conversation, or leave the id out")
     if dlg_id is not None:
@@ -151,7 +156,7 @@ def parse_turn(
             report.add("integer_speaker", f"{where}: {at}speaker: integer id {speaker} read as the string {str(speaker)!r}")
         speaker = str(speaker)
     if not isinstance(speaker, str):
-        raise _err(where, f"{at}speaker", f"expected a non-empty string (or an integer id), got {speaker!r}")
+        raise _err(where, f"{at}speaker", f"expected a non-empty string (or an integer id), got {as_written(speaker)}")
     if is_blank(speaker):
         raise _err(where, f"{at}speaker", f"missing speaker (blank: {speaker!r})")
     if (trimmed := trim_invisible(speaker)) != speaker:  # " Ann " and "Ann" are one speaker to every speaker mask
@@ -200,7 +205,7 @@ def parse_turn(
                 raise UnknownLabelError(f"{where}: {field}: unknown label {label!r}{hint}; allowed: {', '.join(allowed)}")
     turn_id = t.get("id")
     if turn_id is not None and not isinstance(turn_id, str):
-        raise _err(where, f"{at}id", f"expected a string, got {turn_id!r}")
+        raise _err(where, f"{at}id", f"expected a string, got {as_written(turn_id)}")
     if turn_id is not None and is_blank(turn_id):
         raise _err(where, f"{at}id", f"empty ({turn_id!r}): name the turn, or leave the id out")
     try:
@@ -228,7 +233,7 @@ def _label(value, where: str, field: str, report: LoadReport | None) -> str | No
         _count_null_label(report, where, field)
         return None
     if not isinstance(value, str) or is_blank(value):
-        raise _err(where, field, f"expected a non-empty string label, got {value!r}")
+        raise _err(where, field, f"expected a non-empty string label, got {as_written(value)}")
     check_unicode(value, f"{where}: {field}")
     if (trimmed := trim_invisible(value)) != value:
         if report is not None:
