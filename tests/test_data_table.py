@@ -219,6 +219,10 @@ def test_convert_and_stats_take_tables(tmp_path):
     splits = json.loads(stats.stdout)["splits"]
     assert splits["train"] == splits["test"] | {"report": splits["train"]["report"]}
     assert splits["train"]["labels"] == {"joy": 1, "sadness": 1} and splits["train"]["report"] == {"empty_label": 1}
+    header = table(tmp_path / "header.csv", "conversation,speaker,text,emotion\n")  # nothing to convert: said
+    empty = runner.invoke(app, ["data", "convert", str(header), "--out", str(tmp_path / "none.jsonl")])
+    assert empty.exit_code == 0 and (tmp_path / "none.jsonl").read_text() == ""
+    assert f"warning: {header} holds no conversations" in " ".join(empty.output.split())
 
 
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r"), min_size=1,

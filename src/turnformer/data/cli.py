@@ -129,6 +129,8 @@ def convert_cmd(
         dialogues = FileConversations(name)  # read a conversation at a time as it is written: a file of any length
         n = _run(write_table if writes_as_table(out) else write_jsonl, dialogues, out)
         typer.echo(f"wrote {n} conversations of {name} to {out}", err=True)  # its load report: logged as it was read
+        if not n:  # a header alone, or blank lines: what was asked for is empty, not an error, but said
+            typer.echo(f"warning: {name} holds no conversations: {out} holds none either", err=True)
         return
     if split is None:
         _fail(f"{name}: a benchmark: give its split, --split train, validation or test")
