@@ -147,14 +147,15 @@ def test_act_attention_panels_of_models_reading_different_lengths_share_one_sub_
         assert trained.exit_code == 0, trained.output
     drawn = {}
     monkeypatch.setattr(turnformer.plots, "plot_utterance_attention",
-                        lambda panels, labels, out, title: drawn.update(panels=panels, labels=labels, title=title))
+                        lambda panels, labels, out, title, first: drawn.update(panels=panels, labels=labels, title=title,
+                                                                               first=first))
     plotted = runner.invoke(app, ["plot", "act-attention", "--checkpoint", str(runs["wide"]), "--checkpoint", str(runs["short"]),
                                   "--input", "dailydialog:test", "--dialogue", "1", "--length", "10", "--out",
                                   str(tmp_path / "f.png"), *common])
     assert plotted.exit_code == 0, plotted.output
     assert [(name, tuple(matrix.shape)) for name, matrix in drawn["panels"]] == [
         ("lc-attention (wide)", (4, 4)), ("lc-attention (short)", (4, 4))]
-    assert len(drawn["labels"]) == 4 and drawn["title"].endswith("utterances 0..3")
+    assert len(drawn["labels"]) == 4 and drawn["title"].endswith("utterances 0..3") and drawn["first"] == 0
     assert "note: --length 10: 4 utterances shown" in " ".join(plotted.output.split())
     for option, value in (("--length", "0"), ("--start", "-1")):
         refused = runner.invoke(app, ["plot", "act-attention", "--checkpoint", str(runs["wide"]), "--input", "dailydialog:test",
