@@ -475,6 +475,11 @@ def test_swda_a_tag_field_starting_with_a_space_is_refused(tmp_path):
         load_split("swda", "train", tmp_path)
     write_swda(tmp_path, b"B|Hi.|sd  \n")  # spaces after the tag are an editor's
     assert load_split("swda", "train", tmp_path)[0][0].label("act") == "sd"
+    write_swda(tmp_path, b"B|Hi.|sd\nA|Okay.|b|b\n")  # a column after the tag: the tag would be read into the text
+    with pytest.raises(DialogueError, match=r"2001\.txt:2: the text ends in '\|b', a tag: a column after the tag's\?"):
+        load_split("swda", "train", tmp_path)
+    write_swda(tmp_path, b"B|Yes | no|sd\n")  # a '|' inside a text is its own
+    assert load_split("swda", "train", tmp_path)[0][0].text == "Yes | no"
 
 
 def test_emorynlp_field_types_two_names_and_padded_labels(tmp_path):

@@ -13,9 +13,10 @@ merged by that processing. One conversation is one `Dialogue` (id = conversation
 A line is split on its first and its last ``|``: the speaker is before the first, the tag after the
 last, and the text, which may itself contain ``|``, in between. Lines with fewer than
 two ``|``, empty text, an empty speaker, a speaker other than ``A``/``B`` (an extra column before the text, whose
-real speaker would be read as text), a tag outside the 41 or a tag field starting with a space (``A|Yes | no``:
-no tag field, a ``|`` in the text read as one) raise `DialogueError` naming the file and line. Blank
-lines are skipped and counted (``blank_line``). If a split list is missing, the split folder's files
+real speaker would be read as text), a tag outside the 41, a tag field starting with a space (``A|Yes | no``:
+no tag field, a ``|`` in the text read as one) or a text ending in ``|`` and a tag right after it (``A|Okay.|b|b``: a
+column after the tag, which would be read into the text; ``A|Yes | no|ny`` is a text's own ``|``) raise
+`DialogueError` naming the file and line. Blank lines are skipped and counted (``blank_line``). If a split list is missing, the split folder's files
 are read in name order and this is reported (``conversation_list_missing``); files in the folder but
 not on the list are not read and are reported (``unlisted_conversation_file``). A conversation listed twice, or in
 two splits' lists, raises `DialogueError` naming the list.
@@ -132,6 +133,9 @@ def read_conversation(path: Path, report: LoadReport, conv_id: str, base: Path |
             raise DialogueError(f"{path}:{lineno}: empty text ({text!r})")
         if tag not in _ACT_SET:
             raise DialogueError(f"{path}:{lineno}: unknown label {tag!r}; allowed: {', '.join(ACTS)}")
+        if (end := text[text.rfind("|") + 1 :]) != text and end.rstrip() in _ACT_SET and not end[:1].isspace():
+            raise DialogueError(f"{path}:{lineno}: the text ends in '|{end}', a tag: a column after the tag's? (the "
+                                f"model would read the answer in the text); expected Speaker|Text|tag, got {line!r}")
         turns.append(Turn(speaker=speaker, text=text, labels={"act": tag}))
     if not turns:
         report.add("empty_conversation", f"{display(path, base)}: no utterances; skipped")
