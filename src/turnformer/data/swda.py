@@ -16,8 +16,8 @@ two ``|``, empty text, an empty speaker, a speaker other than ``A``/``B`` (an ex
 real speaker would be read as text), a tag outside the 41, a tag field starting with a space (``A|Yes | no``:
 no tag field, a ``|`` in the text read as one) or a text ending in ``|`` and a tag right after it (``A|Okay.|b|b``: a
 column after the tag, which would be read into the text; ``A|Yes | no|ny`` is a text's own ``|``) raise
-`DialogueError` naming the file and line. Blank lines are skipped and counted (``blank_line``). If a split list is missing, the split folder's files
-are read in name order and this is reported (``conversation_list_missing``); files in the folder but
+`DialogueError` naming the file and line. Blank lines are skipped and counted (``blank_line``). If a split list is
+missing, the split folder's files are read in name order and this is reported (``conversation_list_missing``); files in the folder but
 not on the list are not read and are reported (``unlisted_conversation_file``). A conversation listed twice, or in
 two splits' lists, raises `DialogueError` naming the list.
 
