@@ -17,9 +17,9 @@ real speaker would be read as text), a tag outside the 41, a tag field starting 
 no tag field, a ``|`` in the text read as one) or a text ending in ``|`` and a tag right after it (``A|Okay.|b|b``: a
 column after the tag, which would be read into the text; ``A|Yes | no|ny`` is a text's own ``|``) raise
 `DialogueError` naming the file and line. Blank lines are skipped and counted (``blank_line``). If a split list is
-missing, the split folder's files are read in name order and this is reported (``conversation_list_missing``); files in the folder but
-not on the list are not read and are reported (``unlisted_conversation_file``). A conversation listed twice, or in
-two splits' lists, raises `DialogueError` naming the list.
+missing, the split folder's files are read in name order and this is reported (``conversation_list_missing``);
+files in the folder but not on the list are not read and are reported (``unlisted_conversation_file``). A
+conversation listed twice, or in two splits' lists, raises `DialogueError` naming the list.
 
 ``swda-ld`` is the same corpus in the split of Lee and Dernoncourt (NAACL 2016), which the LC Attention paper
 follows (its Table 3: 1K training conversations, 112 validation, 19 test): the 112 validation conversations are
