@@ -507,6 +507,20 @@ def test_mutual_an_id_twice_is_refused_and_a_hidden_answer_outside_test_counted(
     assert [it.answer for it in ds] == [1, None] and ds.report.counts == {"hidden_answer": 1}
 
 
+
+def test_mutual_a_file_of_another_split_or_a_missing_one_is_counted(tmp_path):
+    """A train item copied into dev/, or a dev file deleted, changed the split's items without a word."""
+    folder = write_mutual(tmp_path, {f"dev_{i}.txt": _item(i) for i in (1, 2, 4)} | {"train_5.txt": _item(5, split="train")})
+    ds = load_split("mutual", "dev", tmp_path)
+    assert [it.id for it in ds] == ["dev_1", "dev_2", "dev_4", "train_5"]
+    assert ds.report.counts == {"id_of_another_split": 1, "missing_item": 1}
+    said = " ".join(ds.report.messages)
+    assert "train_5.txt: id 'train_5', in dev/" in said and "no item dev_3 (the ids run to dev_4): a file deleted?" in said
+    (folder / "train_5.txt").unlink()
+    (folder / "dev_3.txt").write_text(json.dumps(_item(3)))
+    assert not load_split("mutual", "dev", tmp_path).report.counts  # the official run: nothing to say
+
+
 def test_mutual_a_marker_of_a_speaker_it_has_not_is_refused(tmp_path):
     # read as text, "w :" and its words would be the man's turn
     write_mutual(tmp_path, {"dev_1.txt": _item(1, article="m : hello . w : hi , at 10 : 30 ?")})

@@ -26,7 +26,9 @@ Irregularities of the official files, handled and counted in the load report:
   accepted and counted.
 * ``spaced_speaker_marker``: MuTual-plus train items 5005 and 5015 write ``M :`` once instead of ``M:``.
 
-A hidden answer outside the test split is read as no answer and counted (``hidden_answer``). Anything else (no
+A hidden answer outside the test split is read as no answer and counted (``hidden_answer``); an official id of
+another split (``train_5`` in ``dev/``: a file copied there) is counted (``id_of_another_split``), and so is each
+number missing from a split's run of official ids (``missing_item``: a file deleted). Anything else (no
 marker, text before the first marker, a letter other than m or f where a marker stands (``w :``), empty turn,
 not 4 options, an answer other than A-D or blank, an id that
 another file of the split has) raises `DialogueError` naming the file and field.
@@ -44,6 +46,7 @@ from turnformer.dialogue import Dialogue, DialogueError, ResponseSelectionItem, 
 
 NAMES = {"mutual": "mutual", "mutual-plus": "mutual_plus"}  # dataset name -> subfolder of mutual/
 FILE_SPLITS = {"train": "train", "validation": "dev", "test": "test"}
+ITEM_ID = re.compile(r"(train|dev|test)_([0-9]+)")  # the official ids: the split's folder, then 1, 2, 3...
 ANSWERS = ["A", "B", "C", "D"]
 ITEM_FILES = (".txt", ".txt.gz")
 LABEL_SETS = {"answer": ANSWERS}
@@ -166,7 +169,13 @@ def load(root: Path, split: str, name: str = "mutual") -> DatasetSplit:
             raise DialogueError(f"{path}: id {item.id!r} is also {earlier.name}'s: one id an item")
         if item.answer is None and split != "test":
             report.add("hidden_answer", f"{display(path, root.parent)}: answers: hidden (' '), in a {split} split")
+        if (own := ITEM_ID.fullmatch(item.id)) and own.group(1) != folder.name:  # a file copied from another split
+            report.add("id_of_another_split", f"{display(path, root.parent)}: id {item.id!r}, in {folder.name}/")
         items.append(item)
+    numbers = {int(m.group(2)) for item in items if (m := ITEM_ID.fullmatch(item.id)) and m.group(1) == folder.name}
+    for missing in sorted(set(range(1, max(numbers, default=0) + 1)) - numbers):  # the official ids run from 1 unbroken
+        report.add("missing_item", f"{display(folder, root.parent)}: no item {folder.name}_{missing} (the ids run to "
+                                   f"{folder.name}_{max(numbers)}): a file deleted?")
     return DatasetSplit(
         name=name, split=split, items=items, report=report, label_kinds=("answer",),
         label_sets={k: list(v) for k, v in LABEL_SETS.items()},
