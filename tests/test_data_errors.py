@@ -452,9 +452,12 @@ def test_line_files_with_lines_ended_by_a_carriage_return_alone_are_refused(tmp_
 
 
 def test_dailydialog_line_count_mismatch_counts_blank_lines(tmp_path):
-    write_dailydialog(tmp_path, "Hi . __eou__\n\n", "0\n", "1\n")
-    with pytest.raises(DialogueError, match=r"dialogues_train\.txt: 2 lines, but .* has 1 \(blank lines among them: 1, 0 and 0\)"):
+    write_dailydialog(tmp_path, "Hi . __eou__\n\nYo . __eou__\n", "0\n0\n", "1\n1\n")
+    with pytest.raises(DialogueError, match=r"dialogues_train\.txt: 3 lines, but .* has 2 \(blank lines among them: 1, 0 and 0\)"):
         load_split("dailydialog", "train", tmp_path)
+    write_dailydialog(tmp_path, "Hi . __eou__\n\n", "0\n", "1\n \n")  # blank lines after the last: an editor's, skipped
+    ds = load_split("dailydialog", "train", tmp_path)
+    assert [t.text for d in ds for t in d.turns] == ["Hi ."] and ds.report.counts == {"blank_line": 2}
 
 
 def test_a_split_without_conversations_is_refused_before_any_work(tmp_path):

@@ -10,7 +10,7 @@ Files (the official ``train.zip``/``validation.zip``/``test.zip``, unpacked)::
 Reading: a dialogue line is split on ``__eou__`` and every piece is stripped; the (empty) piece after
 the last ``__eou__`` is not an utterance; a line that does not end with ``__eou__`` (a file cut short) is read and
 reported (``missing_final_eou``). Line *n* of the text file goes with line *n* of both label files, one label per
-utterance.
+utterance; blank lines after a file's last line of text are skipped and counted (``blank_line``).
 
 Speakers: the corpus has no speaker ids. Its dialogues are two-party and turns alternate, so turns are
 given speakers ``"A"`` and ``"B"`` alternately, ``"A"`` first. This is an assumption of the corpus
@@ -92,6 +92,15 @@ def _codes(line: str, path: Path, lineno: int, codes: dict[str, str], kind: str)
     return out
 
 
+def lines_to_last_text(path: Path, report: LoadReport, base: Path | None) -> list[tuple[int, str]]:
+    """A file's numbered lines, without the blank ones after its last line of text (skipped and counted: an editor's
+    final empty line, which would put the three files out of step)."""
+    lines = list(iter_lines(path, report))
+    while lines and not lines[-1][1].strip():
+        report.add("blank_line", f"{display(path, base)}:{lines.pop()[0]}: blank line at the end skipped")
+    return lines
+
+
 def load(root: Path, split: str) -> DatasetSplit:
     """Load one split from the ``dailydialog`` folder `root`."""
     folder = root / split
@@ -101,9 +110,7 @@ def load(root: Path, split: str) -> DatasetSplit:
     base = root.parent
     report = LoadReport(source=f"{NAME}/{split}")
 
-    texts = list(iter_lines(text_path, report))
-    emotions = list(iter_lines(emo_path, report))
-    acts = list(iter_lines(act_path, report))
+    texts, emotions, acts = (lines_to_last_text(path, report, base) for path in (text_path, emo_path, act_path))
     if not (len(texts) == len(emotions) == len(acts)):
         blank = [sum(not line.strip() for _, line in lines) for lines in (texts, emotions, acts)]
         blanks = f" (blank lines among them: {blank[0]}, {blank[1]} and {blank[2]})" if any(blank) else ""
