@@ -236,7 +236,9 @@ def test_whole_json_files_are_read_as_conversation_lines_are_and_their_turns_err
          r"train_data\.json: NaN is not a JSON value"),
         (b"[" * 100_000 + b"]" * 100_000, r"train_data\.json: JSON nested too deeply to be read"),
         ([[{**good, "utterance_id": "s1_u1"}, {**good, "utterance_id": "s1_u1"}]],
-         r"train_data\.json: scenes\[0\]\[1\]\.utterance_id: 's1_u1' is already the id of scenes\[0\]\[0\]"),
+         r"train_data\.json: scenes\[0\]\[1\]\.utterance_id: 's1_u1' is already the id of scenes\[0\]\[0\]$"),
+        ([[{**good, "utterance_id": "s1_u1"}]] * 2,  # a scene written twice was read twice, without a word
+         r"scenes\[1\]\[0\]\.utterance_id: 's1_u1' is already the id of scenes\[0\]\[0\] \(a scene written twice\?\)"),
         ([[{**good, "text": "a\ud800b"}]], r"train_data\.json: scenes\[0\]\[0\]\.text: not valid Unicode"),
     ]
     for data, message in cases:

@@ -14,7 +14,8 @@ processed files here have a plain string everywhere.
 A label with spaces at its ends is read without them (counted, ``padded_label``). Malformed JSON raises
 `DialogueError` with file, line and column; a bad field raises it with the field path, e.g.
 ``train_data.json: scenes[3][5].speaker: missing speaker``, and so does an utterance giving one field under
-both its names with different values (``text`` and ``transcript``, ``label`` and ``emotion``).
+both its names with different values (``text`` and ``transcript``, ``label`` and ``emotion``), and so does an
+``utterance_id`` given twice in a file (in one scene, or in two: a scene written twice).
 """
 
 from __future__ import annotations
@@ -63,14 +64,14 @@ def _scenes(data: Any, path: Path) -> list[tuple[str, Any]]:
 def read_file(path: Path, report: LoadReport, split: str, base: Path | None = None) -> list[Dialogue]:
     data = load_json(path, report)
     shown = display(path, base)
-    dialogues = []
+    dialogues, turn_ids = [], {}  # an utterance id -> where in the file it is (ids are unique across scenes)
     for where, scene in _scenes(data, path):
         if not isinstance(scene, list):
             raise DialogueError(f"{path}: {where}: expected a list of utterances, got {type(scene).__name__}")
         if not scene:
             report.add("empty_scene", f"{shown}: {where}: scene with no utterances skipped")
             continue
-        turns, turn_ids = [], {}  # turn id -> its index in the scene
+        turns = []
         for j, utt in enumerate(scene):
             at = f"{where}[{j}]"
             if not isinstance(utt, dict):
@@ -103,8 +104,9 @@ def read_file(path: Path, report: LoadReport, split: str, base: Path | None = No
                 report.add("padded_label", f"{shown}: {at}.{key}: {label!r} read as {trimmed!r}")
                 label = trimmed
             turn_id = utt.get("utterance_id") if isinstance(utt.get("utterance_id"), str) else None
-            if turn_id is not None and (earlier := turn_ids.setdefault(turn_id, j)) != j:
-                raise DialogueError(f"{path}: {at}.utterance_id: {turn_id!r} is already the id of {where}[{earlier}]")
+            if turn_id is not None and (earlier := turn_ids.setdefault(turn_id, at)) != at:
+                again = " (a scene written twice?)" if not earlier.startswith(f"{where}[") else ""
+                raise DialogueError(f"{path}: {at}.utterance_id: {turn_id!r} is already the id of {earlier}{again}")
             try:
                 turns.append(Turn(speaker=speaker.strip(), text=text, labels={"emotion": label}, id=turn_id))
             except DialogueError as err:  # what the turn itself refuses (text that is not valid Unicode...)
