@@ -207,6 +207,28 @@ def test_write_chunks_streams_and_leaves_nothing_half_written(tmp_path):
     assert gzip.decompress(packed.read_bytes()) == b"a\r\nb" and list(iter_lines(packed)) == [(1, "a"), (2, "b")]
 
 
+def test_a_last_line_without_a_line_break_is_read_and_counted(tmp_path):
+    """A file cut short inside its last line (a selection TSV's response, a table's text) was read as a shorter text
+    without a word; a last line without a line break is now counted (a whole file may end so too: read as it is)."""
+    from turnformer.data.report import LoadReport
+    from turnformer.data.selection_tsv import read_selection_tsv
+
+    cut = tmp_path / "pairs.tsv"
+    cut.write_bytes(b"1\thi\tthe bank .\n0\thi\tthe r")
+    report = LoadReport(source="pairs")
+    assert [line for _, line in iter_lines(cut, report)] == ["1\thi\tthe bank .", "0\thi\tthe r"]
+    assert report.counts == {"no_final_line_break": 1} and "pairs.tsv:2: the last line has no line break" in report.messages[0]
+    for whole in (b"a\nb\n", b"a\r\nb\r\n", b"a\n\n", b""):  # ended, or nothing after the last break
+        cut.write_bytes(whole)
+        report = LoadReport(source="whole")
+        list(iter_lines(cut, report))
+        assert not report.counts
+    cut.write_bytes(b"1\thi\tthe bank .\n0\thi\tthe r")  # a reader's load report says it
+    caught = LoadReport(source="pairs")
+    assert [c.text for c in read_selection_tsv(cut, report=caught)[0].candidates] == ["the bank .", "the r"]
+    assert caught.counts["no_final_line_break"] == 1
+
+
 def test_a_cut_gzip_file_is_named_with_the_last_line_read(tmp_path):
     whole = gzip.compress("".join(f"line {i}\n" for i in range(5000)).encode())
     cut = tmp_path / "cut.jsonl.gz"

@@ -344,7 +344,8 @@ def iter_lines(path: Path, report: LoadReport | None = None) -> Iterator[tuple[i
 
     A trailing ``\\r`` is removed (CRLF files); a ``\\r`` anywhere else is an error naming the line (the lines of a
     file whose lines end in ``\\r`` alone would be read as one). The empty piece after a final newline is not a line.
-    Other separators (U+2028, form feed...) stay inside lines: ``str.splitlines`` would split on them.
+    Other separators (U+2028, form feed...) stay inside lines: ``str.splitlines`` would split on them. A last line
+    without a line break is read and counted (``no_final_line_break``: a file cut short ends so).
     """
     path = Path(path)
     check_regular(path)
@@ -357,11 +358,12 @@ def iter_lines(path: Path, report: LoadReport | None = None) -> Iterator[tuple[i
     except IsADirectoryError:
         raise DialogueError(f"{path}: is a directory, expected a file") from None
     with fh:
-        i = -1
+        i, ended = -1, True
         try:
             for i, piece in enumerate(fh):  # binary lines end at b"\n" only
                 if i == 0 and compressed and piece.startswith(GZIP_MAGIC):
                     raise twice_compressed(path)
+                ended = piece.endswith(b"\n")
                 piece = piece.removesuffix(b"\n").removesuffix(b"\r")
                 if (cr := piece.find(b"\r")) >= 0:
                     raise DialogueError(
@@ -377,6 +379,9 @@ def iter_lines(path: Path, report: LoadReport | None = None) -> Iterator[tuple[i
                     if report is not None:
                         report.add("bom_removed", f"{path}:1: UTF-8 byte order mark removed")
                 yield i + 1, line
+            if not ended and report is not None and line.strip():
+                report.add("no_final_line_break", f"{path}:{i + 1}: the last line has no line break: read as it is (a "
+                                                  "file cut short would end so)")
         except (OSError, EOFError, zlib.error) as e:
             if not compressed:
                 raise
