@@ -399,6 +399,10 @@ def test_incomplete_dataset_folder(tmp_path):
     (tmp_path / "meld").mkdir()
     with pytest.raises(DataNotFoundError, match=r"train_sent_emo\.csv: file not found.*looks incomplete.*turnformer data download meld --force"):
         load_split("meld", "train", tmp_path)
+    (tmp_path / "meld" / "train_sent_emo.csv.gz").write_bytes(b"")  # a compressed copy: named as the cause
+    with pytest.raises(DataNotFoundError, match=r"train_sent_emo\.csv: file not found; train_sent_emo\.csv\.gz is there: "
+                                                 r"decompress it \(gunzip\)"):
+        load_split("meld", "train", tmp_path)
     (tmp_path / "mutual").mkdir()
     with pytest.raises(DataNotFoundError, match=r"mutual_plus/dev: split folder not found"):
         load_split("mutual-plus", "dev", tmp_path)

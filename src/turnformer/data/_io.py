@@ -263,6 +263,14 @@ def check_regular(path: Path) -> None:
                             "give its path")
 
 
+def not_found(path: Path) -> DataNotFoundError:
+    """A missing file's error; where a compressed copy lies beside it, the message names it."""
+    gz = path.with_name(path.name + ".gz")
+    beside = f"; {gz.name} is there: decompress it (gunzip), a benchmark's files are read by their own names" \
+        if gz.is_file() else ""
+    return DataNotFoundError(f"{path}: file not found{beside}")
+
+
 def read_bytes(path: Path) -> bytes:
     """The file's bytes; a gzip-compressed file (told by its first bytes, whatever its name) decompressed."""
     path = Path(path)
@@ -270,7 +278,7 @@ def read_bytes(path: Path) -> bytes:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise DataNotFoundError(f"{path}: file not found") from None
+        raise not_found(path) from None
     except IsADirectoryError:
         raise DialogueError(f"{path}: is a directory, expected a file") from None
     if raw.startswith(GZIP_MAGIC):
@@ -354,7 +362,7 @@ def iter_lines(path: Path, report: LoadReport | None = None) -> Iterator[tuple[i
             compressed = probe.read(2) == GZIP_MAGIC
         fh = gzip.open(path, "rb") if compressed else open(path, "rb")
     except FileNotFoundError:
-        raise DataNotFoundError(f"{path}: file not found") from None
+        raise not_found(path) from None
     except IsADirectoryError:
         raise DialogueError(f"{path}: is a directory, expected a file") from None
     with fh:
