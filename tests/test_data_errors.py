@@ -273,6 +273,21 @@ def write_swda(root: Path, lines: bytes, convs=("2001",), labels: str | None = N
     return path
 
 
+def test_swda_without_a_split_list_reads_the_conversation_files_and_names_the_others(tmp_path):
+    """A missing list: every *.txt was read, a backup copy ("2121 (copy).txt") as one more conversation, and a
+    compressed conversation was neither read nor counted."""
+    path = write_swda(tmp_path, b"A|Hi.|sd\n")
+    (path.parent / "2002.txt").write_bytes(b"B|Yo.|b\n")
+    (path.parent / "2002 (copy).txt").write_bytes(b"B|Yo.|b\n")
+    (path.parent / "2003.txt.gz").write_bytes(b"")
+    (tmp_path / "swda" / "metadata" / "train_split.txt").unlink()
+    ds = load_split("swda", "train", tmp_path)
+    assert [d.id for d in ds] == ["2001", "2002"]
+    assert ds.report.counts == {"conversation_list_missing": 1, "other_file": 2}
+    assert "read all 2 conversation files (NUMBER.txt) in train/" in ds.report.messages[0]
+    assert "2002 (copy).txt: not a conversation's file (NUMBER.txt); not read" in " ".join(ds.report.messages)
+
+
 def test_a_swda_split_list_naming_a_path_is_refused(tmp_path):
     """A split list's `../test/1` was read from the test split's folder into the training split (id '../test/1')."""
     write_swda(tmp_path, b"A|Okay.|sd\n", convs=("2001",))

@@ -17,7 +17,8 @@ real speaker would be read as text), a tag outside the 41, a tag field starting 
 no tag field, a ``|`` in the text read as one) or a text ending in ``|`` and a tag right after it (``A|Okay.|b|b``: a
 column after the tag, which would be read into the text; ``A|Yes | no|ny`` is a text's own ``|``) raise
 `DialogueError` naming the file and line. Blank lines are skipped and counted (``blank_line``). If a split list is
-missing, the split folder's files are read in name order and this is reported (``conversation_list_missing``);
+missing, the split folder's conversation files (``NUMBER.txt``) are read in name order and this is reported
+(``conversation_list_missing``; any other file is counted, ``other_file``, and not read);
 files in the folder but not on the list are not read and are reported (``unlisted_conversation_file``). A
 conversation listed twice, or in two splits' lists, raises `DialogueError` naming the list.
 
@@ -32,7 +33,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from turnformer.data._io import display, iter_lines, text_files
+from turnformer.data._io import display, folder_names, iter_lines, text_files
 from turnformer.data.report import DataNotFoundError, DatasetSplit, LoadReport
 from turnformer.dialogue import Dialogue, DialogueError, Turn, is_blank
 
@@ -81,9 +82,15 @@ def _conversations(root: Path, fsplit: str, report: LoadReport) -> list[str]:
         raise DataNotFoundError(f"{folder}: split folder not found")
     on_disk = sorted(p.stem for p in text_files(folder))
     list_path = root / "metadata" / f"{fsplit}_split.txt"
-    if not list_path.is_file():
-        report.add("conversation_list_missing", f"{display(list_path, root.parent)}: not found; read all {len(on_disk)} files in {fsplit}/")
-        return on_disk
+    if not list_path.is_file():  # then a conversation is a file NUMBER.txt; any other file is named, not read
+        numbered = [name for name in on_disk if name.isascii() and name.isdigit()]
+        report.add("conversation_list_missing", f"{display(list_path, root.parent)}: not found; read all {len(numbered)} "
+                                                f"conversation files (NUMBER.txt) in {fsplit}/")
+        for name in sorted(set(folder_names(folder)) - {f"{n}.txt" for n in numbered}):
+            if not name.startswith("."):
+                report.add("other_file", f"{display(folder / name, root.parent)}: not a conversation's file "
+                                         "(NUMBER.txt); not read")
+        return numbered
     first_line: dict[str, int] = {}
     for lineno, line in iter_lines(list_path):
         if not (conv := line.strip()):
