@@ -579,6 +579,9 @@ def test_meta_the_writer_could_not_write_back_utf16_and_a_gzip_cut_in_its_first_
         with pytest.raises(DialogueError, match="wide.jsonl:1: malformed JSON .*the line holds NUL bytes: the file looks like "
                                                 "UTF-16 or binary, not UTF-8 text"):
             read_jsonl(tmp_path / "wide.jsonl")
+    (tmp_path / "wide.jsonl").write_bytes('{"turns": [{"speaker": "A", "text": "x"}]}\n'.encode("utf-16"))  # with its BOM
+    with pytest.raises(DialogueError, match="wide.jsonl:1: undecodable bytes .* the file is UTF-16 .*: save it as UTF-8"):
+        read_jsonl(tmp_path / "wide.jsonl")
     (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(b'{"turns": [{"speaker": "A", "text": "x"}]}\n' * 50)[:20])
     with pytest.raises(DialogueError, match="cut.jsonl.gz: a gzip file that cannot be decompressed in its first line"):
         read_jsonl(tmp_path / "cut.jsonl.gz")

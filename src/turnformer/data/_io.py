@@ -326,7 +326,9 @@ def _decode_error(path: Path, raw: bytes, err: UnicodeDecodeError, line_offset: 
     line = raw.count(b"\n", 0, err.start) + 1 + line_offset
     col = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
     bad = raw[err.start : err.end]
-    return DialogueError(f"{path}:{line}: undecodable bytes {bad!r} at column {col}: the file must be UTF-8 ({err.reason})")
+    utf16 = line_offset == 0 and raw.startswith((b"\xff\xfe", b"\xfe\xff"))  # UTF-16's byte order mark
+    said = "the file is UTF-16 (its byte order mark): save it as UTF-8" if utf16 else f"the file must be UTF-8 ({err.reason})"
+    return DialogueError(f"{path}:{line}: undecodable bytes {bad!r} at column {col}: {said}")
 
 
 def decode_utf8(raw: bytes, path: Path, report: LoadReport | None = None, line_offset: int = 0) -> str:
