@@ -543,6 +543,9 @@ def test_mutual_a_file_of_another_split_or_a_missing_one_is_counted(tmp_path):
     (folder / "train_5.txt").unlink()
     (folder / "dev_3.txt").write_text(json.dumps(_item(3)))
     assert not load_split("mutual", "dev", tmp_path).report.counts  # the official run: nothing to say
+    (folder / "dev_3.txt").write_text(json.dumps(_item(3, answers=" B")))  # counted as the other loaders count it
+    ds = load_split("mutual", "dev", tmp_path)
+    assert ds[2].answer == 1 and ds.report.counts == {"padded_label": 1}
 
 
 def test_mutual_a_marker_of_a_speaker_it_has_not_is_refused(tmp_path):

@@ -26,7 +26,8 @@ Irregularities of the official files, handled and counted in the load report:
   accepted and counted.
 * ``spaced_speaker_marker``: MuTual-plus train items 5005 and 5015 write ``M :`` once instead of ``M:``.
 
-A hidden answer outside the test split is read as no answer and counted (``hidden_answer``); an official id of
+An answer with spaces at its ends is read without them (counted, ``padded_label``). A hidden answer outside the
+test split is read as no answer and counted (``hidden_answer``); an official id of
 another split (``train_5`` in ``dev/``: a file copied there) is counted (``id_of_another_split``), and so is each
 number missing from a split's run of official ids (``missing_item``: a file deleted). Anything else (no
 marker, text before the first marker, a letter other than m or f where a marker stands (``w :``), empty turn,
@@ -143,6 +144,8 @@ def parse_item(data: Any, path, report: LoadReport | None, shown: str, default_i
         answer = None
     elif letter in ANSWERS:
         answer = ANSWERS.index(letter)
+        if letter != answer_raw and report is not None:  # as other loaders count a label with spaces at its ends
+            report.add("padded_label", f"{shown}: answers: {answer_raw!r} read as {letter!r}")
     else:
         raise DialogueError(f"{path}: answers: unknown label {answer_raw!r}; allowed: {', '.join(ANSWERS)} or ' ' (hidden)")
     return ResponseSelectionItem(
