@@ -233,7 +233,7 @@ def test_whole_json_files_are_read_as_conversation_lines_are_and_their_turns_err
         (b'[[{"text": "a", "text": "b", "speaker": "Ross", "label": "Mad"}]]',
          r"train_data\.json: the key 'text' appears twice in one object"),
         (b'[[{"text": "a", "speaker": "Ross", "label": "Mad", "utterance_id": NaN}]]',
-         r"train_data\.json: NaN is not a JSON value"),
+         r"train_data\.json:1 \(column 68\): NaN is not a JSON value"),  # where, though Python's reader says not
         (b"[" * 100_000 + b"]" * 100_000, r"train_data\.json: JSON nested too deeply to be read"),
         ([[{**good, "utterance_id": "s1_u1"}, {**good, "utterance_id": "s1_u1"}]],
          r"train_data\.json: scenes\[0\]\[1\]\.utterance_id: 's1_u1' is already the id of scenes\[0\]\[0\]$"),

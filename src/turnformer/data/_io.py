@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -408,8 +409,25 @@ def json_fault(err: json.JSONDecodeError) -> str:
     return f"malformed JSON (column {err.colno}): {err.msg.removesuffix(' at')}"
 
 
+class ConstantError(ValueError):
+    """NaN or Infinity in a JSON text: Python's reader takes them, JSON has them not."""
+
+
+# a JSON string (skipped whole), or a constant outside every string
+_CONSTANT_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|(NaN|-?Infinity)', re.S)
+
+
+def constant_at(text: str) -> str:
+    """Where the first NaN or Infinity outside a string stands in `text`: ``LINE (column COL)``."""
+    for found in _CONSTANT_OR_STRING.finditer(text):
+        if found.group(1):
+            start = found.start(1)
+            return f"{text.count(chr(10), 0, start) + 1} (column {start - text.rfind(chr(10), 0, start)})"
+    return "?"
+
+
 def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a JSON value (write null, or a number)")
+    raise ConstantError(f"{name} is not a JSON value (write null, or a number)")
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -443,6 +461,8 @@ def load_json(path: Path, report: LoadReport | None = None) -> Any:
         return read_json(text)
     except json.JSONDecodeError as err:
         raise json_error(path, err) from None
+    except ConstantError as err:  # Python's reader says not where: found again, outside the strings
+        raise DialogueError(f"{path}:{constant_at(text)}: {err}") from None
     except ValueError as err:
         raise DialogueError(f"{path}: {err}") from None
     except RecursionError:
