@@ -235,10 +235,12 @@ def test_train_evaluate_generate_on_dailydialog(data_dir, tmp_path):
 
     chat = runner.invoke(app, ["generate", "--checkpoint", str(out)], input="hello !\nhow are you ?\n\n")
     assert chat.exit_code == 0 and chat.output.count("bot>") == 2, chat.output
-    # a line the model cannot take (a zero-width space alone, an undecodable byte) is refused, and the chat goes on
-    bad = runner.invoke(app, ["generate", "--checkpoint", str(out)], input=b"hello !\n\xe2\x80\x8b\ncaf\xe9\nhow are you ?\n\n")
-    assert bad.exit_code == 0 and bad.output.count("bot>") == 2 and bad.output.count("error:") == 2, bad.output
-    assert "empty utterance" in bad.output and "not valid Unicode" in bad.output, bad.output
+    # a line the model cannot take (a zero-width space alone, spaces alone: they ended the chat, unsaid; an undecodable
+    # byte) is refused, and the chat goes on
+    bad = runner.invoke(app, ["generate", "--checkpoint", str(out)],
+                        input=b"hello !\n\xe2\x80\x8b\n   \ncaf\xe9\nhow are you ?\n\n")
+    assert bad.exit_code == 0 and bad.output.count("bot>") == 2 and bad.output.count("error:") == 3, bad.output
+    assert bad.output.count("that line has no visible text") == 2 and "not valid Unicode" in bad.output, bad.output
     assert "byte 0xe9 is not UTF-8" in bad.output  # the byte named, not the surrogate Python decoded it to
     # the model replies as --speaker; a line longer than it reads is said; --out without --input is refused, not ignored
     named = runner.invoke(app, ["generate", "--checkpoint", str(out), "--speaker", "Bob"], input="hi " * 60 + "\n\n")

@@ -1100,16 +1100,21 @@ def chat(bot, name: str = "bot") -> None:
     turns: list[tuple[str, str]] = []
     if hasattr(sys.stdin, "reconfigure"):  # bytes that are not text reach the check below, which names them
         sys.stdin.reconfigure(errors="surrogateescape")
-    err.print("Type a line and press Enter; an empty line ends the chat.")
+    err.print("Type a line and press Enter; Enter alone ends the chat.")
     while True:
         try:
-            line = input("you> ").strip()
+            line = input("you> ")
         except EOFError:
             break
         except UnicodeDecodeError as e:  # input in another encoding than the terminal's, where stdin cannot pass it on
             fail(f"standard input is not valid text ({e.reason})")
-        if not line:
+        if not line:  # Enter alone
             break
+        line = line.strip()
+        if is_blank(line):  # spaces, or invisible characters alone: a slip, not the end (it ended the chat, unsaid)
+            err.print(Text.assemble(("error:", "red"), " that line has no visible text; type another line (Enter alone "
+                                    "ends the chat)"), highlight=False, soft_wrap=True)
+            continue
         if undecoded := [c for c in line if "\udc80" <= c <= "\udcff"]:  # bytes stdin could not decode (surrogateescape)
             err.print(Text.assemble(("error:", "red"), f" that line is not valid Unicode: byte 0x{ord(undecoded[0]) - 0xdc00:02x} is "
                                     "not UTF-8 (set the terminal to UTF-8); type another line"), highlight=False, soft_wrap=True)
