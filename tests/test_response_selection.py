@@ -20,7 +20,7 @@ from turnformer.models.mdfn import MDFN_VARIANTS, MDFNConfig, MaskedAttentionBlo
 from turnformer.structure import SPEAKER, TokenMeta
 from turnformer.tasks.ranking import rank_candidates, ranking_metrics
 from turnformer.tasks.response_selection import (
-    ResponseRanker, dialogue_to_item, encode_items, item_blocks, make_selection_batches, special_tokens, truncation_note,
+    ResponseRanker, count_tokens, dialogue_to_item, encode_items, item_blocks, make_selection_batches, special_tokens, truncation_note,
     write_submission,
 )
 
@@ -265,6 +265,14 @@ def test_speakers_come_from_the_data_and_truncation_keeps_the_response(tiny_back
     assert len(short.turns[0]) == 2 and short.speakers[0] == [0, 0]
     # the two context turns left out (8 word pieces) are counted for each of the two candidate sequences
     assert (short.dropped_turns, short.dropped_turn_tokens) == (2, 8)
+    # items encoded together are each what it is alone; turns left out are only counted, a few at a time
+    longer = dataclasses.replace(item, context=Dialogue.from_turns([("f", "zero"), *((t.speaker, t.text) for t in context.turns)]),
+                                 id="z")
+    together = encode_items([item, longer, item], tokenizer, max_turns=2)
+    assert together == [short, *encode_items([longer], tokenizer, max_turns=2), short]
+    assert together[1].dropped_turn_tokens == 9
+    texts = [t.text for t in longer.context.turns]
+    assert count_tokens(texts, tokenizer, chunk=2) == count_tokens(texts, tokenizer) == 9 + 2
     _, report = make_selection_batches([short], 4, special_tokens(tokenizer), max_length=64)
     assert report == {"sequences": 2, "truncated_sequences": 2, "dropped_tokens": 16, "dropped_turns": 4, "truncated_responses": 0,
                       "cut_texts": 0}

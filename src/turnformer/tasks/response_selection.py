@@ -165,30 +165,39 @@ def encode_items(items: Sequence[ResponseSelectionItem], tokenizer, max_turns: i
     def read(turn: Turn, keep: str) -> tuple[str, bool]:  # a context turn keeps its end: the oldest tokens are dropped
         return (turn.text, False) if max_length is None else text_to_read(turn.text, max_length, keep)
 
+    def first_kept(item: ResponseSelectionItem) -> int:
+        return max(0, len(item.context) - (max_turns - 1))
+
     read_texts = [[*(read(t, "end") for t in item.context.turns), *(read(t, "start") for t in item.candidates)]
                   for item in items]
-    texts = [text for item_texts in read_texts for text, _ in item_texts]
-    ids = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
+    kept_texts = [text for item, item_texts in zip(items, read_texts) for text, _ in item_texts[first_kept(item):]]
+    ids = tokenizer(kept_texts, add_special_tokens=False, verbose=False)["input_ids"] if kept_texts else []
     out, k = [], 0
     for item, item_texts in zip(items, read_texts):
-        context_ids = ids[k : k + len(item.context)]
-        k += len(item.context)
-        first_kept = max(0, len(item.context) - (max_turns - 1))
-        kept = slice(first_kept, None)
-        names = [t.speaker for t in item.context.turns[kept]]
+        dropped = first_kept(item)
+        context_ids = ids[k : k + len(item.context) - dropped]
+        k += len(context_ids)
+        names = [t.speaker for t in item.context.turns[dropped:]]
         turns, speakers = [], []
         for candidate in item.candidates:
             order = {name: i for i, name in enumerate(dict.fromkeys([*names, candidate.speaker]))}
-            turns.append([*context_ids[kept], ids[k] or [tokenizer.unk_token_id]])
+            turns.append([*context_ids, ids[k] or [tokenizer.unk_token_id]])
             speakers.append([order[n] for n in names] + [order[candidate.speaker]])
             k += 1
         gold = item.gold()
         relevance = list(gold) if gold is not None else [-1] * len(item.candidates)
         length = max(sum(map(len, t)) + len(t) + 1 for t in turns)
-        out.append(EncodedItem(str(item.id), turns, speakers, relevance, length, dropped_turns=first_kept,
-                               dropped_turn_tokens=sum(map(len, context_ids[:first_kept])),
+        out.append(EncodedItem(str(item.id), turns, speakers, relevance, length, dropped_turns=dropped,
+                               dropped_turn_tokens=count_tokens([text for text, _ in item_texts[:dropped]], tokenizer),
                                cut_texts=sum(cut for _, cut in item_texts)))
     return out
+
+
+def count_tokens(texts: Sequence[str], tokenizer, chunk: int = 256) -> int:
+    """The word pieces of ``texts``, tokenised ``chunk`` at a time and only counted: a context of thousands of turns
+    beyond ``max_turns`` costs the memory of one chunk's ids, not of all of them."""
+    return sum(len(ids) for start in range(0, len(texts), chunk)
+               for ids in tokenizer(list(texts[start : start + chunk]), add_special_tokens=False, verbose=False)["input_ids"])
 
 
 def special_tokens(tokenizer) -> SpecialTokens:
