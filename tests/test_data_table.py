@@ -223,6 +223,11 @@ def test_convert_and_stats_take_tables(tmp_path):
     empty = runner.invoke(app, ["data", "convert", str(header), "--out", str(tmp_path / "none.jsonl")])
     assert empty.exit_code == 0 and (tmp_path / "none.jsonl").read_text() == ""
     assert f"warning: {header} holds no conversations" in " ".join(empty.output.split())
+    for files in ([header], [header, source]):  # data stats counts it, and says it is empty
+        counted = runner.invoke(app, ["data", "stats", *map(str, files), "--json"])
+        assert counted.exit_code == 0 and json.loads(counted.stdout)["splits"]["header"]["dialogues"] == 0
+        assert " ".join(counted.stderr.split()).count("holds no conversations") == 1
+        assert f"warning: {header} holds no conversations" in " ".join(counted.stderr.split())
 
 
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r"), min_size=1,

@@ -19,7 +19,7 @@ from turnformer.data._io import OutputClosed, check_output_file
 from turnformer.data.download import describe, download, verify
 from turnformer.data.jsonl import FileConversations, write_jsonl
 from turnformer.data.registry import DATASETS, dataset_dir, load_split, names_benchmark
-from turnformer.data.stats import dataset_stats, files_stats, print_stats
+from turnformer.data.stats import dataset_stats, file_split_name, files_stats, print_stats
 from turnformer.data.table import CONVERSATION_FILES, write_table, writes_as_table
 from turnformer.dialogue import DialogueError
 
@@ -103,6 +103,10 @@ def stats_cmd(
         _fail(f"{benchmarks[0]}: a benchmark; stats takes one benchmark (NAME or NAME:SPLIT) or conversation files, not both "
               "or several benchmarks: one call each")
     stats = _run(dataset_stats, paths[0], data_dir) if one_name else _run(files_stats, paths)
+    files = {} if benchmarks else {file_split_name(p): p for p in paths}
+    for split, counts in stats["splits"].items():  # a header alone, or blank lines: counted, and said
+        if not counts["dialogues"]:
+            typer.echo(f"warning: {files.get(split, split)} holds no conversations", err=True)
     if as_json:
         write_line(json.dumps(stats, ensure_ascii=False))
         return
