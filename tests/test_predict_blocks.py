@@ -164,6 +164,40 @@ def test_generated_replies_are_the_same_whatever_the_blocks(data_dir, input_file
                                 ResponseGenerator, "respond_all", monkeypatch, at=6)  # c4 and c8 noted before it
 
 
+def _annotations_of_turn_lists(task, model, tokenizer, run) -> None:
+    """`annotate` (and its model's `predict_dialogues`) take a lone `Dialogue`, or conversations as lists of turns,
+    as the `Dialogue`s they stand for; a turn it cannot use is a `DialogueError` naming its place."""
+    dialogues = conversations(4)
+    expected = task.annotate(model, tokenizer, run, dialogues)
+    pairs = [[(t.speaker, t.text) for t in d.turns] for d in dialogues]
+    assert task.annotate(model, tokenizer, run, pairs) == expected
+    (alone,) = task.annotate(model, tokenizer, run, dialogues[1])  # read without batch-mates: the same to float rounding
+    assert [r["label"] for r in alone] == [r["label"] for r in expected[1]]
+    assert [r["probabilities"] for r in alone] == [pytest.approx(r["probabilities"], abs=1e-6) for r in expected[1]]
+    for bad, where in (([[("Ann", "hi"), (None, "yo")]], r"dialogues\[0\]: .*turns\[1\]: speaker"), ([[("Ann", "   ")]], r"turns\[0\]")):
+        with pytest.raises(DialogueError, match=where):
+            task.annotate(model, tokenizer, run, bad)
+
+
+def test_the_python_api_takes_conversations_as_lists_of_turns(erc_run, data_dir, tmp_path):
+    from turnformer.tasks import dialogue_act, erc
+
+    model, tokenizer, run = erc.load_trained(erc_run)
+    _annotations_of_turn_lists(erc.TASK, model, tokenizer, run)
+    pairs = [(t.speaker, t.text) for t in conversations(3)[2].turns]
+    view = erc.attention_view(model, tokenizer, conversations(3)[2], 1)
+    assert erc.attention_view(model, tokenizer, pairs, 1) == dataclasses.replace(view, dialogue=None)  # no id given
+
+    act_run = tmp_path / "act"
+    trained = runner.invoke(app, ["train", "--task", "dialogue-act", "--model", "lc-attention", "--dataset", "dailydialog",
+                                  "--limit-dialogues", "3", "--set", "train.epochs=1", "--out", str(act_run), "--data-dir", str(data_dir)])
+    assert trained.exit_code == 0, trained.output
+    model, tokenizer, run = dialogue_act.load_trained(act_run)
+    _annotations_of_turn_lists(dialogue_act.TASK, model, tokenizer, run)
+    assert torch.equal(dialogue_act.utterance_attention(model, tokenizer, pairs, 0, 3),
+                       dialogue_act.utterance_attention(model, tokenizer, conversations(3)[2], 0, 3))
+
+
 def test_blocks_cut_between_conversations_and_a_long_one_is_alone(tmp_path):
     path = tmp_path / "c.jsonl"
     dialogues = conversations(14)

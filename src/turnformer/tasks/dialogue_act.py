@@ -30,10 +30,11 @@ import torch
 
 from turnformer.backbones.sentence_vectors import SentenceEncoder, sentence_vectors
 from turnformer.backbones.word_vectors import Word2VecSettings, word2vec_table
-from turnformer.dialogue import Dialogue, DialogueError, as_turn, is_blank, label_names, texts_to_read
+from turnformer.dialogue import Dialogue, DialogueError, as_dialogue, as_turn, is_blank, label_names, texts_to_read
 from turnformer.models.lc_attention import (CONTEXTS, LCAttentionModel, LCConfig, LocalContextAttention, WindowBatch, build_frozen_lc_model,
                                             build_lc_model)
 from turnformer.recipes import recipe_train_config
+from turnformer.structure.packing import conversations
 from turnformer.tasks.base import ANNOTATE, STREAM, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, conversation_blocks, label_predictions,
                                      built_from_run_file, load_labelled_data, mark_cut, model_builder,
@@ -327,7 +328,8 @@ def predict_dialogues(model: LCAttentionModel, tokenizer, dialogues: Sequence[Di
                       window: int, padding: int, online: bool = False, batch_size: int = 32,
                       desc: str = "predict") -> list[list[dict]]:
     """Per dialogue, per turn: {"label", "probabilities"} (offline: whole sub-dialogues; online: the
-    P preceding utterances only). Gold labels are not needed."""
+    P preceding utterances only). Gold labels are not needed. `dialogues`: `Dialogue`s or lists of turns."""
+    dialogues = conversations(dialogues)
     model.eval()
     ids, ys, _ = encode_for(model, tokenizer, dialogues, labels, label_kind="\0none")
     out: list[list[dict | None]] = [[None] * len(turns) for turns in ids]
@@ -397,6 +399,7 @@ def attention_length(model, dialogue: Dialogue, start: int, length: int) -> int:
 def utterance_attention(model, tokenizer, dialogue: Dialogue, start: int, length: int) -> torch.Tensor:
     """[length, length] attention between utterances start..start+length-1 of a dialogue-act model's
     context layer (mean over heads; each row sums to 1): the LC Attention paper's Figure 2."""
+    dialogue = as_dialogue(dialogue)
     length = attention_length(model, dialogue, start, length)
     inputs, _ = utterance_inputs(model, tokenizer, [turn.text for turn in dialogue.turns[start : start + length]])
     model.eval()
@@ -447,7 +450,7 @@ class DialogueActs:
         `online`, from the P utterances before it, as a session answers (None: as the model was trained: a model trained
         online has never read the utterances after the one it labels); and whether the model read only its start
         (``truncated``)."""
-        recipe = run["recipe"]
+        recipe, dialogues = run["recipe"], conversations(dialogues)
         online = _windows(recipe)[2] if online is None else online
         return mark_cut(predict_dialogues(model, tokenizer, dialogues, run["labels"], int(recipe.get("window", 1)),
                                           int(recipe.get("context_padding", 0)), online=online, desc=desc),

@@ -26,7 +26,7 @@ from turnformer.models.baselines import build_baseline
 from turnformer.models.dialogxl import ConversationBatch, DialogXL, DialogXLConfig, DialogXLSession
 from turnformer.plots import HEAD_TYPES, AttentionView
 from turnformer.recipes import recipe_train_config
-from turnformer.structure.packing import closing_special_ids, truncate_keeping_end_specials
+from turnformer.structure.packing import closing_special_ids, conversations, truncate_keeping_end_specials
 from turnformer.tasks.base import ANNOTATE, ATTENTION, STREAM, ModelBuilder, Predictions
 from turnformer.tasks.common import (SPLITS, apply_limits, check_split, checkpoint_paths, conversation_blocks, label_predictions,
                                      built_from_run_file, load_labelled_data, mark_cut, model_builder,
@@ -291,7 +291,8 @@ def predict_dialogues(model, tokenizer, dialogues: Sequence[Dialogue], labels: S
     """Per dialogue, per turn: {"label", "probabilities"}. Gold labels are not needed. Consecutive conversations are
     read together, at most `max_conversations` of at most `max_utterances` utterances in all (a longer one alone):
     a conversation's answers do not depend on the others of its batch (tested), and a file of many short ones is
-    not read one forward each."""
+    not read one forward each. `dialogues`: `Dialogue`s or lists of turns (`conversations`)."""
+    dialogues = conversations(dialogues)
     groups = prediction_groups([len(d) for d in dialogues], max_conversations, max_utterances)
     per_turn = []
     for group in progress(groups, desc, unit="utterance", sizes=[sum(len(dialogues[i]) for i in g) for g in groups]):
@@ -321,6 +322,7 @@ def prediction_groups(lengths: Sequence[int], max_conversations: int, max_uttera
 def attention_view(model, tokenizer, dialogue: Dialogue, utterance: int) -> AttentionView:
     """Run DialogXL (`turnformer.models.dialogxl.DialogXL`) over ``dialogue`` up to ``utterance``
     and read the last layer's attention of that utterance's [CLS] token (the DialogXL paper's Figure 5)."""
+    dialogue = as_dialogue(dialogue)
     if not 0 <= utterance < len(dialogue):
         raise ValueError(f"utterance {utterance} out of range: dialogue {dialogue.id!r} has {len(dialogue)} utterances (0..{len(dialogue) - 1})")
     was_training = model.training
@@ -392,11 +394,12 @@ class EmotionRecognition:
     def annotate(self, model, tokenizer, run: dict, dialogues: Sequence[Dialogue], desc: str = "predict") -> list[list[dict]]:
         """Every utterance's emotion, each conversation in one pass (`predict_dialogues`), and whether the model read
         only its start (``truncated``)."""
+        dialogues = conversations(dialogues)
         return mark_cut(predict_dialogues(model, tokenizer, dialogues, run["labels"], desc=desc), dialogues, tokenizer,
                         model.config.max_utterance_tokens, with_specials=True)
 
     def attention(self, model, tokenizer, run: dict, dialogue, utterance: int) -> dict:
-        return attention_view(model, tokenizer, as_dialogue(dialogue), utterance).to_json()
+        return attention_view(model, tokenizer, dialogue, utterance).to_json()
 
 
 TASK = EmotionRecognition()
