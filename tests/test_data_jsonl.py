@@ -277,6 +277,24 @@ def test_a_conversation_whose_turns_share_an_id_is_not_written(tmp_path):
     assert write_jsonl([fine], tmp_path / "out.jsonl") == 1 and read_jsonl(tmp_path / "out.jsonl")[0] == fine
 
 
+def test_a_label_kind_in_other_capitals_is_not_written(tmp_path):
+    """The reader refuses a label kind written in two spellings (its turns would be read as unlabelled by a model of
+    the other): the writers write no such file, in two conversations or in one turn, and write one spelling."""
+    from turnformer.data.table import write_table
+
+    first, other = (Dialogue(turns=(Turn("A", "x", {kind: "joy"}),), id=name) for kind, name in (("Emotion", "a"), ("emotion", "b")))
+    both = Dialogue(turns=(Turn("A", "x", {"act": "inform", "ACT": "question"}),), id="c")
+    for write, name in ((write_jsonl, "out.jsonl"), (write_table, "out.csv")):
+        with pytest.raises(DialogueError, match=r"dialogue 1 \('b'\): turns\[0\]: label kind 'emotion' is written 'Emotion' "
+                                                r"in dialogue 0"):
+            write([first, other], tmp_path / name)
+        with pytest.raises(DialogueError, match=r"dialogue 0 \('c'\): turns\[0\]: label kind 'ACT' is written 'act'"):
+            write([both], tmp_path / name)
+        assert not (tmp_path / name).exists()
+    assert write_jsonl([first, first.__class__(turns=first.turns, id="d")], tmp_path / "out.jsonl") == 2
+    assert [d.turns[0].labels for d in read_jsonl(tmp_path / "out.jsonl")] == [{"Emotion": "joy"}] * 2
+
+
 def test_unknown_label_names_allowed_set(tmp_path):
     sets = {"emotion": ["joy", "sad", "neutral"]}
     path = write_lines(tmp_path / "conv.jsonl", conv({**HI, "labels": {"emotion": "joy", "act": "anything"}}),
