@@ -295,6 +295,25 @@ def test_a_label_kind_in_other_capitals_is_not_written(tmp_path):
     assert [d.turns[0].labels for d in read_jsonl(tmp_path / "out.jsonl")] == [{"Emotion": "joy"}] * 2
 
 
+def test_a_turns_labels_cannot_be_changed_and_a_turn_is_hashed_by_value():
+    """Labels are checked when a turn is made: changed afterwards they would be written unchecked (and refused by the
+    reader); a turn is a value, hashed as such, pickled and copied whole."""
+    import copy
+    import dataclasses
+    import pickle
+
+    turn = Turn("A", "x", {"emotion": "joy"})
+    for change in (lambda l: l.__setitem__("emotion", 5), lambda l: l.update(act="x"), lambda l: l.pop("emotion"),
+                   lambda l: l.clear(), lambda l: l.setdefault("act", "x"), lambda l: l.__delitem__("emotion")):
+        with pytest.raises(TypeError, match="a turn's labels cannot be changed"):
+            change(turn.labels)
+    assert turn.labels == {"emotion": "joy"} and json.dumps(turn.labels) == '{"emotion": "joy"}'
+    assert hash(turn) == hash(Turn("A ", "x", {"emotion": " joy"})) and len({turn, Turn("A", "x", {"emotion": "joy"})}) == 1
+    assert turn not in {Turn("A", "x", {"emotion": "sad"}), Turn("A", "x")}
+    assert pickle.loads(pickle.dumps(turn)) == turn == copy.deepcopy(turn)
+    assert dataclasses.replace(turn, labels={"emotion": "sad "}).labels == {"emotion": "sad"}
+
+
 def test_unknown_label_names_allowed_set(tmp_path):
     sets = {"emotion": ["joy", "sad", "neutral"]}
     path = write_lines(tmp_path / "conv.jsonl", conv({**HI, "labels": {"emotion": "joy", "act": "anything"}}),

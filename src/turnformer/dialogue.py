@@ -96,6 +96,25 @@ def _where(source: str | None, field_name: str) -> str:
     return f"{source}: {field_name}" if source else field_name
 
 
+class FrozenLabels(dict):
+    """A turn's labels: a dict (JSON writes it, it equals a dict of the same items) that cannot be changed, so that
+    labels checked when the turn was made stay checked, and a `Turn` can be hashed. Another label: a new `Turn`
+    (``dataclasses.replace(turn, labels={...})``)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a turn's labels cannot be changed: make a new Turn (dataclasses.replace(turn, labels=...))")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+    def __reduce__(self):
+        return FrozenLabels, (dict(self),)
+
+
 @dataclass(frozen=True)
 class Turn:
     """One utterance. `labels` maps a label kind (``emotion``, ``act``...) to a label name. The speaker and the labels
@@ -136,9 +155,9 @@ class Turn:
             raise DialogueError(f"{_where(source, 'id')}: id must be a non-empty string (or left out), got {self.id!r}")
         if self.id is not None:
             check_unicode(self.id, _where(source, "id"))
-        # Freeze labels so a Turn stays hashable-by-value in spirit and cannot be changed behind a cache; " joy" is joy,
-        # and " emotion " is emotion, composed or not
-        labels = {label_name(kind): label_name(label) for kind, label in self.labels.items()}
+        # Frozen labels: a Turn is hashed by value and cannot be changed behind a cache; " joy" is joy, and " emotion "
+        # is emotion, composed or not
+        labels = FrozenLabels((label_name(kind), label_name(label)) for kind, label in self.labels.items())
         if len(labels) < len(self.labels):
             raise DialogueError(f"{_where(source, 'labels')}: two label kinds differ only by spaces at their ends or "
                                 f"combining marks ({', '.join(map(repr, self.labels))})")
