@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -16,6 +17,8 @@ from turnformer.structure import (
     DEPENDENCY,
     GLOBAL,
     HISTORY,
+    HeadLayout,
+    MultiHeadAttention,
     LISTENER,
     MEMORY,
     OTHER_UTTERANCE,
@@ -197,10 +200,25 @@ def test_reply_to_and_own_turns_hold_for_utterance_numbers_past_small_integers(f
 
 
 def test_masks_by_name_with_a_negative_number_say_why_and_attention_takes_only_a_bool_mask():
-    for spec, said in (("local(-1)", "local window must be >= 0"), ("own_turns(-2)", "own_turns needs n >= 0"),
-                       ("spoken_by(-1)", "spoken_by needs a speaker index >= 0")):
+    for spec, said in (("local(-1)", "local's window must be >= 0, got -1"), ("own_turns(-2)", "own_turns' n must be >= 0"),
+                       ("spoken_by(-1)", "spoken_by's speaker index (padding is -1) must be >= 0")):
         with pytest.raises(ValueError, match=re.escape(said)):
             mask_from_name(spec)
+    # a fraction or a bool would compare as a window no one asked for
+    for make, value, said in ((local, True, "local's window must be a whole number >= 0, got True"),
+                              (local, 1.5, "got 1.5"), (recent, 2.5, "recent's memory length"), (spoken_by, 1.5, "spoken_by's"),
+                              (own_turns, "2", "got '2'")):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            make(value)
+    assert local(np.int64(2)).name == "local(2)" and recent(None).name == "memory"
+    with pytest.raises(ValueError, match=r"the head count of speaker must be a whole number >= 0, got 1\.5"):
+        HeadLayout(((SPEAKER, 1.5),))
+    # |, & and ~ bind as Python's operators do
+    meta = TokenMeta.from_lists([[0, 0, 1, 1, 2, 3]], [[0, 0, 1, 1, 0, 1]])
+    assert torch.equal(mask_from_name("speaker|same_utterance&local(0)")(meta, meta),
+                       (SPEAKER | (SAME_UTTERANCE & local(0)))(meta, meta))
+    assert not torch.equal((SPEAKER | SAME_UTTERANCE)(meta, meta) & local(0)(meta, meta),
+                           mask_from_name("speaker|same_utterance&local(0)")(meta, meta))
     query, key = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4)
     with pytest.raises(ValueError, match="mask: expected a bool tensor .* got torch.float32; a float mask of scores to add is a bias"):
         masked_attention(query, key, key, torch.ones(1, 1, 3, 5))
@@ -304,6 +322,26 @@ def test_dra_figures_1_and_2():
     # Spot-check the figure: "hotel"(7) and "a"(6) are seen only by "room"(8), which "reserve"(5) sees.
     assert [row[7] for row in got] == [1, 0, 0, 0, 0, 0, 0, 1, 1, 0]
     assert got[5] == [0, 0, 0, 0, 1, 1, 0, 0, 1, 0]
+    # a head outside the turn would govern another utterance's token; a fraction or a negative one means nothing
+    for bad in (10, -1, 2.0, True):
+        with pytest.raises(ValueError, match=rf"turn 0: token 9's dependency head {bad!r}: expected 0 \(the root\) to 9"):
+            pack_token_ids([[word_ids]], [[0]], SpecialTokens(pad=0, prefix=1), turn_heads=[[[*heads[:8], bad]]])
+
+
+def test_attention_names_a_mask_or_bias_of_another_shape_and_a_head_count_that_is_not_one():
+    query, key = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 6, 8)
+    for name, given in (("mask", torch.ones(2, 1, 5, 7, dtype=torch.bool)), ("bias", torch.zeros(3, 5, 6))):
+        with pytest.raises(ValueError, match=rf"{name} \[{', '.join(map(str, given.shape))}\]: expected a shape that "
+                                             r"broadcasts to the scores' \[B, H, Q, K\] = \[2, 4, 5, 6\]"):
+            masked_attention(query, key, key, **{name: given})
+    out, _ = masked_attention(query, key, key, torch.ones(5, 6, dtype=torch.bool), torch.zeros(2, 1, 1, 6))  # broadcasts
+    assert out.shape == (2, 4, 5, 8)
+    attention = MultiHeadAttention(16, 4)
+    with pytest.raises(ValueError, match=r"mask \[2, 1, 5, 6\]: .* = \[2, 4, 5, 5\]"):
+        attention(torch.randn(2, 5, 16), mask=torch.ones(2, 5, 6, dtype=torch.bool))
+    for d_model, heads in ((16, 0), (16, 2.0), (0, 1), (True, 1)):
+        with pytest.raises(ValueError, match="must be a whole number >= 1"):
+            MultiHeadAttention(d_model, heads)
 
 
 def test_packing_layout_and_truncation():

@@ -59,6 +59,11 @@ def masked_attention(
     if mask is not None and mask.dtype != torch.bool:
         raise ValueError(f"mask: expected a bool tensor (True = visible), got {mask.dtype}; a float mask of scores to "
                          "add is a bias")
+    scores_shape = (*query.shape[:-1], key.shape[-2])  # [B, H, Q, K]
+    for name, given in (("mask", mask), ("bias", bias)):
+        if given is not None and not _broadcasts(given.shape, scores_shape):
+            raise ValueError(f"{name} {list(given.shape)}: expected a shape that broadcasts to the scores' "
+                             f"[B, H, Q, K] = {list(scores_shape)}")
     if past is not None:
         return _attention_with_past(query, key, value, mask, bias, dropout_p, return_probs, *past)
     empty = None
@@ -256,6 +261,14 @@ class RelativeTerms:
     value: torch.Tensor
 
 
+def _broadcasts(shape: torch.Size, target: tuple[int, ...]) -> bool:
+    """Whether a tensor of `shape` broadcasts to `target` without growing it."""
+    try:
+        return torch.broadcast_shapes(shape, target) == torch.Size(target)
+    except RuntimeError:
+        return False
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention through `masked_attention` (see the module docstring).
 
@@ -267,6 +280,9 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, *, qkv: nn.Linear | None = None,
                  out: nn.Linear | None = None):
         super().__init__()
+        for name, value in (("d_model", d_model), ("heads", heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         if d_model % heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by heads ({heads})")
         self.heads, self.dropout = heads, dropout

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from turnformer.structure.masks import GLOBAL, LISTENER, SAME_UTTERANCE, SPEAKER, Mask, local, recent
+from turnformer.structure.masks import GLOBAL, LISTENER, SAME_UTTERANCE, SPEAKER, Mask, local, recent, whole_number
 from turnformer.structure.packing import TokenMeta
 
 # Official DialogXL head counts (local, global, speaker, listener) and local windows per dataset.
@@ -37,8 +37,8 @@ class HeadLayout:
     within: Mask | None = None  # AND-ed into every head type before `always_visible` (e.g. the memory)
 
     def __post_init__(self) -> None:
-        if any(n < 0 for _, n in self.groups):
-            raise ValueError("head counts must be >= 0")
+        for mask, n in self.groups:
+            whole_number(n, f"the head count of {mask.name}")
         if self.num_heads == 0:
             raise ValueError("a head layout needs at least one head")
 

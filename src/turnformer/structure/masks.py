@@ -35,9 +35,10 @@ the query's), so the keys must hold every utterance that could count: the whole 
 
 from __future__ import annotations
 
+import numbers
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -96,10 +97,19 @@ HISTORY = Mask("history", lambda q, k: _k(k.utterance) <= _q(q.utterance))
 FAR = 2**62
 
 
+def whole_number(value: Any, what: str) -> int:
+    """`value` where it is a whole number >= 0 (numpy's included, not True or False), else a ValueError naming `what`:
+    a mask's window or count compared with fractions, or a bool, would select a window no one asked for."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{what} must be a whole number >= 0, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{what} must be >= 0, got {value}")
+    return int(value)
+
+
 def spoken_by(speaker: int) -> Mask:
     """Keys spoken by ``speaker`` (whoever the query's speaker is)."""
-    if speaker < 0:
-        raise ValueError(f"spoken_by needs a speaker index >= 0 (padding is -1), got {speaker}")
+    speaker = whole_number(speaker, "spoken_by's speaker index (padding is -1)")
     return Mask(f"spoken_by({speaker})", lambda q, k: _k(k.speaker) == min(speaker, FAR))  # [B, 1, K]: the same for every query
 
 
@@ -138,8 +148,7 @@ REPLY_TO = Mask("reply_to", _reply_to)
 def own_turns(n: int) -> Mask:
     """The ``n`` latest utterances of the query's speaker before the query's own (PHAED: the earlier responses
     a response's decoder remembers)."""
-    if n < 0:
-        raise ValueError(f"own_turns needs n >= 0, got {n}")
+    n = whole_number(n, "own_turns' n")
 
     def pair_fn(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
         earlier_own = (_k(k.speaker) == _q(q.speaker)) & (_k(k.utterance) < _q(q.utterance)) & _k(k.is_real)
@@ -150,8 +159,7 @@ def own_turns(n: int) -> Mask:
 
 def local(window: int) -> Mask:
     """The current utterance and the ``window`` latest utterances before it."""
-    if window < 0:
-        raise ValueError(f"local window must be >= 0, got {window}")
+    window = whole_number(window, "local's window")
 
     def pair_fn(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
         # Two broadcast comparisons instead of a [B, Q, K] integer difference.
@@ -163,8 +171,7 @@ def local(window: int) -> Mask:
 def recent(n: int | None) -> Mask:
     """The newest ``n`` memory tokens before the query's utterance (``None``: all of them): what a recurrent
     model whose memory keeps ``n`` tokens holds when it reaches the query's utterance."""
-    if n is not None and n < 0:
-        raise ValueError(f"memory length must be >= 0, got {n}")
+    n = None if n is None else whole_number(n, "recent's memory length")
 
     def pair_fn(q: TokenMeta, k: TokenMeta) -> torch.Tensor:
         index, before = _k(k.memory_index), _q(q.memory_before)
@@ -197,7 +204,8 @@ MASK_NAMES = sorted(_NAMED) + ["local(w)", "own_turns(n)", "recent(n)", "spoken_
 def mask_from_name(spec: str, window: int | None = None) -> Mask:
     """Parse a mask name: ``global``, ``speaker``, ``local(5)`` (or ``local`` with ``window``)...
 
-    ``&``, ``|`` and a leading ``~`` compose, left to right: ``speaker|same_utterance``.
+    ``|``, ``&`` and a leading ``~`` compose as Python's operators do: ``~`` binds tightest, then ``&``, then ``|``
+    (``speaker|same_utterance&local(0)`` is ``speaker | (same_utterance & local(0))``); there are no parentheses.
     """
     spec = spec.strip()
     if not spec:  # `local&|speaker`, `speaker|`: a mask missing beside an operator

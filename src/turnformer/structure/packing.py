@@ -28,6 +28,7 @@ dropped tokens is recorded per dialogue in ``PackedBatch.truncated`` so nothing 
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, fields, replace
 from typing import Callable, Iterable, Sequence
 
@@ -288,6 +289,9 @@ def _pack_one(turns, speakers, heads, special: SpecialTokens, max_length, max_tu
             if len(governed) != len(word_ids):
                 raise ValueError(f"turn {t}: {len(governed)} dependency heads for {len(word_ids)} tokens")
             for j, g in enumerate(governed):
+                if isinstance(g, bool) or not isinstance(g, numbers.Integral) or not 0 <= g <= len(word_ids):
+                    raise ValueError(f"turn {t}: token {j + 1}'s dependency head {g!r}: expected 0 (the root) to "
+                                     f"{len(word_ids)} (a 1-based index into the turn's tokens)")
                 if g > 0:
                     piece_heads[len(before) + j] = first_word + g - 1
                 elif before:
@@ -404,7 +408,8 @@ def closing_special_ids(tokenizer) -> set[int]:
 def truncate_keeping_end_specials(ids: list[int], limit: int, special: set[int]) -> list[int]:
     """Cut ``ids`` to ``limit`` tokens, dropping words, not the closing special tokens ([SEP] for BERT,
     <sep> <cls> for XLNet, whose classifier reads that final <cls>: `closing_special_ids`). Ids that fit are kept
-    whole."""
+    whole. Ids that end in none of `special` keep their last token too (taken for the closing one), so a cut keeps
+    the start and the last token, not the start alone."""
     if len(ids) <= limit:
         return list(ids)
     tail = 0
