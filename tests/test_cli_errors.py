@@ -589,6 +589,24 @@ def test_a_data_file_changed_since_the_run_read_it_is_warned_about(tiny_backbone
     assert f"train_file {own['train'].resolve()}: its content changed since" in resumed.output
 
 
+def test_a_run_trained_through_the_python_api_records_its_files_too(tiny_backbone_dir, files, tmp_path):
+    """`Task.train` from Python records what the files held, as the command does: `evaluate` can tell one changed."""
+    from turnformer.recipes import load_recipe
+    from turnformer.tasks.erc import TASK
+
+    own = {split: tmp_path / path.name for split, path in files.items()}
+    for split, path in files.items():
+        own[split].write_text(path.read_text())
+    settings = [s for s in _tiny(tiny_backbone_dir) if s != "--set"]
+    recipe = load_recipe("erc-file-dialogxl", [*settings, *(f'{split}_file="{own[split]}"' for split in own)])
+    TASK.train(recipe, tmp_path / "run", seed=1)
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())["recipe"]["file_sha256"]
+    assert sorted(recorded) == ["test_file", "train_file", "validation_file"]
+    own["test"].write_text(own["test"].read_text().replace('"text": "', '"text": "changed '))
+    scored = runner.invoke(app, ["evaluate", "--checkpoint", str(tmp_path / "run"), "--split", "test"])
+    assert scored.exit_code == 0 and f"warning: test_file {own['test']}: its content changed since" in scored.output
+
+
 def test_generation_says_the_one_turn_conversations_it_leaves_out(tmp_path):
     """A conversation of one turn gives no (context, response) pair: training and evaluation left it out without a word."""
     mixed = _write(tmp_path, "mixed.jsonl", [*[_dialogue(i, turns=2) for i in range(3)], _dialogue(9, turns=1)])

@@ -113,13 +113,15 @@ def test_reader_errors_name_file_line_field(tmp_path, line, pattern):
 
 
 def test_a_turn_of_invisible_characters_only_is_an_empty_utterance():
-    """Zero-width spaces and joiners, byte-order marks and controls: the tokenizer keeps nothing of them."""
-    for text in ("\u200b", " \ufeff\u2060 ", "\x00\u200c"):
+    """Zero-width spaces and joiners, byte-order marks and controls, combining marks with nothing to combine with (a
+    lone accent, a variation selector): the tokenizer keeps nothing of them."""
+    for text in ("\u200b", " \ufeff\u2060 ", "\x00\u200c", "\u0301", " \ufe0f", "\u0e31\u20dd"):
         with pytest.raises(DialogueError, match="empty utterance"):
             Turn("A", text)
     with pytest.raises(DialogueError, match="missing or empty speaker"):
         Turn("\u200b", "hi")
     assert Turn("A", "\u200bhi").text == "\u200bhi" and Turn("A", "\u00e9").text == "\u00e9"   # visible characters stay
+    assert Turn("A", "e\u0301").text == "e\u0301" and Turn("A", "\u2764\ufe0f").text == "\u2764\ufe0f"  # marks on a character
 
 
 def test_a_gzip_compressed_file_is_read_whatever_its_name_and_a_truncated_one_is_named(tmp_path):

@@ -326,6 +326,11 @@ def test_a_reply_speaker_is_read_without_the_spaces_around_it(vocab_and_batch):
     assert replier(dialogue, " A ") == "A" and replier(dialogue, None) == replier(dialogue, "  ") == "A"
     assert [u.role for u in reply_instance(dialogue, replier(dialogue, " A ")).context] == ["R", "Q", "R", "Q"]
     assert bot.reply_words([pairs], [" A "]) == bot.reply_words([pairs], ["A"])
+    numbered = as_dialogue([(1, "coffee ?"), (2, "yes , please .")])  # a numeric speaker id, as a turn takes it
+    assert replier(numbered, 1) == "1" and bot.respond(numbered, speaker=1) == bot.respond(numbered, speaker="1")
+    for bad in (1.5, ["A"]):
+        with pytest.raises(DialogueError, match=r"speaker: expected a speaker's name \(a string\), got"):
+            bot.respond(numbered, speaker=bad)
 
 
 @pytest.mark.parametrize("model_id", ["transformer", "gpt2-scratch"])

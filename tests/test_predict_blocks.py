@@ -420,6 +420,9 @@ def test_a_huge_utterance_is_cut_before_it_is_tokenised_and_read_the_same(tiny_b
     huge = "the weather is lovely today , is it not ? " * 20_000  # 860 K characters
     dialogue = Dialogue((Turn("A", huge, labels={"emotion": "joy"}), Turn("B", "short", labels={"emotion": "joy"})))
     assert text_to_read("short", 8) == ("short", False) and text_to_read(huge, 8) == (huge[: CHARS_PER_TOKEN * 10], True)
+    assert text_to_read(huge, 8, keep="end") == (huge[-CHARS_PER_TOKEN * 10 :], True)
+    with pytest.raises(ValueError, match="keep = 'middle': expected 'start' or 'end'"):
+        text_to_read(huge, 8, keep="middle")
     encoded, report = encode_conversations([dialogue], Spy(), "emotion", ["joy"], 16)
     whole = tokenizer(huge, verbose=False)["input_ids"]
     assert encoded[0].turn_ids[0] == [*whole[:15], whole[-1]] and report.truncated_utterances == 1

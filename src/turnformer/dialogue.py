@@ -28,8 +28,9 @@ TURN_KEYS = frozenset({"speaker", "text", "labels", "id", *CONVENIENCE_LABELS})
 
 def is_blank(text: str) -> bool:
     """No visible character: only whitespace, control or format characters (zero-width spaces, byte-order marks),
-    which the tokenizers drop, leaving an empty utterance."""
-    return all(map(invisible, text))
+    and combining marks with nothing to combine with (a lone accent, an emoji's variation selector), which the
+    tokenizers drop, leaving an empty utterance."""
+    return all(invisible(c) or unicodedata.category(c) in ("Mn", "Me") for c in text)
 
 
 def invisible(c: str) -> bool:
@@ -80,6 +81,8 @@ def text_to_read(text: str, max_tokens: int, keep: str = "start") -> tuple[str, 
     before it is tokenised, so that a huge utterance (a file's 25 MB line) costs what a long one does, not its length
     in time and memory. A cut text is one the model read only part of (``truncated``), whatever its tokens; for real
     text, its tokens read are the same."""
+    if keep not in ("start", "end"):
+        raise ValueError(f"keep = {keep!r}: expected 'start' or 'end'")
     limit = CHARS_PER_TOKEN * (max_tokens + 2)
     if len(text) <= limit:
         return text, False
@@ -178,6 +181,14 @@ class Turn:
         return out
 
 
+def check_id(value: Any, where: str) -> None:
+    """A conversation's or an item's id: a non-empty string, or None (left out)."""
+    if value is not None and (not isinstance(value, str) or is_blank(value)):
+        raise DialogueError(f"{where}: id must be a non-empty string (or left out), got {value!r}")
+    if value is not None:
+        check_unicode(value, "id")
+
+
 @dataclass(frozen=True)
 class Dialogue:
     """An ordered, non-empty conversation. `meta` holds dataset-specific extras (season, scene...)."""
@@ -198,10 +209,7 @@ class Dialogue:
         for i, turn in enumerate(self.turns):
             if not isinstance(turn, Turn):
                 raise DialogueError(f"{where}: turns[{i}] is a {type(turn).__name__}, not a Turn")
-        if self.id is not None and (not isinstance(self.id, str) or is_blank(self.id)):
-            raise DialogueError(f"{where}: id must be a non-empty string (or left out), got {self.id!r}")
-        if self.id is not None:
-            check_unicode(self.id, "id")
+        check_id(self.id, where)
         object.__setattr__(self, "meta", dict(self.meta))
 
     def __len__(self) -> int:
@@ -381,6 +389,7 @@ class ResponseSelectionItem:
 
     def __post_init__(self) -> None:
         where = f"item {self.id!r}" if self.id is not None else "item"
+        check_id(self.id, where)
         if not isinstance(self.context, Dialogue):
             raise DialogueError(f"{where}: context: expected a Dialogue, got {type(self.context).__name__}")
         if isinstance(self.candidates, str | bytes | Mapping) or not isinstance(self.candidates, Iterable):

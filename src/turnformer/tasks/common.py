@@ -16,6 +16,7 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Seque
 from turnformer.data import DATASETS, load_split, names_benchmark, parse_split_spec, read_jsonl
 from turnformer.data.jsonl import iter_jsonl, refuse_selection_item, refuse_selection_items
 from turnformer.dialogue import Dialogue, DialogueError, UnknownLabelError, output_names, texts_to_read
+from turnformer.recipes import file_digests
 from turnformer.tasks.base import ModelBuilder, Predictions
 from turnformer.training import LABEL_MAP_FILE, MODEL_FILE
 from turnformer.training.runs import holds_set_aside_run, replaced_run_folder
@@ -356,7 +357,11 @@ CUT_COUNTS = ("truncated_utterances", "cut_utterances", "truncated_sequences", "
 def run_description(recipe: dict, seed: int, limits: dict[str, int] | None, labels: list[str], encode_reports: dict,
                     **more) -> dict:
     """What run.json says about a training run: how to rebuild its model and read its data (``limits`` is recorded so
-    that no result of a cut run is mistaken for a full one). What the model reads only part of is said here too."""
+    that no result of a cut run is mistaken for a full one). What the model reads only part of is said here too. A
+    run on one's own files records what they held (``file_sha256``, as the commands do before they read them), so that
+    a resumed run or `evaluate` can tell a file changed since, whether it was trained from the command line or here."""
+    if recipe.get("dataset") == "file" and "file_sha256" not in recipe:
+        recipe = {**recipe, "file_sha256": file_digests(recipe)}
     for split, report in encode_reports.items():
         if cut := [f"{key.replace('_', ' ')}: {report[key]}" for key in CUT_COUNTS if report.get(key)]:
             logger.info("note: %s: the model reads only part of some inputs (%s; run.json's encode_reports)",

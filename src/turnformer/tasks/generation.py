@@ -115,7 +115,11 @@ def reply_instance(dialogue: Dialogue, speaker: str, max_context_turns: int = 4,
 
 def replier(dialogue: Dialogue, speaker: str | None) -> str:
     """Who replies: `speaker` as a turn's speaker is read (`speaker_name`: without the spaces around it, composed); none
-    given, `next_speaker`."""
+    given, `next_speaker`. A whole number is a speaker id, as in a turn; anything else not a string is refused."""
+    if isinstance(speaker, int) and not isinstance(speaker, bool):
+        speaker = str(speaker)
+    if speaker is not None and not isinstance(speaker, str):
+        raise DialogueError(f"speaker: expected a speaker's name (a string), got {type(speaker).__name__} {speaker!r}")
     name = speaker_name(speaker or "")
     return name if not is_blank(name) else next_speaker(dialogue)
 
