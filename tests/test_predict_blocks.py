@@ -187,6 +187,9 @@ def test_the_python_api_takes_conversations_as_lists_of_turns(erc_run, data_dir,
     pairs = [(t.speaker, t.text) for t in conversations(3)[2].turns]
     view = erc.attention_view(model, tokenizer, conversations(3)[2], 1)
     assert erc.attention_view(model, tokenizer, pairs, 1) == dataclasses.replace(view, dialogue=None)  # no id given
+    for bad in (True, 1.0):
+        with pytest.raises(ValueError, match=r"utterance: expected an utterance's index \(a whole number\), got"):
+            erc.attention_view(model, tokenizer, pairs, bad)
 
     act_run = tmp_path / "act"
     trained = runner.invoke(app, ["train", "--task", "dialogue-act", "--model", "lc-attention", "--dataset", "dailydialog",

@@ -12,6 +12,7 @@ training batches of 16 held 1.82 padded token slots for every real token; groupe
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -323,6 +324,8 @@ def attention_view(model, tokenizer, dialogue: Dialogue, utterance: int) -> Atte
     """Run DialogXL (`turnformer.models.dialogxl.DialogXL`) over ``dialogue`` up to ``utterance``
     and read the last layer's attention of that utterance's [CLS] token (the DialogXL paper's Figure 5)."""
     dialogue = as_dialogue(dialogue)
+    if isinstance(utterance, bool) or not isinstance(utterance, numbers.Integral):
+        raise ValueError(f"utterance: expected an utterance's index (a whole number), got {utterance!r}")
     if not 0 <= utterance < len(dialogue):
         raise ValueError(f"utterance {utterance} out of range: dialogue {dialogue.id!r} has {len(dialogue)} utterances (0..{len(dialogue) - 1})")
     was_training = model.training
