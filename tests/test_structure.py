@@ -328,6 +328,16 @@ def test_dra_figures_1_and_2():
             pack_token_ids([[word_ids]], [[0]], SpecialTokens(pad=0, prefix=1), turn_heads=[[[*heads[:8], bad]]])
 
 
+def test_token_metadata_from_lists_takes_whole_numbers_from_0():
+    """Padding (-1) is added by `from_lists`: a -1 given, or a fraction (which numpy would cut), is named."""
+    for utterance, speaker, said in (([[0, -1]], [[0, 0]], r"utterance\[0\]\[1\] = -1"),
+                                     ([[0, 1.5]], [[0, 0]], r"utterance\[0\]\[1\] = 1.5"),
+                                     ([[0, 1]], [[0, True]], r"speaker\[0\]\[1\] = True")):
+        with pytest.raises(ValueError, match=said + r": expected a whole number >= 0 \(padding is added\)"):
+            TokenMeta.from_lists(utterance, speaker)
+    assert TokenMeta.from_lists([[0, np.int64(1)], [0]], [[1, 0], [2]]).speaker.tolist() == [[1, 0], [2, -1]]
+
+
 def test_attention_names_a_mask_or_bias_of_another_shape_and_a_head_count_that_is_not_one():
     query, key = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 6, 8)
     for name, given in (("mask", torch.ones(2, 1, 5, 7, dtype=torch.bool)), ("bias", torch.zeros(3, 5, 6))):

@@ -112,6 +112,11 @@ class TokenMeta:
                 raise ValueError(f"{name}: {len(rows)} rows for {len(utterance)} rows of utterance")
             if (wrong := next((i for i, row in enumerate(rows) if len(row) != lengths[i]), None)) is not None:
                 raise ValueError(f"{name}[{wrong}]: {len(rows[wrong])} entries for the {lengths[wrong]} tokens of utterance[{wrong}]")
+        for name, rows in (("utterance", utterance), ("speaker", speaker)):  # -1 is padding, added here
+            for i, row in enumerate(rows):
+                for j, value in enumerate(row):
+                    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                        raise ValueError(f"{name}[{i}][{j}] = {value!r}: expected a whole number >= 0 (padding is added)")
         width = max(lengths, default=0)
         batch = len(utterance)
 
