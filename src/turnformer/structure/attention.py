@@ -254,7 +254,9 @@ class RelativeTerms:
     (``bucket`` [B, Q, K] long), whose vector B^K_r (row r of ``key`` [R, d]) is added to the key and B^V_r (row r
     of ``value`` [R, d]) to the value; both are split over the heads like the projections. Computed without a
     [Q, K, d] tensor: q . B^K_r as a score bias, and after the softmax the attention mass on each bucket times
-    B^V_r."""
+    B^V_r. Buckets are rows of ``key``: 0 to R - 1 (`turn_relative_distance` gives future keys negative distances:
+    mask them, or shift by r_max into 2 r_max + 1 buckets; torch names an index out of range, unchecked here, since a
+    check would wait on the device every call)."""
 
     bucket: torch.Tensor
     key: torch.Tensor
