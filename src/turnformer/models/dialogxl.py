@@ -20,7 +20,9 @@ Two ways to run it, equal in outputs and gradients (tested):
   (``detached_keys``), exactly as the memory does, unless ``memory_grad`` lets gradients flow into the
   history within a chunk (a variant the recurrence cannot afford). Between chunks the memory is carried
   as in the recurrence, and while training every chunk but the last is recomputed in the backward pass
-  (activation checkpointing), so memory stays bounded by the chunk, whatever the conversation's length.
+  (activation checkpointing): a training step holds one chunk's activations, and the memory each chunk starts from
+  ([layers, B, mem_len, hidden]) for its recomputation, so it grows by that much a chunk (`training_memory_bytes`,
+  checked before training); prediction holds one chunk's, whatever the conversation's length.
 
 The backbone is any of the project's encoders. On XLNet (the paper's, `XLNetStructuredEncoder`)
 relative distances come from each token's running position in its conversation (``TokenMeta.order``),
