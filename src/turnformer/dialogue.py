@@ -28,9 +28,9 @@ TURN_KEYS = frozenset({"speaker", "text", "labels", "id", *CONVENIENCE_LABELS})
 
 def is_blank(text: str) -> bool:
     """No visible character: only whitespace, control or format characters (zero-width spaces, byte-order marks),
-    and combining marks with nothing to combine with (a lone accent, an emoji's variation selector), which the
-    tokenizers drop, leaving an empty utterance."""
-    return all(invisible(c) or unicodedata.category(c) in ("Mn", "Me") for c in text)
+    which the tokenizers drop, leaving an empty utterance. A lone combining mark is text (a model may read nothing of
+    it: the commands say so, and label it from its context)."""
+    return all(map(invisible, text))
 
 
 def invisible(c: str) -> bool:

@@ -233,7 +233,9 @@ def _label(value, where: str, field: str, report: LoadReport | None) -> str | No
         _count_null_label(report, where, field)
         return None
     if not isinstance(value, str) or is_blank(value):
-        raise _err(where, field, f"expected a non-empty string label, got {as_written(value)}")
+        number = isinstance(value, int | float) and not isinstance(value, bool)  # a label 1: write it "1"
+        raise _err(where, field, f"expected a non-empty string label, got {as_written(value)}"
+                   + (f" (a number: write it as a string, \"{as_written(value)}\")" if number else ""))
     check_unicode(value, f"{where}: {field}")
     if (trimmed := trim_invisible(value)) != value:
         if report is not None:
