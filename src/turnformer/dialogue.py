@@ -303,21 +303,30 @@ def as_dialogue(value: Any) -> Dialogue:
     return value if isinstance(value, Dialogue) else Dialogue.from_turns(value)
 
 
+def other_spelling(dialogue: Dialogue, kinds: dict[str, tuple[str, Any]], place: Any) -> tuple[int, str, str, Any] | None:
+    """The first label kind of `dialogue` written in other capitals than where `kinds` first saw it (``Emotion`` and
+    ``emotion``): (its turn, the kind, its first spelling, that place), or None. `kinds` records each kind's first
+    spelling at `place` (a file's line, a conversation's index) as the dialogues go by."""
+    for j, turn in enumerate(dialogue.turns):
+        for kind in turn.labels:
+            first, where = kinds.setdefault(kind.casefold(), (kind, place))
+            if first != kind:
+                return j, kind, first, where
+    return None
+
+
 def with_unique_ids(dialogues: Iterable[Dialogue]) -> Iterator[Dialogue]:
     """`dialogues`, each passed on once checked: two conversations with one id, or two turns of a conversation with
     one, are refused, naming both, and so is a label kind written in other capitals than before (``Emotion`` and
     ``emotion``). The readers refuse such files (predictions are named by the ids; the turns of one spelling would be
     read as unlabelled by a model of the other), so the writers, which write as they go, never write one."""
     index_of_id: dict[str, int] = {}
-    kinds: dict[str, tuple[str, int]] = {}  # a label kind as first written, and where
+    kinds: dict[str, tuple[str, Any]] = {}  # a label kind as first written, and where
     for i, dialogue in enumerate(dialogues):
-        for j, turn in enumerate(dialogue.turns):
-            for kind in turn.labels:
-                first, where = kinds.setdefault(kind.casefold(), (kind, i))
-                if first != kind:
-                    raise DialogueError(f"dialogue {i} ({dialogue.id!r}): turns[{j}]: label kind {kind!r} is written "
-                                        f"{first!r} in dialogue {where}; readers compare label kinds as written: write "
-                                        "one spelling throughout")
+        if clash := other_spelling(dialogue, kinds, i):
+            j, kind, first, where = clash
+            raise DialogueError(f"dialogue {i} ({dialogue.id!r}): turns[{j}]: label kind {kind!r} is written {first!r} "
+                                f"in dialogue {where}; readers compare label kinds as written: write one spelling throughout")
         if dialogue.id is not None:
             if dialogue.id in index_of_id:
                 raise DialogueError(f"dialogue {i}: id {dialogue.id!r} is already the id of dialogue {index_of_id[dialogue.id]}")

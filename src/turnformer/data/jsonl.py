@@ -43,7 +43,7 @@ from turnformer.data.mutual import is_item, item_to_dialogue, parse_item
 from turnformer.data.report import LoadReport
 from turnformer.data.table import iter_table, reads_as_table
 from turnformer.dialogue import (CONVENIENCE_LABELS, TURN_KEYS, Dialogue, DialogueError, ResponseSelectionItem, Turn,
-                                 UnknownLabelError, check_unicode, is_blank, label_name, speaker_name, trim_invisible,
+                                 UnknownLabelError, check_unicode, is_blank, label_name, other_spelling, speaker_name, trim_invisible,
                                  with_unique_ids)
 DIALOGUE_KEYS = frozenset({"id", "turns", "meta"})
 
@@ -321,7 +321,7 @@ def iter_jsonl(
     path = Path(path)
     report = report if report is not None else LoadReport(source=str(path))
     line_of_id: dict[str, int] = {}  # predictions are keyed by conversation id: two conversations cannot share one
-    kinds: dict[str, tuple[str, int]] = {}  # a label kind in small letters -> as first written, and the line
+    kinds: dict[str, tuple[str, Any]] = {}  # a label kind in small letters -> as first written, and the line
     read = _table_dialogues if reads_as_table(path) else _json_dialogues
     for lineno, dialogue in read(path, label_sets, report):
         where = f"{path}:{lineno}"
@@ -329,7 +329,10 @@ def iter_jsonl(
             if dialogue.id in line_of_id:
                 raise _err(where, "id", f"{dialogue.id!r} is already the id of the conversation on line {line_of_id[dialogue.id]}")
             line_of_id[dialogue.id] = lineno
-        _check_kind_spelling(dialogue, kinds, where, lineno)
+        if clash := other_spelling(dialogue, kinds, lineno):  # the turns of one spelling would be read as unlabelled
+            _, kind, first, line = clash                          # by a model of the other
+            raise _err(where, "", f"label kind {kind!r} is written {first!r} on line {line}; label kinds are compared "
+                       "as written: write one spelling throughout")
         yield lineno, dialogue
     if summary and report:  # one line, where something was repaired, skipped or ignored (the command shows it)
         logger.log(logging.WARNING if report.ignored_fields else logging.INFO, "%s", report.summary())
@@ -369,17 +372,6 @@ def _table_dialogues(path: Path, label_sets: Mapping[str, list[str]] | None, rep
         turns = [parse_turn(turn, f"{path}:{line}", "", label_sets, report) for line, turn in conversation.rows]
         meta = parse_meta(conversation.meta, f"{path}:{conversation.line}")
         yield conversation.line, Dialogue(turns=tuple(turns), id=conversation.id, meta=meta)
-
-
-def _check_kind_spelling(dialogue: Dialogue, kinds: dict[str, tuple[str, int]], where: str, lineno: int) -> None:
-    """Refuse a label kind written in other capitals than on an earlier line (or turn) of the file (``Emotion`` and
-    ``emotion``): compared as written, the turns of one spelling would be read as unlabelled by a model of the other."""
-    for turn in dialogue.turns:
-        for kind in turn.labels:
-            first, line = kinds.setdefault(kind.casefold(), (kind, lineno))
-            if first != kind:
-                raise _err(where, "", f"label kind {kind!r} is written {first!r} on line {line}; label kinds are compared "
-                           "as written: write one spelling throughout")
 
 
 def refuse_selection_items(dialogues: "DialogueList", source, reader: str) -> None:
