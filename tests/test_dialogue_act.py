@@ -215,6 +215,8 @@ def test_streaming_session_equals_online_prediction(context, swda, tokenizer):
         assert got["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-5)
     offline = predict_dialogues(model, tokenizer, [dialogue], labels, window=10, padding=3)[0]
     assert len(offline) == len(dialogue.turns) and all(p is not None for p in offline)
+    # an utterance the tokenizer keeps nothing of is answered from its context and marked, as `annotate` marks it
+    assert session.add("A", "\u0301")["no_tokens"] is True and "no_tokens" not in session.add("A", "okay")
 
 
 def test_a_streaming_session_taken_back_answers_as_if_the_utterance_was_never_sent(swda, tokenizer):

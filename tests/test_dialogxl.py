@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 import torch
 from _encoder_checks import one_pass_visibility, stepwise_cls_states
@@ -147,8 +149,11 @@ def test_head_counts_must_match_backbone():
 class _CharTokenizer:
     """Characters as token ids, [CLS] ... [SEP]: enough to drive a session without weights."""
 
-    def __call__(self, text, add_special_tokens=True, verbose=True):
-        return {"input_ids": [CLS] + [5 + ord(c) % 50 for c in text] + [SEP]}
+    def __call__(self, text, add_special_tokens=True, verbose=True):  # a combining mark is dropped, as WordPiece does
+        return {"input_ids": [CLS] + [5 + ord(c) % 50 for c in text if not unicodedata.combining(c)] + [SEP]}
+
+    def num_special_tokens_to_add(self) -> int:
+        return 2
 
 
 def test_streaming_session_matches_batch_and_stays_bounded():
@@ -168,6 +173,8 @@ def test_streaming_session_matches_batch_and_stays_bounded():
     assert torch.allclose(probs, streamed, atol=1e-5)
     with pytest.raises(ValueError, match="empty utterance"):
         session.add("Ross", "  ")
+    # an utterance the tokenizer keeps nothing of is answered from its context and marked, as `annotate` marks it
+    assert session.add("Ross", "\u0301")["no_tokens"] is True and "no_tokens" not in session.add("Ross", "fine")
 
 
 def test_a_streaming_session_taken_back_answers_as_if_the_utterance_was_never_sent():

@@ -90,6 +90,9 @@ def test_a_session_answers_each_utterance_as_the_models_streaming_sessions_do(cl
         answers.append({k: answer[k] for k in ("turn", "speaker", "text", "annotations")})
     history = client.get(f"/v1/sessions/{session}").json()
     assert history == {"session": session, "models": ["emotion", "acts"], "turns": answers}
+    # an utterance the tokenizer keeps nothing of (a combining mark alone): answered from its context, and said so
+    marked = client.post(f"/v1/sessions/{session}/utterances", json={"speaker": "A", "text": "\u0301"}).json()
+    assert all(marked["annotations"][name]["no_tokens"] is True for name in ("emotion", "acts"))
     assert client.delete(f"/v1/sessions/{session}").json() == {"deleted": session}
     gone = client.post(f"/v1/sessions/{session}/utterances", json=TURNS[0])
     assert gone.status_code == 410 and gone.json()["reason"] == "deleted" and "start a new one" in gone.json()["error"]

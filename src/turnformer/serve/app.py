@@ -295,11 +295,14 @@ class BearerGuard:
 
 def label_answer(prediction: dict) -> dict:
     """A model's answer for one utterance: its label, every label's probability (4 decimals, as `predict` writes
-    them), and whether the utterance was longer than the model reads (it read the utterance's start)."""
+    them), whether the utterance was longer than the model reads (it read the utterance's start) and, where so, that
+    the tokenizer kept nothing of it (``no_tokens``: the model read no word of it)."""
     answer = {"label": prediction["label"],
               "probabilities": {label: round(float(p), 4) for label, p in prediction["probabilities"].items()}}
     if "truncated" in prediction:
         answer["truncated"] = bool(prediction["truncated"])
+    if prediction.get("no_tokens"):
+        answer["no_tokens"] = True
     return answer
 
 

@@ -382,7 +382,8 @@ class DialogueActSession:
         probs = logits[0].softmax(-1).tolist()
         best = max(range(len(probs)), key=probs.__getitem__)
         return {"speaker": speaker, "text": text, "label": self.labels[best], "probabilities": dict(zip(self.labels, probs)),
-                "truncated": report["truncated_utterances"] > 0}  # cut to its start, as in training and predict
+                "truncated": report["truncated_utterances"] > 0,  # cut to its start, as in training and predict
+                **({"no_tokens": True} if report["empty_utterances"] else {})}  # no word read of it, as `annotate` marks
 
 
 def attention_length(model, dialogue: Dialogue, start: int, length: int) -> int:
