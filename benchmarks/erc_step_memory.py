@@ -11,6 +11,9 @@ another, each row from another place, with their act labels), forward and backwa
 mark, reset just before it) less the memory before it and the gradients' float32 buffers (the optimizer's side, which
 the estimate leaves out too). -> ``erc-step-memory.json``: each case's measured and estimated bytes; its score, the
 largest ratio of measured to estimated (below 1: the estimate covers every case), per precision in ``extra``.
+
+``--model segment-recurrence``: the DailyDialog segment-recurrence recipe (segments of 64 tokens, a memory of 400;
+``--chunks`` does not apply) -> ``erc-step-memory-segment-recurrence.json``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from _timing import child_measurement
 from turnformer.allocator import TUNABLES
 from turnformer.results import make_result, write_result
 
-RECIPE = "erc-dailydialog-dialogxl-memory-bias.toml"
+RECIPES = {"dialogxl": "erc-dailydialog-dialogxl-memory-bias.toml",
+           "segment-recurrence": "erc-dailydialog-segment-recurrence.toml"}
 
 
 def status_kib(field: str) -> int:
@@ -38,7 +42,8 @@ def status_kib(field: str) -> int:
     raise SystemExit(f"/proc/self/status has no {field}: this benchmark needs Linux")
 
 
-def child(backbone: str, precision: str, batch_size: int, chunk: int, tokens: int, data_dir: str | None) -> None:
+def child(model_name: str, backbone: str, precision: str, batch_size: int, chunk: int, tokens: int,
+          data_dir: str | None) -> None:
     """One measurement in this process: prints a JSON row."""
     import torch
 
@@ -46,8 +51,8 @@ def child(backbone: str, precision: str, batch_size: int, chunk: int, tokens: in
     from turnformer.dialogue import Dialogue
     from turnformer.tasks.erc import build_erc_model, encode_conversations, make_batch
 
-    recipe = tomllib.loads((resources.files("turnformer") / "recipe_files" / RECIPE).read_text())
-    settings = {**recipe["model_config"], "chunk_tokens": chunk}
+    recipe = tomllib.loads((resources.files("turnformer") / "recipe_files" / RECIPES[model_name]).read_text())
+    settings = {**recipe["model_config"], **({"chunk_tokens": chunk} if model_name == "dialogxl" else {})}
     corpus = [t for d in load_split("swda", "test", data_dir).dialogues for t in d.turns]
     labels = sorted({t.labels["act"] for t in corpus})
     model, tokenizer = build_erc_model(recipe["model"], settings, labels, backbone)
@@ -74,17 +79,19 @@ def child(backbone: str, precision: str, batch_size: int, chunk: int, tokens: in
     seconds = time.perf_counter() - began
     peak = status_kib("VmHWM") * 1024
     measured = peak - before - gradients
-    print(json.dumps({"backbone": backbone, "precision": precision, "batch_size": batch_size, "chunk_tokens": chunk,
-                      "mem_len": model.config.mem_len, "longest_tokens": longest, "chunks": len(model.chunks(batch)),
+    shape = ({"chunk_tokens": chunk, "chunks": len(model.chunks(batch))} if model_name == "dialogxl"
+             else {"segment_len": model.config.segment_len})
+    print(json.dumps({"model": model_name, "backbone": backbone, "precision": precision, "batch_size": batch_size,
+                      **shape, "mem_len": model.config.mem_len, "longest_tokens": longest,
                       "seconds": round(seconds, 1), "rss_before_mib": round(before / 2**20), "peak_mib": round(peak / 2**20),
                       "gradients_mib": round(gradients / 2**20), "measured_bytes": measured,
-                      "estimated_bytes": model.training_memory_bytes(batch_size, longest, len(model.chunks(batch)), precision)}))
+                      "estimated_bytes": model.training_memory([batch], precision)[0]}))
 
 
 def measure(case: dict, args) -> dict:
     env = {**os.environ, "GLIBC_TUNABLES": TUNABLES, "OMP_NUM_THREADS": str(args.threads),
            "TURNFORMER_THREADS": str(args.threads)}
-    arguments = ["--child", "--backbones", case["backbone"], "--precisions", case["precision"], "--batch-sizes",
+    arguments = ["--child", "--model", args.model, "--backbones", case["backbone"], "--precisions", case["precision"], "--batch-sizes",
                  str(case["batch_size"]), "--chunks", str(case["chunk"]), "--tokens", str(case["tokens"])]
     return child_measurement(__file__, arguments, env, str(case), args.data_dir)
 
@@ -97,17 +104,19 @@ def main() -> None:
     parser.add_argument("--chunks", nargs="+", type=int, default=[256, 512])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1400, 2800], help="tokens a conversation (about)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--model", choices=sorted(RECIPES), default="dialogxl")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--results-dir", default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return child(args.backbones[0], args.precisions[0], args.batch_sizes[0], args.chunks[0], args.tokens[0], args.data_dir)
+        return child(args.model, args.backbones[0], args.precisions[0], args.batch_sizes[0], args.chunks[0], args.tokens[0],
+                     args.data_dir)
     rows = []
     for backbone in args.backbones:
         for precision in args.precisions:
             for batch_size in args.batch_sizes:
-                for chunk in args.chunks:
+                for chunk in args.chunks if args.model == "dialogxl" else args.chunks[:1]:
                     for tokens in args.tokens:
                         case = {"backbone": backbone, "precision": precision, "batch_size": batch_size, "chunk": chunk,
                                 "tokens": tokens}
@@ -116,11 +125,13 @@ def main() -> None:
                         rows.append(row)
                         print(json.dumps(row), flush=True)
     worst = {p: max(r["ratio"] for r in rows if r["precision"] == p) for p in args.precisions}
-    record = make_result("erc-step-memory", task="erc", dataset="swda test (conversations built from its utterances)",
-                         split="test", model="dialogxl-memory-bias", backbone=", ".join(args.backbones),
+    name, model = (("erc-step-memory", "dialogxl-memory-bias") if args.model == "dialogxl"
+                   else (f"erc-step-memory-{args.model}", args.model))
+    record = make_result(name, task="erc", dataset="swda test (conversations built from its utterances)",
+                         split="test", model=model, backbone=", ".join(args.backbones),
                          metric="measured_over_estimated", scores=[max(worst.values())], seeds=[],
                          extra={"worst_ratio_by_precision": worst, "rows": rows, "tokens": args.tokens,
-                                "threads": args.threads, "recipe": RECIPE})
+                                "threads": args.threads, "recipe": RECIPES[args.model]})
     kwargs = {"results_dir": Path(args.results_dir)} if args.results_dir else {}
     print(json.dumps(worst), "->", write_result(record, **kwargs))
 

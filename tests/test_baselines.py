@@ -12,6 +12,7 @@ from _benchmark_scripts import load_benchmark_script
 
 from turnformer.backbones import random_backbone, tiny_config
 from turnformer.models.baselines import (
+    FIXED_STEP_BYTES,
     ConcatContext,
     ConcatContextConfig,
     SegmentRecurrence,
@@ -432,3 +433,66 @@ def test_prediction_groups_keep_order_and_both_limits():
     assert prediction_groups([], 16, 256) == []
     groups = prediction_groups([1] * 40, max_conversations=16, max_utterances=256)
     assert [len(g) for g in groups] == [16, 16, 8] and [i for g in groups for i in g] == list(range(40))
+
+
+# ---------------------------------------------------------------- SegmentRecurrence training memory
+
+
+def test_recomputed_segments_keep_the_stream_once_not_a_memory_each(monkeypatch):
+    """Each recomputed segment keeps its memory for backward: views of one buffer of every layer's inputs over the
+    stream, not a copy of its own memory (a 64-token segment copying a memory of 400: about six times the stream)."""
+    from turnformer.models import baselines
+
+    model = segment_model(segment_len=4, mem_len=12).train()
+    batch = make_batch(conversations(turns=(9, 4, 12)), PAD)
+    stored = []
+    real_checkpoint = baselines.checkpoint
+    monkeypatch.setattr(baselines, "checkpoint", lambda fn, *inputs, **kw: stored.append(inputs) or real_checkpoint(fn, *inputs, **kw))
+    model.loss(batch).backward()
+    ids, _, _ = model.streams(batch)
+    pieces = [t for inputs in stored for t in inputs[4:]]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in pieces}
+    layers, hidden = model.encoder.num_layers, model.encoder.config.hidden_size
+    assert len(stored) == ids.shape[1] // 4 and len(pieces) > 3 * len(storages)
+    assert sum(storages.values()) == layers * ids.numel() * hidden * 4  # the stream once, a buffer a layer
+    assert all(p.grad is not None for p in model.classifier.parameters())
+
+
+def test_segment_recurrence_step_that_cannot_fit_is_refused_before_training(monkeypatch):
+    """The estimate grows with the stream (every segment's layer inputs are kept), the batch and float32; a step that
+    cannot fit the memory available is refused naming the settings that bound it and what to do."""
+    from turnformer.dialogue import DialogueError
+    from turnformer.tasks import erc
+
+    model = segment_model(segment_len=8, mem_len=16)
+    estimate = model.training_memory_bytes
+    assert estimate(2, 100) < estimate(2, 10_000) < estimate(4, 10_000)
+    assert estimate(2, 10_000, "bf16") < estimate(2, 10_000)
+    grown = estimate(1, 8_000 + 8) - estimate(1, 8_000)  # one more segment: its layer inputs and what it pins
+    assert grown == 8 * model.encoder.config.hidden_size * model.encoder.num_layers * 16
+    recomputed = estimate(2, 10_000)
+    model.config.checkpoint = False  # every segment's graph kept: far more
+    assert estimate(2, 10_000) - FIXED_STEP_BYTES > 3 * (recomputed - FIXED_STEP_BYTES)
+    model.config.checkpoint = True
+    batches = [make_batch(conversations(turns=(9, 4, 12)), PAD)]
+    monkeypatch.setattr(erc, "available_memory", lambda: (10**12, "this machine"))
+    erc.check_training_memory(model, batches)
+    monkeypatch.setattr(erc, "available_memory", lambda: (1000, "this machine"))
+    longest = int(batches[0].turn_lengths.sum(1).max())
+    with pytest.raises(DialogueError, match=rf"batches of 3 conversations, the longest {longest} tokens, in segments of 8 "
+                                            r"against a memory of 16, mixed precision no.*lower train.batch_size, or cut"):
+        erc.check_training_memory(model, batches)
+
+
+def test_an_epoch_of_few_updates_is_said_before_training(caplog):
+    """A conversation is one example however long: a file of one long transcript trained one step an epoch unsaid."""
+    from turnformer.tasks import erc
+
+    with caplog.at_level("WARNING", logger="turnformer"):
+        erc.warn_few_updates(make_batches(conversations(turns=(5, 2, 7)), 2, PAD))
+        assert ("training makes 2 update(s) an epoch: 3 conversation(s) of 14 utterances in batches of up to 2"
+                in caplog.text and "cut long conversations into parts" in caplog.text)
+        caplog.clear()
+        erc.warn_few_updates(make_batches(conversations(turns=(3,) * 20), 2, PAD))  # ten updates: nothing to say
+        erc.warn_few_updates([])
+        assert not caplog.text

@@ -32,7 +32,10 @@ training loop, `turnformer.tasks.erc.evaluate` and CLI can drive them, and the s
     memory states keep the positions they were computed with, as in DialogXL here). In training with
     ``checkpoint`` (the default) a segment keeps only its inputs (its tokens and the detached memory)
     for the backward pass and runs again there: a step's activation memory is one segment's, not the
-    whole stream's.
+    whole stream's. The memories kept are views of one buffer a layer of the stream's layer inputs (a
+    copy each was about six times the stream), and only the final states of the [SEP]s are kept, so
+    a step grows with the stream by a few states a token (`training_memory_bytes`, which training
+    checks before it starts).
     Utterance t is classified from the final state of the [SEP] that ends it: there is no
     per-utterance [CLS] in the stream, and the closing [SEP] is the first token that has seen the
     whole utterance whichever segment it falls in. Attention inside a segment is bidirectional, as
@@ -59,7 +62,7 @@ from torch.utils.checkpoint import checkpoint
 
 from turnformer.backbones import StructuredEncoder, freeze_lower_layers, load_backbone
 from turnformer.models.config_checks import ModelConfig, check_config
-from turnformer.models.dialogxl import ConversationBatch, DialogXL, UtteranceClassifier
+from turnformer.models.dialogxl import ConversationBatch, DialogXL, UtteranceClassifier, batch_extent
 from turnformer.structure import SpecialTokens, pack_token_ids
 
 __all__ = [
@@ -309,6 +312,9 @@ class WasteStats:
         return {**asdict(self), "rate": self.rate, "slot_rate": self.slot_rate}
 
 
+FIXED_STEP_BYTES = 192 * 2**20  # what a segment-recurrence training step takes whatever its size (measured: 60-125 MB)
+
+
 class SegmentRecurrence(_ERCModel):
     model_id = "segment-recurrence"
 
@@ -356,47 +362,91 @@ class SegmentRecurrence(_ERCModel):
         return ids, real, torch.tensor(ends, dtype=torch.long).view(len(rows), len(batch.steps))
 
     def _segment(self, ids: torch.Tensor, positions: torch.Tensor, real: torch.Tensor, memory_real: torch.Tensor,
-                 *memory: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """One segment through the encoder over the memory (one tensor a layer, or none): its final states
-        [B, segment_len, hidden], then the states entering each layer (for the next segment's memory) when mem_len > 0."""
-        out = self.encoder(ids, position_ids=positions, attention_mask=real, memory=list(memory) or None,
-                           memory_mask=memory_real if memory else None, output_hidden_states=self.config.mem_len > 0)
+                 *pieces: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One segment through the encoder over the memory: its final states [B, segment_len, hidden], then the states
+        entering each layer (for the next segments' memory) when mem_len > 0. The memory comes as the earlier segments'
+        layer inputs that it covers, segment by segment (a layer each), joined here: a recomputed segment keeps those
+        pieces, which every segment shares, not a copy of its own memory."""
+        layers, width = self.encoder.num_layers, memory_real.shape[1]
+        memory = [torch.cat(pieces[layer::layers], dim=1)[:, -width:] for layer in range(layers)] if pieces else None
+        out = self.encoder(ids, position_ids=positions, attention_mask=real, memory=memory,
+                           memory_mask=memory_real if pieces else None, output_hidden_states=self.config.mem_len > 0)
         return (out.last_hidden_state, *(out.hidden_states[:-1] if self.config.mem_len > 0 else ()))
 
-    def encode_stream(self, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        """Final states [B, S * segment_len] of padded streams, segment by segment with memory."""
+    def encode_stream(self, ids: torch.Tensor, real: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+        """The final states [B, N, hidden] at the stream positions ``ends`` [B, N] (zeros where -1) of padded streams,
+        encoded segment by segment with memory. A segment's states are dropped once the ends within it are taken, so
+        that in training what each segment leaves until backward is small or in one block a layer (see `training_memory_bytes`)."""
         batch = ids.shape[0]
         sl, mem_len = self.config.segment_len, self.config.mem_len
         positions = torch.arange(sl, device=ids.device).expand(batch, sl)
-        memory: list[torch.Tensor] | None = None
+        kept: list[list[torch.Tensor]] = []  # the detached layer inputs of the segments the next memory covers
         memory_real = real.new_zeros(batch, 0)
-        outputs = []
+        segment_of = torch.where(ends >= 0, ends // sl, -1)  # [B, N]
+        rows, turns, picked = [], [], []  # the (row, utterance) pairs whose end each segment holds, and their states
         recompute = self.config.checkpoint and self.training and torch.is_grad_enabled()
+        history: list[torch.Tensor] | None = None  # with recompute: every segment's layer inputs, a buffer a layer
         for start in range(0, ids.shape[1], sl):
             seg_ids, seg_real = ids[:, start : start + sl], real[:, start : start + sl]
             if memory_real.shape[1]:
                 self.waste.add(int((~memory_real).sum()), memory_real.numel())
-            inputs = (seg_ids, positions, seg_real, memory_real, *(memory or ()))
+            inputs = (seg_ids, positions, seg_real, memory_real, *(piece for layers in kept for piece in layers))
             # with recompute, the segment's activations are freed now and rebuilt (same dropout masks) in backward
             last, *layer_inputs = (checkpoint(self._segment, *inputs, use_reentrant=False) if recompute
                                    else self._segment(*inputs))
-            outputs.append(last)
+            row, turn = (segment_of == start // sl).nonzero(as_tuple=True)
+            rows.append(row)
+            turns.append(turn)
+            picked.append(last[row, ends[row, turn] - start])  # [k, hidden]
             if mem_len > 0:
-                if memory is None:
-                    memory = [h.detach()[:, -mem_len:] for h in layer_inputs]
-                else:
-                    memory = [torch.cat([m, h.detach()], dim=1)[:, -mem_len:] for m, h in zip(memory, layer_inputs)]
+                states = [h.detach() for h in layer_inputs]
+                if recompute:  # kept until backward: one block a layer, not a small one a segment between freed ones
+                    if history is None:
+                        history = [h.new_empty(batch, ids.shape[1], h.shape[-1]) for h in states]
+                    for buffer, h in zip(history, states):
+                        # each slot is written once, before any saved view covers it: `.data` leaves the version alone
+                        buffer.data[:, start : start + sl] = h
+                    states = [buffer[:, start : start + sl] for buffer in history]
+                covering = -(-mem_len // sl)  # segments the newest mem_len states lie in
+                kept = (kept + [states])[-covering:]
                 memory_real = torch.cat([memory_real, seg_real], dim=1)[:, -mem_len:]
-        return torch.cat(outputs, dim=1)
+        picked = torch.cat(picked)
+        return picked.new_zeros(*ends.shape, picked.shape[-1]).index_put((torch.cat(rows), torch.cat(turns)), picked)
+
+    def training_memory_bytes(self, batch_size: int, longest_tokens: int, precision: str = "no") -> int:
+        """About how much memory one training step takes beyond the model and optimizer, for batches of `batch_size`
+        conversations whose longest stream has `longest_tokens` tokens, under accelerate's mixed `precision` ("no",
+        "bf16", "fp16"). With ``checkpoint``, one segment's graph is live at a time (its attention [B, H, segment,
+        memory + segment] and token states every layer), and what every segment leaves until backward grows with the
+        stream: its layer inputs (one float32 state a token, row and layer, kept for the recomputation), its graph's
+        nodes and the heap they pin between segments; and a fixed part (the backward's own buffers). Bytes a pair, a
+        state and a stream token, and the fixed part, measured with `benchmarks/erc_step_memory.py --model
+        segment-recurrence` (28-30 KB a token and row on all-MiniLM-L6-v2, 16 bytes a token, row, layer and hidden
+        unit here, and 60-125 MB fixed), with room to spare."""
+        sl, config, layers = self.config.segment_len, self.encoder.config, self.encoder.num_layers
+        tokens = -(-max(longest_tokens, 1) // sl) * sl  # the stream padded to whole segments
+        memory = min(self.config.mem_len, tokens - sl)
+        per_pair = 20 if precision == "no" else 11
+        segment = batch_size * (config.num_attention_heads * sl * (memory + sl) * per_pair + sl * config.hidden_size * 48) * layers
+        if not self.config.checkpoint:  # every segment's graph is kept until backward
+            segment *= tokens // sl
+        return FIXED_STEP_BYTES + segment + batch_size * tokens * config.hidden_size * layers * 16
+
+    def training_memory(self, batches: Sequence[ConversationBatch], precision: str) -> tuple[int, str, str]:
+        """What one training step over the largest of `batches` takes (bytes), the settings that bound it and what
+        lowers it (`turnformer.tasks.erc.check_training_memory` words its refusal with them)."""
+        batch_size, longest = batch_extent(batches)
+        setting = (f"batches of {batch_size} conversations, the longest {longest} tokens, in segments of "
+                   f"{self.config.segment_len} against a memory of {self.config.mem_len}")
+        advice = ("lower train.batch_size, or cut the longest conversations into parts: every segment's layer inputs "
+                  "are kept for backward, so the step grows with the conversation")
+        return self.training_memory_bytes(batch_size, longest, precision), setting, advice
 
     def sep_states(self, batch: ConversationBatch) -> torch.Tensor:
         """[B, N, hidden] final states of the [SEP] ending each utterance (zeros where none)."""
         ids, real, ends = self.streams(batch)
         device = self.device
-        hidden = self.encode_stream(ids.to(device), real.to(device))
-        ends = ends.to(device)
-        states = hidden.gather(1, ends.clamp(min=0).unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        return states.masked_fill((ends < 0).unsqueeze(-1), 0.0)
+        return self.encode_stream(ids.to(device), real.to(device), ends.to(device))
 
     def logits(self, batch: ConversationBatch) -> torch.Tensor:
         return self.classifier(self.sep_states(batch))

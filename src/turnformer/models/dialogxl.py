@@ -212,6 +212,12 @@ class ConversationBatch:
                                  self.lengths, self.ids, move(self.input_ids), move(self.turn_lengths))
 
 
+def batch_extent(batches: Sequence[ConversationBatch]) -> tuple[int, int]:
+    """The most conversations a batch holds and the most tokens a conversation of them holds."""
+    longest = max(int(b.turn_lengths.sum(1).max()) if b.turn_lengths is not None else 0 for b in batches)
+    return max(len(b.lengths) for b in batches), longest
+
+
 class UtteranceClassifier(nn.Module):
     """What every emotion-recognition model here shares (DialogXL and the baselines on its backbone): the loss,
     predictions and probabilities of every utterance from its ``logits(batch)`` [B, N, labels], and its backbone
@@ -425,6 +431,18 @@ class DialogXL(UtteranceClassifier):
         kept = chunks * batch_size * memory * config.hidden_size * layers * 8
         return attention + states + kept
 
+    def training_memory(self, batches: Sequence[ConversationBatch], precision: str) -> tuple[int, str, str]:
+        """What one training step over the largest of `batches` takes (bytes), the settings that bound it and what
+        lowers it (`turnformer.tasks.erc.check_training_memory` words its refusal with them)."""
+        batch_size, longest = batch_extent(batches)
+        chunks = max(len(self.chunks(b)) for b in batches)
+        setting = (f"batches of {batch_size} conversations, the longest {longest} tokens, encoded "
+                   f"{self.config.chunk_tokens} tokens at a time against a memory of {self.config.mem_len}, "
+                   f"in up to {chunks} chunks")
+        advice = ("lower train.batch_size or model_config.chunk_tokens (e.g. --set model_config.chunk_tokens=128), "
+                  "which changes no number")
+        return self.training_memory_bytes(batch_size, longest, chunks, precision), setting, advice
+
     def logits(self, batch: ConversationBatch) -> torch.Tensor:
         """[B, N, labels]: every utterance's logits, in one pass a chunk (`chunks`)."""
         return self.one_pass(batch)[0]
@@ -516,6 +534,7 @@ class DialogXLSession:
         read, cut = text_to_read(turn.text, limit)  # a huge text: its start, not its length in time and memory
         ids = self.tokenizer(read, add_special_tokens=True, verbose=False)["input_ids"]
         truncated = len(ids) > limit or cut
+        no_tokens = len(ids) <= self.tokenizer.num_special_tokens_to_add()  # a combining mark alone, say
         if truncated:
             ids = truncate_keeping_end_specials(ids, limit, closing_special_ids(self.tokenizer))
         device = next(self.model.parameters()).device
@@ -528,4 +547,5 @@ class DialogXLSession:
         return {
             "speaker": speaker, "text": text, "label": self.labels[best],
             "probabilities": dict(zip(self.labels, probs)), "truncated": truncated,
+            **({"no_tokens": True} if no_tokens else {}),  # the model read no word of it, as `annotate` marks
         }

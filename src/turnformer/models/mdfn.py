@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from turnformer.backbones.loading import freeze_lower_layers, load_auto_encoder
 from turnformer.models.config_checks import ModelConfig, check_config
@@ -55,6 +56,9 @@ CHANNEL_MASKS = {"utterance": (SAME_UTTERANCE, OTHER_UTTERANCE), "speaker": (SPE
 # Sequences `MDFN.predict` scores at a time: a batch of 16 MuTual items (4 candidates each) in one go, and a batch of
 # items with many candidates in memory no larger.
 SCORING_ROWS = 64
+# Sequences whose graph a training step keeps at a time: a batch of 8 MuTual items in one go, and a batch of items with
+# many candidates in its parts, each but the last recomputed in backward (the same loss and gradients).
+TRAINING_ROWS = 32
 
 
 @dataclass
@@ -236,14 +240,20 @@ class MDFN(nn.Module):
 
     def group_scores(self, batch: SelectionBatch, rows: int | None = None) -> torch.Tensor:
         """[G, C] scores per item and candidate (-inf in empty slots). With `rows`, the sequences are scored that many
-        at a time: the same scores, in memory bounded whatever the number of an item's candidates."""
+        at a time: the same scores, in memory bounded whatever the number of an item's candidates (with gradients,
+        every part but the last keeps only its inputs and is scored again in backward, same dropout masks)."""
         n = len(batch.input_ids)
         step = rows or max(n, 1)
-        scores = torch.cat([self.scores(batch.sequences(slice(a, a + step))) for a in range(0, n, step)])  # [N]
+        parts = []
+        for a in range(0, n, step):
+            part = batch.sequences(slice(a, a + step))
+            recompute = torch.is_grad_enabled() and a + step < n
+            parts.append(checkpoint(self.scores, part, use_reentrant=False) if recompute else self.scores(part))
+        scores = torch.cat(parts)  # [N]
         return scores[batch.groups.clamp_min(0)].masked_fill(batch.groups < 0, float("-inf"))
 
     def loss(self, batch: SelectionBatch) -> torch.Tensor:
-        scores = self.group_scores(batch)
+        scores = self.group_scores(batch, TRAINING_ROWS)
         known = batch.relevance >= 0
         if self.config.objective == "binary":
             if not known.any():  # the mean over nothing would be NaN and train NaN weights

@@ -207,6 +207,7 @@ def train_erc(recipe: dict, out_dir, seed: int, data_dir=None, resume: bool = Fa
     model, _, labels, batches, reports = prepare_erc(recipe, data_dir, limits, resumed_labels(out_dir, resume))
     settings = recipe["train"]
     check_training_memory(model, batches["train"], settings.get("mixed_precision"))
+    warn_few_updates(batches["train"])
     config = recipe_train_config(settings, {"epochs": 4, "lr": 2e-5, "save_every_steps": 50}, seed=seed,
                                  out_dir=out_dir, resume=resume, time_budget_s=time_budget_s)
     run_info = run_description(recipe, seed, limits, labels, {s: vars(r) for s, r in reports.items()})
@@ -231,25 +232,34 @@ def available_memory() -> tuple[int | None, str]:
     return None, "this machine"
 
 
+FEW_UPDATES = 10  # an epoch of fewer updates is said before training
+
+
+def warn_few_updates(batches: Sequence[ConversationBatch]) -> None:
+    """Say, before training, that an epoch makes only a few updates: a conversation is one example however long it is,
+    so a file of a few long conversations (one transcript of thousands of utterances, say) trained a step an epoch
+    without a word."""
+    if 0 < len(batches) < FEW_UPDATES:
+        conversations = sum(len(b.lengths) for b in batches)
+        utterances = sum(int((b.turn_lengths > 0).sum()) for b in batches)
+        logger.warning("training makes %d update(s) an epoch: %d conversation(s) of %d utterances in batches of up to %d "
+                       "(a conversation is one example, however long); for more, cut long conversations into parts "
+                       "(each a conversation of its own), lower train.batch_size or train more epochs",
+                       len(batches), conversations, utterances, max(len(b.lengths) for b in batches))
+
+
 def check_training_memory(model, batches: Sequence[ConversationBatch], precision: str | None = None) -> None:
     """Refuse, before any training, a setting whose step would not fit the memory available (the kernel would kill
-    the run without a word), naming the settings that bound it. `precision`: the run's mixed precision (None:
-    accelerate's, ``ACCELERATE_MIXED_PRECISION``, else "no")."""
-    estimate = getattr(model, "training_memory_bytes", None)
+    the run without a word), naming the settings that bound it (the model's `training_memory`). `precision`: the run's
+    mixed precision (None: accelerate's, ``ACCELERATE_MIXED_PRECISION``, else "no")."""
+    estimate = getattr(model, "training_memory", None)
     if estimate is None or not batches:
         return
-    batch_size = max(len(b.lengths) for b in batches)
-    longest = max(int(b.turn_lengths.sum(1).max()) if b.turn_lengths is not None else 0 for b in batches)
-    chunks = max(len(model.chunks(b)) for b in batches)
     precision = precision or os.environ.get("ACCELERATE_MIXED_PRECISION") or "no"
-    need, (free, where) = estimate(batch_size, longest, chunks, precision), available_memory()
+    (need, setting, advice), (free, where) = estimate(batches, precision), available_memory()
     if free is not None and need > free:
-        raise DialogueError(
-            f"one training step would take about {need / 2**30:.1f} GB (batches of {batch_size} conversations, the longest "
-            f"{longest} tokens, encoded {model.config.chunk_tokens} tokens at a time against a memory of {model.config.mem_len}, "
-            f"in up to {chunks} chunks, mixed precision {precision}), "
-            f"and {where} has {free / 2**30:.1f} GB available: lower train.batch_size or model_config.chunk_tokens "
-            f"(e.g. --set model_config.chunk_tokens=128), which changes no number")
+        raise DialogueError(f"one training step would take about {need / 2**30:.1f} GB ({setting}, mixed precision "
+                            f"{precision}), and {where} has {free / 2**30:.1f} GB available: {advice}")
 
 
 def load_trained(checkpoint):
