@@ -338,6 +338,21 @@ def test_resume_with_a_data_file_moved_but_the_same_is_not_warned(tiny_backbone_
     assert changed.exit_code == 0 and "mixes the two trainings" in " ".join(changed.output.split()), changed.output
 
 
+def test_a_runs_test_file_moved_since_training_is_named_with_how_to_score_it(tiny_backbone_dir, conversation_files, tmp_path):
+    files = {split: tmp_path / path.name for split, path in conversation_files.items()}
+    for split, path in files.items():
+        path.write_bytes(conversation_files[split].read_bytes())
+    out = tmp_path / "run"
+    assert runner.invoke(app, _train_args(files, tiny_backbone_dir, out, "--set", "train.epochs=1")).exit_code == 0
+    moved = files["test"].rename(tmp_path / "elsewhere.jsonl")
+    gone = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "test"])
+    assert gone.exit_code != 0 and "the run's test file, moved or deleted since the run was trained" in " ".join(gone.output.split())
+    assert "--input FILE" in gone.output and str(files["test"].name) in gone.output
+    found = runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--input", str(moved)])
+    assert found.exit_code == 0, found.output
+    assert runner.invoke(app, ["evaluate", "--checkpoint", str(out), "--split", "validation"]).exit_code == 0
+
+
 def test_a_run_resumes_under_another_chunk_size_but_not_another_model(tiny_backbone_dir, conversation_files, tmp_path, caplog):
     """chunk_tokens changes how DialogXL computes, not what: a resumed run may lower (or raise) it, and says so; a
     setting that changes the model is still refused."""

@@ -26,9 +26,15 @@ logger = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")
 
 
-def check_split(split: str) -> None:
+def check_split(split: str, recipe: dict | None = None) -> None:
+    """Refuse an unknown split, and, for a run trained on a user's files (its `recipe`), a split whose file has moved
+    since, saying how to score it where it is now."""
     if split not in SPLITS:
         raise DialogueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    path = (recipe or {}).get(f"{split}_file") if (recipe or {}).get("dataset") == "file" else None
+    if path and not Path(path).exists():
+        raise DialogueError(f"{path}: file not found: the run's {split} file, moved or deleted since the run was trained "
+                            f"(score it where it is now with --input FILE)")
 
 
 def kind_label(kind: str) -> str:

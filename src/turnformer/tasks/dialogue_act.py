@@ -309,7 +309,7 @@ def evaluate_split(model: LCAttentionModel, tokenizer, run: dict, split: str, da
     labelled `input_file`, offline and (P > 0) online."""
     run = scored_run(run, input_file)
     recipe = {**run["recipe"], "label_kind": run["recipe"].get("label_kind", "act")}
-    check_split(split)
+    check_split(split, recipe)
     splits, _ = load_labelled_data(recipe, recipe["label_kind"], data_dir, only=[split], labels=run["labels"])
     window, padding, _ = _windows(recipe)
     apply_limits(splits, {split: limit} if limit else None, recipe["label_kind"], "--limit-dialogues")

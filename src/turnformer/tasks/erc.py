@@ -282,7 +282,7 @@ def evaluate_split(model, tokenizer, run: dict, split: str, data_dir=None, limit
     trained_on = run["recipe"]["dataset"]
     run = scored_run(run, input_file)
     recipe, labels = run["recipe"], run["labels"]
-    check_split(split)
+    check_split(split, recipe)
     kind = recipe.get("label_kind", "emotion")
     splits, _ = load_erc_data(recipe, data_dir, only=[split], labels=labels)
     apply_limits(splits, {split: limit} if limit else None, kind, "--limit-dialogues")

@@ -412,7 +412,7 @@ def split_instances(run: dict, split: str, data_dir=None, limit: int | None = No
     """The (context, response) instances of a split of the run's data (its first `limit` conversations), made as the
     run made them; what they leave out is said, and counted in `report` where one is given."""
     recipe = run["recipe"]
-    check_split(split)
+    check_split(split, recipe)
     convs = load_generation_data(recipe, data_dir, [split])[split][:limit]
     data, report = recipe.get("data", {}), report if report is not None else GenerationReport()
     max_words = int(data.get("max_words", 50))

@@ -370,7 +370,7 @@ def evaluate_split(model: MDFN, tokenizer, run: dict, split: str, data_dir=None,
     ``test`` and ``validation`` as in training, i.e. the dev set and the held-out training items), or on a user's
     labelled `input_file`."""
     run = scored_run(run, input_file)
-    check_split(split)
+    check_split(split, run["recipe"])
     splits = load_selection_data(run["recipe"], data_dir, only=[split])
     items = splits[split][:limit]
     scope = ((f"{input_file}: " + (f"--limit-dialogues {limit}: its first {limit} items" if limit else "its items"))
