@@ -61,6 +61,19 @@ def test_ranking_metrics_of_groups_of_several_sizes_do_not_depend_on_their_order
     assert forward["R@1"] == pytest.approx(0.5) and forward["R@2"] == pytest.approx(0.5) and "R@5" not in forward
 
 
+def test_a_report_over_items_of_several_sizes_says_what_r_at_k_mixes(caplog):
+    """An item of 2 candidates is found at R@2 whatever the model: a file mixing 2 and 10 candidates said nothing."""
+    from turnformer.tasks.response_selection import ranking_report
+
+    gold, scores = [[0, 1], [1] + [0] * 9], [[0.9, 0.1], [0.0] + [0.5] * 9]
+    with caplog.at_level("WARNING", logger="turnformer"):
+        mixed = ranking_report(gold, scores)
+        assert mixed["candidates_per_item"] == [2, 10] and mixed["R@2"] == pytest.approx(0.5)
+        assert "the items have 2 to 10 candidates: R@k counts an item of k candidates or fewer as found" in caplog.text
+        caplog.clear()
+        assert "candidates_per_item" not in ranking_report(gold[1:], scores[1:]) and not caplog.text
+
+
 def test_ties_keep_the_original_order_and_bad_input_fails():
     assert rank_candidates([1.0, 2.0, 2.0, 0.5]) == [1, 2, 0, 3]
     with pytest.raises(ValueError, match="group 0"):

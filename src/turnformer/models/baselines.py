@@ -417,17 +417,18 @@ class SegmentRecurrence(_ERCModel):
         """About how much memory one training step takes beyond the model and optimizer, for batches of `batch_size`
         conversations whose longest stream has `longest_tokens` tokens, under accelerate's mixed `precision` ("no",
         "bf16", "fp16"). With ``checkpoint``, one segment's graph is live at a time (its attention [B, H, segment,
-        memory + segment] and token states every layer), and what every segment leaves until backward grows with the
-        stream: its layer inputs (one float32 state a token, row and layer, kept for the recomputation), its graph's
-        nodes and the heap they pin between segments; and a fixed part (the backward's own buffers). Bytes a pair, a
-        state and a stream token, and the fixed part, measured with `benchmarks/erc_step_memory.py --model
-        segment-recurrence` (28-30 KB a token and row on all-MiniLM-L6-v2, 16 bytes a token, row, layer and hidden
-        unit here, and 60-125 MB fixed), with room to spare."""
+        memory + segment], token states, and keys and values over memory and segment every layer), and what every
+        segment leaves until backward grows with the stream: its layer inputs (one float32 state a token, row and
+        layer, kept for the recomputation), its graph's nodes and the heap they pin between segments; and a fixed part
+        (the backward's own buffers). Measured with `benchmarks/erc_step_memory.py --model segment-recurrence`: a
+        stream token took 6 to 8 bytes a row, layer and hidden unit (16 here) and the fixed part 60-125 MB (192 MiB
+        here); the estimate covers every case measured, with room to spare."""
         sl, config, layers = self.config.segment_len, self.encoder.config, self.encoder.num_layers
         tokens = -(-max(longest_tokens, 1) // sl) * sl  # the stream padded to whole segments
         memory = min(self.config.mem_len, tokens - sl)
         per_pair = 20 if precision == "no" else 11
-        segment = batch_size * (config.num_attention_heads * sl * (memory + sl) * per_pair + sl * config.hidden_size * 48) * layers
+        keys = memory + sl  # a segment's queries read its memory and itself: keys and values (and their gradients) that long
+        segment = batch_size * (config.num_attention_heads * sl * keys * per_pair + (sl * 48 + keys * 16) * config.hidden_size) * layers
         if not self.config.checkpoint:  # every segment's graph is kept until backward
             segment *= tokens // sl
         return FIXED_STEP_BYTES + segment + batch_size * tokens * config.hidden_size * layers * 16

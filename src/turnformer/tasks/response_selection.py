@@ -266,6 +266,12 @@ def ranking_report(gold: Sequence[Sequence[int]], scores: Sequence[Sequence[floa
         if not labelled:
             return {"primary": float("nan"), "labelled": 0, "one_candidate": alone}
     metrics = ranking_metrics([s for _, s in labelled], [g for g, _ in labelled]) | ({"one_candidate": alone} if alone else {})
+    sizes = sorted({len(g) for g, _ in labelled})
+    if len(sizes) > 1:  # R@k of an item of k candidates or fewer is 1 whatever the model
+        metrics["candidates_per_item"] = [sizes[0], sizes[-1]]
+        logger.warning("the items have %d to %d candidates: R@k counts an item of k candidates or fewer as found at k "
+                       "whatever the model, so R@k above R@1 mixes easy and hard items; score items of one size for "
+                       "numbers comparable with a benchmark's", sizes[0], sizes[-1])
     if not metrics["groups"]:  # labelled, but no candidate marked right (a TSV with only 0 labels): nothing to rank
         return {"primary": float("nan"), **metrics}
     recall_at_1 = next(v for k, v in metrics.items() if k.endswith("@1") and k.startswith("R"))
