@@ -4,6 +4,7 @@
                                                      [--precision bf16] [--dataset NAME] [--chunk-tokens N]
     python benchmarks/erc_one_pass_speed.py encoder  [--repeats 3] [--threads 2] [--backbone NAME]
     python benchmarks/erc_one_pass_speed.py memory   [--lengths 50,200] [--threads 2] [--model concat-context] [--no-checkpoint]
+        [--allocator turnformer]
 
 ``training`` -> ``erc-one-pass-speed[-DEVICE].json``: tokens per second of a whole training step (forward,
 backward, AdamW step) on real MELD training conversations, batched as training batches them (batch size 4,
@@ -33,6 +34,10 @@ each length in a fresh process (the peak of a process never goes down): it must 
 beyond the chunk. ``--model concat-context`` or ``segment-recurrence``: the same for a baseline (its MELD recipe;
 ``erc-memory-MODEL[-no-checkpoint].json``), ``--no-checkpoint`` keeping every chunk's or segment's graph until
 backward; a length whose process fails (killed for memory) is recorded as such and the longer ones not tried.
+``--allocator turnformer``: the processes start with glibc's malloc set as the `turnformer` command starts it
+(`turnformer.allocator`; file ``...-turnformer-allocator.json``); the default, ``system``, leaves malloc as it is, whose
+peak over steps that free and allocate many blocks varies from run to run (segment recurrence at 200 utterances:
+2.2 and 3.1 GB in two runs of the same code, 1.26 GB both times with the command's setting).
 
 ``--backbone all-mpnet-base-v2`` (``training``, ``encoder``): the same against `transformers.MPNetModel`
 (results files ``...-mpnet[-DEVICE].json``); the default is all-MiniLM-L6-v2 against `BertModel`.
@@ -50,6 +55,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -61,6 +67,7 @@ import torch
 from torch import nn
 
 from _timing import count, counts
+from turnformer.allocator import TUNABLES
 from turnformer.results import make_result, write_result
 
 BACKBONE = "all-MiniLM-L6-v2"
@@ -275,7 +282,8 @@ def memory(args) -> dict:
         command = [sys.executable, __file__, "memory-child", "--length", str(length), "--threads", str(args.threads),
                    "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--model", args.model,
                    *(["--no-checkpoint"] if args.no_checkpoint else [])] + (["--data-dir", args.data_dir] if args.data_dir else [])
-        done = subprocess.run(command, capture_output=True, text=True)
+        env = {**os.environ, "GLIBC_TUNABLES": TUNABLES} if args.allocator == "turnformer" else None
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode != 0:  # e.g. killed for memory: recorded, and the longer lengths are not tried
             rows.append({"utterances": length, "error": f"exit status {done.returncode}: {done.stderr.strip()[-300:]}"})
             print(rows[-1], flush=True)
@@ -296,6 +304,8 @@ def main() -> None:
     parser.add_argument("--lengths", type=counts, default="50,200")
     parser.add_argument("--length", type=count, default=50)
     parser.add_argument("--steps", type=int, default=4, help="memory: training steps at each length")
+    parser.add_argument("--allocator", choices=["system", "turnformer"], default="system",
+                        help="memory: malloc as it is, or as the turnformer command sets it")
     parser.add_argument("--model", default="dialogxl", choices=["dialogxl", "concat-context", "segment-recurrence"],
                         help="memory: the model whose MELD recipe trains (the baselines too)")
     parser.add_argument("--no-checkpoint", action="store_true",
@@ -356,8 +366,9 @@ def main() -> None:
         out = memory(args)
         name = "erc-one-pass-memory" if args.model == "dialogxl" else f"erc-memory-{args.model}"
         common["model"] = args.model
-        record = make_result(name + ("-no-checkpoint" if args.no_checkpoint else ""), metric="peak_rss_mib_longest",
-                             scores=out["peak_rss_mib"][-1:], config={**config, "steps": args.steps},
+        name += ("-no-checkpoint" if args.no_checkpoint else "") + ("-turnformer-allocator" if args.allocator == "turnformer" else "")
+        record = make_result(name, metric="peak_rss_mib_longest", scores=out["peak_rss_mib"][-1:],
+                             config={**config, "steps": args.steps, "allocator": args.allocator},
                              extra={"target_under_mib": 4096, "lengths": args.lengths, **out}, **common)
     record["extra"]["seconds"] = time.perf_counter() - start
     kwargs = {"results_dir": Path(args.results_dir)} if args.results_dir else {}

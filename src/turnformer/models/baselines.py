@@ -385,7 +385,7 @@ class SegmentRecurrence(_ERCModel):
         segment_of = torch.where(ends >= 0, ends // sl, -1)  # [B, N]
         rows, turns, picked = [], [], []  # the (row, utterance) pairs whose end each segment holds, and their states
         recompute = self.config.checkpoint and self.training and torch.is_grad_enabled()
-        history: list[torch.Tensor] | None = None  # with recompute: every segment's layer inputs, a buffer a layer
+        history: torch.Tensor | None = None  # with recompute: every segment's layer inputs [layers, B, S * segment_len, hidden]
         for start in range(0, ids.shape[1], sl):
             seg_ids, seg_real = ids[:, start : start + sl], real[:, start : start + sl]
             if memory_real.shape[1]:
@@ -400,13 +400,13 @@ class SegmentRecurrence(_ERCModel):
             picked.append(last[row, ends[row, turn] - start])  # [k, hidden]
             if mem_len > 0:
                 states = [h.detach() for h in layer_inputs]
-                if recompute:  # kept until backward: one block a layer, not a small one a segment between freed ones
+                if recompute:  # kept until backward: one block, not a small one a segment between freed ones
                     if history is None:
-                        history = [h.new_empty(batch, ids.shape[1], h.shape[-1]) for h in states]
-                    for buffer, h in zip(history, states):
+                        history = states[0].new_empty(len(states), batch, ids.shape[1], states[0].shape[-1])
+                    for layer, h in enumerate(states):
                         # each slot is written once, before any saved view covers it: `.data` leaves the version alone
-                        buffer.data[:, start : start + sl] = h
-                    states = [buffer[:, start : start + sl] for buffer in history]
+                        history.data[layer, :, start : start + sl] = h
+                    states = list(history[:, :, start : start + sl].unbind(0))
                 covering = -(-mem_len // sl)  # segments the newest mem_len states lie in
                 kept = (kept + [states])[-covering:]
                 memory_real = torch.cat([memory_real, seg_real], dim=1)[:, -mem_len:]
@@ -421,7 +421,7 @@ class SegmentRecurrence(_ERCModel):
         segment leaves until backward grows with the stream: its layer inputs (one float32 state a token, row and
         layer, kept for the recomputation), its graph's nodes and the heap they pin between segments; and a fixed part
         (the backward's own buffers). Measured with `benchmarks/erc_step_memory.py --model segment-recurrence`: a
-        stream token took 6 to 8 bytes a row, layer and hidden unit (16 here) and the fixed part 60-125 MB (192 MiB
+        stream token took 9 to 12 bytes a row, layer and hidden unit (16 here) and the fixed part 60-125 MB (192 MiB
         here); the estimate covers every case measured, with room to spare."""
         sl, config, layers = self.config.segment_len, self.encoder.config, self.encoder.num_layers
         tokens = -(-max(longest_tokens, 1) // sl) * sl  # the stream padded to whole segments
