@@ -489,10 +489,11 @@ def test_an_epoch_of_few_updates_is_said_before_training(caplog):
     from turnformer.tasks import erc
 
     with caplog.at_level("WARNING", logger="turnformer"):
-        erc.warn_few_updates(make_batches(conversations(turns=(5, 2, 7)), 2, PAD))
-        assert ("training makes 2 update(s) an epoch: 3 conversation(s) of 14 utterances in batches of up to 2"
+        erc.warn_few_updates(make_batches(conversations(turns=(120, 2, 7)), 2, PAD))
+        assert ("training makes 2 update(s) an epoch: 3 conversation(s) of 129 utterances in batches of up to 2"
                 in caplog.text and "cut long conversations into parts" in caplog.text)
         caplog.clear()
-        erc.warn_few_updates(make_batches(conversations(turns=(3,) * 20), 2, PAD))  # ten updates: nothing to say
+        erc.warn_few_updates(make_batches(conversations(turns=(120,) + (3,) * 19), 2, PAD))  # ten updates: nothing to say
+        erc.warn_few_updates(make_batches(conversations(turns=(5, 2, 7)), 2, PAD))  # a few short ones: it looks it
         erc.warn_few_updates([])
         assert not caplog.text

@@ -32,8 +32,8 @@ training loop, `turnformer.tasks.erc.evaluate` and CLI can drive them, and the s
     memory states keep the positions they were computed with, as in DialogXL here). In training with
     ``checkpoint`` (the default) a segment keeps only its inputs (its tokens and the detached memory)
     for the backward pass and runs again there: a step's activation memory is one segment's, not the
-    whole stream's. The memories kept are views of one buffer a layer of the stream's layer inputs (a
-    copy each was about six times the stream), and only the final states of the [SEP]s are kept, so
+    whole stream's. The memories kept are views of one block of the stream's layer inputs (a copy
+    each was about seven times the stream), and only the final states of the [SEP]s are kept, so
     a step grows with the stream by a few states a token (`training_memory_bytes`, which training
     checks before it starts).
     Utterance t is classified from the final state of the [SEP] that ends it: there is no
@@ -376,7 +376,7 @@ class SegmentRecurrence(_ERCModel):
     def encode_stream(self, ids: torch.Tensor, real: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
         """The final states [B, N, hidden] at the stream positions ``ends`` [B, N] (zeros where -1) of padded streams,
         encoded segment by segment with memory. A segment's states are dropped once the ends within it are taken, so
-        that in training what each segment leaves until backward is small or in one block a layer (see `training_memory_bytes`)."""
+        that in training what each segment leaves until backward is small or in one block (`training_memory_bytes`)."""
         batch = ids.shape[0]
         sl, mem_len = self.config.segment_len, self.config.mem_len
         positions = torch.arange(sl, device=ids.device).expand(batch, sl)
@@ -385,7 +385,7 @@ class SegmentRecurrence(_ERCModel):
         segment_of = torch.where(ends >= 0, ends // sl, -1)  # [B, N]
         rows, turns, picked = [], [], []  # the (row, utterance) pairs whose end each segment holds, and their states
         recompute = self.config.checkpoint and self.training and torch.is_grad_enabled()
-        history: torch.Tensor | None = None  # with recompute: every segment's layer inputs [layers, B, S * segment_len, hidden]
+        history: torch.Tensor | None = None  # with recompute: the layer inputs [layers, B, S * segment_len, hidden]
         for start in range(0, ids.shape[1], sl):
             seg_ids, seg_real = ids[:, start : start + sl], real[:, start : start + sl]
             if memory_real.shape[1]:

@@ -511,6 +511,7 @@ class DialogXLSession:
         self.labels = label_names(labels, model.config.num_labels)
         self.model = model.eval()
         self.tokenizer = tokenizer
+        self.special_tokens = len(tokenizer("", add_special_tokens=True, verbose=False)["input_ids"])  # an utterance's
         self.reset()
 
     def reset(self) -> None:
@@ -534,7 +535,7 @@ class DialogXLSession:
         read, cut = text_to_read(turn.text, limit)  # a huge text: its start, not its length in time and memory
         ids = self.tokenizer(read, add_special_tokens=True, verbose=False)["input_ids"]
         truncated = len(ids) > limit or cut
-        no_tokens = len(ids) <= self.tokenizer.num_special_tokens_to_add()  # a combining mark alone, say
+        no_tokens = len(ids) <= self.special_tokens  # a combining mark alone, say
         if truncated:
             ids = truncate_keeping_end_specials(ids, limit, closing_special_ids(self.tokenizer))
         device = next(self.model.parameters()).device

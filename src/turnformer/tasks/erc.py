@@ -232,14 +232,14 @@ def available_memory() -> tuple[int | None, str]:
     return None, "this machine"
 
 
-FEW_UPDATES = 10  # an epoch of fewer updates is said before training
+FEW_UPDATES, LONG_CONVERSATION = 10, 100  # an epoch of fewer updates, with a conversation this long, is said
 
 
 def warn_few_updates(batches: Sequence[ConversationBatch]) -> None:
-    """Say, before training, that an epoch makes only a few updates: a conversation is one example however long it is,
-    so a file of a few long conversations (one transcript of thousands of utterances, say) trained a step an epoch
-    without a word."""
-    if 0 < len(batches) < FEW_UPDATES:
+    """Say, before training, that an epoch makes only a few updates where a conversation is long: a conversation is one
+    example however long it is, so a file of a few long conversations (one transcript of thousands of utterances, say)
+    trained a step an epoch without a word. (A few short conversations make few updates too, and look it.)"""
+    if 0 < len(batches) < FEW_UPDATES and max(max(b.lengths) for b in batches) >= LONG_CONVERSATION:
         conversations = sum(len(b.lengths) for b in batches)
         utterances = sum(int((b.turn_lengths > 0).sum()) for b in batches)
         logger.warning("training makes %d update(s) an epoch: %d conversation(s) of %d utterances in batches of up to %d "
