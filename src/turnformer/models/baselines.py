@@ -312,7 +312,7 @@ class WasteStats:
         return {**asdict(self), "rate": self.rate, "slot_rate": self.slot_rate}
 
 
-FIXED_STEP_BYTES = 192 * 2**20  # what a segment-recurrence training step takes whatever its size (measured: 60-125 MB)
+FIXED_STEP_BYTES = 192 * 2**20  # a segment-recurrence step's fixed part (measured: 20-87 MB)
 
 
 class SegmentRecurrence(_ERCModel):
@@ -421,8 +421,8 @@ class SegmentRecurrence(_ERCModel):
         segment leaves until backward grows with the stream: its layer inputs (one float32 state a token, row and
         layer, kept for the recomputation), its graph's nodes and the heap they pin between segments; and a fixed part
         (the backward's own buffers). Measured with `benchmarks/erc_step_memory.py --model segment-recurrence`: a
-        stream token took 9 to 12 bytes a row, layer and hidden unit (16 here) and the fixed part 60-125 MB (192 MiB
-        here); the estimate covers every case measured, with room to spare."""
+        stream token took 8 to 12 bytes a row, layer and hidden unit (16 here), and what the steps took beyond that and
+        the estimated segment graph 20-87 MB (192 MiB here); the estimate covers every case measured, with room to spare."""
         sl, config, layers = self.config.segment_len, self.encoder.config, self.encoder.num_layers
         tokens = -(-max(longest_tokens, 1) // sl) * sl  # the stream padded to whole segments
         memory = min(self.config.mem_len, tokens - sl)
