@@ -818,6 +818,25 @@ def test_every_model_config_refuses_bad_sizes():
     assert DialogXLConfig.from_dict({"num_labels": 4, "heads": [2, 2, 1, 1]}).heads == (2, 2, 1, 1)
 
 
+def test_a_wrong_model_setting_is_refused_before_any_data_is_read(tmp_path):
+    """Every task checks its recipe's model and [model_config] before it reads a file: the data files named here do
+    not exist, so a check made after reading them would say that instead (and a benchmark would first be read whole)."""
+    missing = {name: str(tmp_path / f"{name}.jsonl") for name in ("train", "validation", "test")}
+    cases = [("erc", "dialogxl", "model_config.mem_len=-5", "model_config.mem_len = -5: must be 0 or more"),
+             ("erc", "segment-recurrence", "model_config.foo=1", "model_config.foo: unknown SegmentRecurrenceConfig"),
+             ("dialogue-act", "lc-attention", "window=70", "W + 2P = 74 is over model_config.max_positions = 64"),
+             ("dialogue-act", "lc-attention-frozen-mpnet", "model_config.heads=0", "model_config.heads = 0: must be 1"),
+             ("response-selection", "mdfn", "model_config.dropout=2", "model_config.dropout = 2"),
+             ("generation", "phaed", "model_config.max_positions=10", "over model_config.max_positions = 10"),
+             ("generation", "smollm2", "model_config.max_tokens=0", "model_config.max_tokens = 0: must be 1")]
+    for task, model, setting, message in cases:
+        result = runner.invoke(app, ["train", "--task", task, "--model", model, "--train-file", missing["train"],
+                                     "--validation-file", missing["validation"], "--test-file", missing["test"],
+                                     "--set", setting, "--out", str(tmp_path / "run")])
+        assert result.exit_code == 2 and message in result.output, (task, model, result.output)
+        assert "jsonl" not in result.output and not (tmp_path / "run").exists(), result.output
+
+
 def test_a_warning_is_one_line_without_python_source(tmp_path):
     conversation = _write(tmp_path, "cjk.jsonl", [Dialogue((Turn("A", "你好，今天怎么样？"), Turn("B", "很好")), id="c1")])
     result = runner.invoke(app, ["plot", "masks", "--input", str(conversation), "--kinds", "local", "--window", "1",

@@ -231,7 +231,9 @@ def test_whole_json_files_are_read_as_conversation_lines_are_and_their_turns_err
     good = {"text": "Hi", "speaker": "Ross Geller", "label": "Joyful"}
     cases = [
         (b'[[{"text": "a", "text": "b", "speaker": "Ross", "label": "Mad"}]]',
-         r"train_data\.json: the key 'text' appears twice in one object"),
+         r"train_data\.json:1 \(column 25\): the key 'text' appears twice in one object"),
+        (b'[[{"text": "a", "speaker": "Ross", "label": "Mad"},\n  {"text": "b", "speaker": {"name": "R", "name": "S"}}]]',
+         r"train_data\.json:2 \(column 50\): the key 'name' appears twice"),  # the second value, in a nested object
         (b'[[{"text": "a", "speaker": "Ross", "label": "Mad", "utterance_id": NaN}]]',
          r"train_data\.json:1 \(column 68\): NaN is not a JSON value"),  # where, though Python's reader says not
         (b"[" * 100_000 + b"]" * 100_000, r"train_data\.json: JSON nested too deeply to be read"),

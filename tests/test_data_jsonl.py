@@ -101,7 +101,7 @@ def test_blank_lines_and_unknown_fields_are_counted(tmp_path):
         ("{bad json}", r"conv\.jsonl:2: malformed JSON \(column 2\): Expecting property name"),
         ('{"turns": [{"speaker": "A", "text": "x}]}', r"conv\.jsonl:2: malformed JSON \(column 37\): Unterminated string starting$"),
         ('{"turns": [{"speaker": "A", "text": "Hi", "text": "Bye"}]}',
-         r"conv\.jsonl:2: the key 'text' appears twice in one object \(a JSON reader would keep only the last\)"),
+         r"conv\.jsonl:2 \(column 51\): the key 'text' appears twice in one object \(a JSON reader would keep only the last\)"),
         ('{"turns": [{"speaker": ' + "9" * 5000 + ', "text": "Hi"}]}', r"conv\.jsonl:2: a number of 5000 digits is too long to read"),
     ],
 )

@@ -184,3 +184,5 @@ def test_online_prediction_sees_no_future_utterance(context, sentence_folder):
         got = session.add("A", text)
         assert got["label"] == expected["label"] and not got["truncated"]
         assert got["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-5)
+    # a text the encoder's tokenizer keeps nothing of (a combining mark alone): read as no word, and said, as annotate says
+    assert session.add("A", "\u0301")["no_tokens"] is True and "no_tokens" not in session.add("A", "okay")

@@ -313,7 +313,8 @@ def test_bodies_that_are_not_json_objects_are_4xx(client):
         assert packed.status_code == 400 and "is not read: send the JSON uncompressed" in packed.json()["error"], packed.text
     twice = client.post("/v1/annotate", content=b'{"turns": [{"speaker": "A", "text": "hi", "text": "bye"}]}', headers=json_type)
     assert twice.status_code == 400 and twice.json()["error"] == ("body: the key 'text' appears twice in one object (a JSON "
-                                                                  "reader would keep only the last)")
+                                                                  "reader would keep only the last); its second value at "
+                                                                  "line 1, column 51")
     session = client.post("/v1/sessions", json={"models": ["emotion"]}).json()["session"]
     said = client.post(f"/v1/sessions/{session}/utterances", content=b'{"speaker": "A", "speaker": "B", "text": "hi"}',
                        headers=json_type)

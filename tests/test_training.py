@@ -142,6 +142,28 @@ def test_ctrl_c_saves_last_and_resume_continues(tmp_path, uninterrupted):
     assert resumed.steps == expected.steps and len(resumed.history) == 3
 
 
+def test_a_second_ctrl_c_stops_the_save_and_says_so(tmp_path, monkeypatch, caplog):
+    """The first Ctrl-C saves last/; a second one during that save stops it (as asked), and the log says last/ is not
+    at the interrupted step, where the command would otherwise say nothing of the save it was waiting for."""
+    model = new_model()
+    model.interrupt_at = 15
+    saves, save = [], loop._Trainer._save
+
+    def second_ctrl_c(self, name, **kwargs):  # the save on interrupt (the run has stopped) meets a second Ctrl-C
+        if not self.state.stopped_early:
+            return save(self, name, **kwargs)
+        saves.append(name)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop._Trainer, "_save", second_ctrl_c)
+    with pytest.raises(KeyboardInterrupt), caplog.at_level("WARNING"):
+        run(tmp_path, model=model)
+    assert saves == ["last"]
+    assert f"a second interruption stopped the save: {tmp_path}/last is not at step 5" in caplog.text
+    state = json.loads((tmp_path / "last" / "trainer_state.json").read_text())
+    assert state["global_step"] < 5 and not state["stopped_early"]  # the first epoch's save, as it was
+
+
 class DropoutClassifier(TinyClassifier):
     """Draws random numbers in every training batch (dropout), as the real models do."""
 
@@ -288,6 +310,9 @@ def test_bf16_on_a_cpu_without_bfloat16_instructions_is_warned_of_and_still_trai
         assert len(warned) == (0 if has_bf16 else 1)
         assert model.autocast == [torch.bfloat16] * len(TRAIN)
     assert "train.mixed_precision = \"no\"" in warned[0]
+    model = AutocastRecorder()  # the next run in the process, given no precision, trains in float32, not in the last's bf16
+    train(model, TRAIN, accuracy_eval(SPLITS), config(tmp_path / "none", epochs=1), label_map=LABELS)
+    assert model.autocast == [None] * len(TRAIN)
 
 
 class RefusesItsFirstBatch(TinyClassifier):

@@ -846,7 +846,8 @@ def interrupted(out: Path, interruption: KeyboardInterrupt, found: int | None) -
         else:  # the checkpoint the command found (--resume), or the run --overwrite was to replace
             saved = f"no checkpoint was written: {out / 'last'} is as it was, at step {step}"
     except (OSError, ValueError, KeyError):
-        saved = "no checkpoint was written yet (no update had finished): the same command starts it again"
+        saved = ("no checkpoint was written (no update had finished, or a second interruption stopped the save): the "
+                 "same command starts it again")
     say_interrupted(f" ({'SIGTERM' if terminated else 'Ctrl-C'}): {saved}")
     raise typer.Exit(143 if terminated else 130)
 
@@ -876,15 +877,17 @@ def changed_since_checkpoint(out: Path, recipe: dict, limits: dict | None) -> li
 def evaluate(
     checkpoint: Path = typer.Option(..., help="Run folder (uses best/) or a checkpoint folder."),
     split: Optional[str] = typer.Option(None, help="train, validation (or dev) or test (default: test)."),
-    input_file: Optional[Path] = typer.Option(None, "--input", help="Score this labelled file instead of a split of the "
-                                              "recipe's dataset: generic JSONL (response selection: also tab-separated)."),
+    input_file: Optional[Path] = typer.Option(None, "--input", help="Score this file instead of a split of the recipe's "
+                                              "dataset: generic JSONL, its turns labelled (generation: any conversations, "
+                                              "every turn after the first scored as a reply; response selection: items "
+                                              "with their answer, also tab-separated)."),
     confusion: Optional[Path] = typer.Option(None, help="Write a confusion-matrix figure here (PNG, or .svg, .pdf, ...)."),
     limit_dialogues: Optional[int] = typer.Option(None, help="Score only the first N conversations of the split "
                                                   "(items, for response selection)."),
     beam: int = typer.Option(1, "--beam", min=1, max=MAX_BEAM, help="Generation: beam size of the scored responses (1 = greedy)."),
     data_dir: Optional[Path] = DataDir,
 ) -> None:
-    """Score a trained model on a split of its recipe's dataset, or on a labelled file of your own (--input)."""
+    """Score a trained model on a split of its recipe's dataset, or on a file of your own (--input)."""
     from turnformer.plots import figure_path  # torch: loaded only when the command runs
 
     try:

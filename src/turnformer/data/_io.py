@@ -430,14 +430,53 @@ def _no_constant(name: str) -> None:
     raise ConstantError(f"{name} is not a JSON value (write null, or a number)")
 
 
+class DuplicateKeyError(ValueError):
+    """A key twice in one JSON object: JSON readers keep the last value and lose the first."""
+
+
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object, refused where a key appears twice: JSON readers keep the last value and lose the first."""
     obj: dict[str, Any] = {}
     for key, value in pairs:
         if key in obj:
-            raise ValueError(f"the key {key!r} appears twice in one object (a JSON reader would keep only the last)")
+            raise DuplicateKeyError(f"the key {key!r} appears twice in one object (a JSON reader would keep only the last)")
         obj[key] = value
     return obj
+
+
+def duplicate_key_at(text: str) -> tuple[int, int] | None:
+    """Where the first key that appears twice in one object of `text` has its second value: (line, column), from 1;
+    None where not found. Python's fast reader says not where: `text` is read again by its pure-Python scanner (slower,
+    only for the message), each object's value starts recorded as its members are read."""
+    class Found(Exception):
+        """The second value's start: raised through the scanner (which reads a StopIteration as a value missing)."""
+
+    def parse_object(s_and_end, strict, scan_once, object_hook, object_pairs_hook, memo=None, _w=None, _ws=None):
+        starts: list[int] = []
+
+        def scan(string: str, index: int):
+            starts.append(index)
+            return scan_once(string, index)
+
+        pairs, end = json.decoder.JSONObject(s_and_end, strict, scan, None, list, memo)
+        keys: set[str] = set()
+        for (key, _), start in zip(pairs, starts):
+            if key in keys:
+                raise Found(start)
+            keys.add(key)
+        return dict(pairs), end
+
+    decoder = json.JSONDecoder(parse_constant=_no_constant, parse_int=_int)
+    decoder.parse_object = parse_object  # type: ignore[attr-defined]
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    try:
+        decoder.decode(text)
+        return None
+    except Found as found:
+        start = found.args[0]
+    except (ValueError, RecursionError):
+        return None
+    return text.count("\n", 0, start) + 1, start - text.rfind("\n", 0, start)
 
 
 def _int(digits: str) -> int:
@@ -463,6 +502,9 @@ def load_json(path: Path, report: LoadReport | None = None) -> Any:
         raise json_error(path, err) from None
     except ConstantError as err:  # Python's reader says not where: found again, outside the strings
         raise DialogueError(f"{path}:{constant_at(text)}: {err}") from None
+    except DuplicateKeyError as err:  # nor here: read again, where each value starts recorded
+        at = duplicate_key_at(text)
+        raise DialogueError(f"{path}:{at[0]} (column {at[1]}): {err}" if at else f"{path}: {err}") from None
     except ValueError as err:
         raise DialogueError(f"{path}: {err}") from None
     except RecursionError:

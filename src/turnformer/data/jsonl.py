@@ -38,7 +38,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from turnformer.data._io import NUL_HINT, check_output_file, iter_lines, json_fault, read_json, write_chunks
+from turnformer.data._io import (NUL_HINT, DuplicateKeyError, check_output_file, duplicate_key_at, iter_lines, json_fault,
+                                 read_json, write_chunks)
 from turnformer.data.mutual import is_item, item_to_dialogue, parse_item
 from turnformer.data.report import LoadReport
 from turnformer.data.table import iter_table, reads_as_table
@@ -352,6 +353,9 @@ def _json_dialogues(path: Path, label_sets: Mapping[str, list[str]] | None, repo
                     ONE_DOCUMENT_HINT if lineno == 1 and (line.strip() == "{" or line.lstrip().startswith("[")) else
                     TABLE_HINT if lineno == 1 and not line.lstrip().startswith("{") and ("," in line or "\t" in line) else "")
             raise DialogueError(f"{where}: {json_fault(err)}{hint}") from None
+        except DuplicateKeyError as err:  # which of the line's objects: the column of the key's second value
+            at = duplicate_key_at(line)
+            raise DialogueError(f"{where} (column {at[1]}): {err}" if at else f"{where}: {err}") from None
         except ValueError as err:  # NaN or Infinity, which JSON does not have
             raise DialogueError(f"{where}: {err}") from None
         except RecursionError:

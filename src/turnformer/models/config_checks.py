@@ -43,6 +43,13 @@ class ModelConfig:
                                  f"backbone ({value!r} here); a recipe does not set it")
         return cls.from_dict({**settings, **derived})
 
+    @classmethod
+    def check_recipe(cls, settings: dict, **stand_ins):
+        """`from_recipe` before the data, tokenizer or backbone that give the derived settings are read, with
+        `stand_ins` for those (a recipe's own value of one is kept: it is checked against the real one when the model is
+        built), so that a wrong setting is refused at once, not after the data is read; returns that config."""
+        return cls.from_recipe(settings, **{key: settings.get(key, value) for key, value in stand_ins.items()})
+
 
 def check_config(config, positive: Iterable[str] = ()) -> None:
     """Raise ValueError naming the first whole-number setting that is not one or is below 0 (below 1 for `positive`),

@@ -37,6 +37,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from turnformer import __version__
+from turnformer.data._io import DuplicateKeyError, duplicate_key_at
 from turnformer.data.jsonl import read_json
 from turnformer.dialogue import DialogueError, next_speaker
 from turnformer.serve.models import LoadedModel, ModelBusy, pick_model, pick_models
@@ -72,7 +73,12 @@ class StrictJSONRequest(Request):
             encoding = self.headers.get("content-encoding", "identity").strip().lower()
             if encoding not in ("", "identity"):
                 raise ValueError(f"a body in Content-Encoding {encoding} is not read: send the JSON uncompressed")
-            self._json = read_json(utf8_text(await self.body()))
+            text = utf8_text(await self.body())
+            try:
+                self._json = read_json(text)
+            except DuplicateKeyError as err:  # which of the body's objects: where the key's second value starts
+                at = duplicate_key_at(text)
+                raise DuplicateKeyError(f"{err}; its second value at line {at[0]}, column {at[1]}" if at else str(err)) from None
         return self._json
 
 

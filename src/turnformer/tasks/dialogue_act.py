@@ -234,18 +234,27 @@ def _windows(recipe: dict) -> tuple[int, int, bool]:
     return int(recipe.get("window", 1)), int(recipe.get("context_padding", 0)), setting == "online"
 
 
+def check_model_config(recipe: dict) -> tuple[int, int, bool]:
+    """The recipe's model, [model_config] and windows checked before any data is read (the labels' count stood in
+    for); returns its (W, P, online)."""
+    model_builder(MODELS, recipe["model"], TITLE)
+    config = LCConfig.check_recipe(recipe.get("model_config", {}), num_labels=2)
+    window, padding, online = _windows(recipe)
+    if window + 2 * padding > config.max_positions:
+        raise DialogueError(f"W + 2P = {window + 2 * padding} is over model_config.max_positions = {config.max_positions}")
+    return window, padding, online
+
+
 def prepare_dialogue_act(recipe: dict, data_dir=None, limits: dict[str, int] | None = None, pretrained: bool = True,
                          labels: Sequence[str] | None = None):
     """Model, tokenizer, labels, and per split its batches by setting: ``batches[split] = {"offline": [...],
     "online": [...]}`` (for "train", only the recipe's setting). ``labels``: a user's files' label set (a resumed
     run's), instead of the one read from the training file."""
     recipe = {**recipe, "label_kind": recipe.get("label_kind", "act")}
+    window, padding, online = check_model_config(recipe)
     splits, labels = load_labelled_data(recipe, recipe["label_kind"], data_dir, labels=labels)
     apply_limits(splits, limits, recipe["label_kind"])
-    window, padding, online = _windows(recipe)
     model, tokenizer = build_dialogue_act_model(recipe, labels, pretrained)
-    if window + 2 * padding > model.config.max_positions:
-        raise DialogueError(f"W + 2P = {window + 2 * padding} is over model_config.max_positions = {model.config.max_positions}")
     batch_size = int(recipe.get("train", {}).get("batch_size", 32))
     batches, reports = {}, {}
     for split, dialogues in splits.items():
@@ -372,7 +381,7 @@ class DialogueActSession:
         if not isinstance(text, str) or is_blank(text):
             raise DialogueError(f"utterance {self.added}: text: expected a non-empty string, got {text!r:.40}")
         speaker = as_turn((speaker, text), f"utterance {self.added}").speaker  # a DialogueError naming the field
-        inputs, report = utterance_inputs(self.model, self.tokenizer, [text])
+        inputs, _ = utterance_inputs(self.model, self.tokenizer, [text])
         device = next(self.model.parameters()).device
         self.vectors.append(self.model.encode_utterances(stack_utterances(inputs, self.model.config.pad_id).to(device))[0])
         self.added += 1
@@ -381,9 +390,10 @@ class DialogueActSession:
         logits = self.model.contextualise_at(vectors, mask, torch.tensor([vectors.shape[1] - 1], device=device))
         probs = logits[0].softmax(-1).tolist()
         best = max(range(len(probs)), key=probs.__getitem__)
-        return {"speaker": speaker, "text": text, "label": self.labels[best], "probabilities": dict(zip(self.labels, probs)),
-                "truncated": report["truncated_utterances"] > 0,  # cut to its start, as in training and predict
-                **({"no_tokens": True} if report["empty_utterances"] else {})}  # no word read of it, as `annotate` marks
+        answer = {"speaker": speaker, "text": text, "label": self.labels[best], "probabilities": dict(zip(self.labels, probs))}
+        # ``truncated``: cut to its start, as in training; ``no_tokens``: no word read of it; both as `annotate` marks them
+        [[answer]] = mark_cut([[answer]], [as_dialogue([(speaker, text)])], *utterance_reader(self.model, self.tokenizer))
+        return answer
 
 
 def attention_length(model, dialogue: Dialogue, start: int, length: int) -> int:

@@ -23,7 +23,7 @@ import torch
 
 from turnformer.backbones import load_backbone
 from turnformer.dialogue import Dialogue, DialogueError, as_dialogue, texts_to_read
-from turnformer.models.baselines import build_baseline
+from turnformer.models.baselines import BASELINES, build_baseline
 from turnformer.models.dialogxl import ConversationBatch, DialogXL, DialogXLConfig, DialogXLSession
 from turnformer.plots import HEAD_TYPES, AttentionView
 from turnformer.recipes import recipe_train_config
@@ -170,6 +170,13 @@ ERC_MODELS = ("dialogxl", "concat-context", "segment-recurrence")  # the three m
 TITLE = "emotion-recognition (erc)"
 
 
+def check_model_config(recipe: dict) -> None:
+    """The recipe's model and [model_config] checked before any data is read (the labels' count stood in for)."""
+    model_builder(MODELS, recipe["model"], TITLE)
+    config_class = BASELINES[recipe["model"]][1] if recipe["model"] in BASELINES else DialogXLConfig
+    config_class.check_recipe(recipe["model_config"], num_labels=2, backbone=recipe["backbone"])
+
+
 def build_erc_model(model_id: str, model_config: dict, labels: list[str], backbone: str):
     """The model `model_id` names (DialogXL, one of its variants, or a baseline) and its tokenizer."""
     return model_builder(MODELS, model_id, TITLE)(model_config, labels, backbone)
@@ -182,6 +189,7 @@ def prepare_erc(recipe: dict, data_dir=None, limits: dict[str, int] | None = Non
     recorded in the run's description so no result is mistaken for a full one. ``labels``: a user's files' label set
     (a resumed run's), instead of the one read from the training file.
     """
+    check_model_config(recipe)
     kind = recipe.get("label_kind", "emotion")
     splits, labels = load_erc_data(recipe, data_dir, labels=labels)
     apply_limits(splits, limits, kind)

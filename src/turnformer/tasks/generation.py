@@ -151,15 +151,18 @@ def build_word_generator(cls, model_config: dict, vocab: Vocabulary):
     return cls(config, pad_id=vocab.index[PAD], eou_id=vocab.index[EOU])
 
 
-# model id -> builder: (model config, vocabulary) -> model. The word generators (over our vocabulary, with beam search):
-WORD_GENERATORS: dict[str, ModelBuilder] = {
-    "transformer": partial(build_word_generator, TransformerGenerator),
-    "transformer-dra": partial(build_word_generator, TransformerDRA),
-    **dict.fromkeys(("dialogbert", "dialogbert-dra"), partial(build_word_generator, DialogBERTGenerator)),
+# The word generators (over our vocabulary, with beam search): model id -> class
+WORD_GENERATOR_CLASSES: dict[str, type] = {
+    "transformer": TransformerGenerator,
+    "transformer-dra": TransformerDRA,
+    **dict.fromkeys(("dialogbert", "dialogbert-dra"), DialogBERTGenerator),
     **dict.fromkeys(("phaed", "phaed-no-speaker-tokens", "phaed-no-turn-emb", "phaed-no-turn-attn", "phaed-no-recurrence"),
-                    partial(build_word_generator, PHAED)),
-    "gpt2-scratch": partial(build_word_generator, GPT2Generator),
+                    PHAED),
+    "gpt2-scratch": GPT2Generator,
 }
+# model id -> builder: (model config, vocabulary) -> model
+WORD_GENERATORS: dict[str, ModelBuilder] = {model_id: partial(build_word_generator, cls)
+                                            for model_id, cls in WORD_GENERATOR_CLASSES.items()}
 MODELS: dict[str, ModelBuilder] = {
     **WORD_GENERATORS,
     # SmolLM2-135M-Instruct fine-tuned over its sub-words; -phaed: its recipe adds PHAED's speaker tokens and turn-relative
@@ -338,15 +341,27 @@ def check_positions(config, max_words: int) -> None:
                             f"{config.max_positions}: raise max_positions or lower the words")
 
 
+def check_model_config(recipe: dict) -> None:
+    """The recipe's model and [model_config] checked before any data is read (the vocabulary's size stood in for),
+    and the utterances its [data] makes against the model's positions (`check_positions`)."""
+    model_id, settings = recipe["model"], recipe.get("model_config", {})
+    model_builder(MODELS, model_id, TITLE)
+    if model_id in WORD_GENERATOR_CLASSES:
+        config = WORD_GENERATOR_CLASSES[model_id].config_class.check_recipe(settings, vocab_size=len(SPECIALS))
+    else:
+        config = SmolLM2Config.from_dict(settings)
+    check_positions(config, int(recipe.get("data", {}).get("max_words", 50)))
+
+
 def prepare_generation(recipe: dict, data_dir=None, limits: dict[str, int] | None = None):
     """Model, vocabulary, batches per split and the data reports of a generation recipe."""
+    check_model_config(recipe)
     dialogues = load_generation_data(recipe, data_dir)
     for split, n in (limits or {}).items():
         dialogues[split] = dialogues[split][:n]
     data = recipe.get("data", {})
     vocab = Vocabulary.build(dialogues["train"], int(data.get("min_count", 3)))
     model = build_generator(recipe["model"], recipe.get("model_config", {}), vocab)
-    check_positions(model.config, int(data.get("max_words", 50)))
     settings = recipe.get("train", {})
     batches, reports = {}, {}
     for split, convs in dialogues.items():

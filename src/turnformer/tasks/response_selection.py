@@ -317,6 +317,8 @@ def check_scorable(items: Sequence[ResponseSelectionItem], scope: str) -> None:
 
 def prepare_response_selection(recipe: dict, data_dir=None, limits: dict[str, int] | None = None, pretrained: bool = True):
     """Model, tokenizer, batches per split, and the encoding reports."""
+    model_builder(MODELS, recipe["model"], TITLE)
+    MDFNConfig.from_dict(recipe.get("model_config", {}))  # a wrong setting is refused before the data is read
     splits = load_selection_data(recipe, data_dir)
     for split, n in (limits or {}).items():
         splits[split] = splits[split][:n]

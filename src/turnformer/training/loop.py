@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import shutil
 import signal
 import time
@@ -87,7 +88,9 @@ def train(
         raise TypeError(f"train() needs an nn.Module with a loss(batch) method, got {type(model).__name__}")
     if accelerator is None:
         state = AcceleratorState._shared_state  # one per process: an earlier run's here may hold another precision
-        if config.mixed_precision is not None and state and state.get("_mixed_precision") != config.mixed_precision:
+        # no setting: accelerate's own default (its environment variable, else "no"), not the earlier run's
+        wanted = config.mixed_precision or os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()
+        if state and state.get("_mixed_precision") != wanted:
             AcceleratorState._reset_state()
         accelerator = Accelerator(mixed_precision=config.mixed_precision)
     elif config.mixed_precision is not None and config.mixed_precision != accelerator.mixed_precision:
@@ -555,7 +558,12 @@ class _Trainer:
         if st.epoch < self.config.epochs:
             st.stop_early(f"interrupted ({what})", self.per_process)
         logger.warning("interrupted: saving %s/last at step %d before exiting", self.config.out_dir, st.global_step)
-        self._save("last", collective=False, rng=self.rng_at_last_update)
+        try:
+            self._save("last", collective=False, rng=self.rng_at_last_update)
+        except KeyboardInterrupt:  # a second Ctrl-C: it stops the save, as it is asked to
+            logger.warning("a second interruption stopped the save: %s/last is not at step %d", self.config.out_dir,
+                           st.global_step)
+            raise
 
     # -- bookkeeping ---------------------------------------------------------------------------------
 
