@@ -237,6 +237,18 @@ def test_labels_that_differ_only_in_capitals_are_refused(files, tmp_path):
     assert result.exit_code == 2, result.output
     assert f"{mixed}: the 'emotion' labels 'joy' and 'Joy' differ only in capitals" in result.output.replace("\n", "")
     assert not (tmp_path / "x").exists()
+    said = " ".join(result.output.split())
+    assert "differ only in capitals (first at lines 1 and 2): labels are compared as written" in said
+    three = _write(tmp_path, "three.jsonl", [_dialogue(i, label=label) for i, label in enumerate(["joy", "Sad", "JOY", "sad", "Joy"])])
+    result = runner.invoke(app, ["train", "--train-file", str(three), "--validation-file", str(files["validation"]),
+                                 "--test-file", str(files["test"]), "--out", str(tmp_path / "x")])
+    said = " ".join(result.output.split())  # every spelling named, and where each is first met
+    assert result.exit_code == 2 and "labels 'JOY', 'Joy' and 'joy' differ only in capitals (first at lines 3, 5 and 1), " \
+        "and so do 'Sad' and 'sad' (first at lines 2 and 4)" in said, said
+    stats = runner.invoke(app, ["data", "stats", str(three)])  # the first look at a file says what training will refuse
+    said = " ".join(stats.output.split())
+    assert stats.exit_code == 0 and f"warning: {three}: the 'emotion' labels 'JOY', 'Joy' and 'joy' differ only in " \
+        "capitals: counted apart here, and refused by training" in said and "labels 'Sad' and 'sad' differ" in said, said
 
 
 def test_utterance_length_over_the_backbone_positions(tiny_backbone_dir, files, tmp_path):
@@ -433,6 +445,7 @@ def test_predict_outputs_and_inputs(trained_run, files, tmp_path):
     assert len(nested.read_text().splitlines()) == 6 and not list(nested.parent.glob("*.tmp"))
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", "-"])
     assert result.exit_code == 0 and result.stdout == nested.read_text()  # "-": the same lines on standard output
+    assert "wrote 6 predictions to standard output" in result.stderr
     result = runner.invoke(app, ["predict", "--checkpoint", str(trained_run), "--input", str(files["test"]), "--out", str(tmp_path)])
     assert result.exit_code == 2 and "a folder; give a file name" in result.output and not list(tmp_path.glob("*.tmp"))
 

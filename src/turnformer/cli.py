@@ -28,7 +28,7 @@ from rich.text import Text
 
 from turnformer.allocator import start_with_allocator_settings
 from turnformer.backbones.cli import backbone_app
-from turnformer.data._io import OutputClosed, PartialOutput, check_output_file as check_file, write_chunks
+from turnformer.data._io import OutputClosed, PartialOutput, check_output_file as check_file, output_name, write_chunks
 from turnformer.data import get_info, normalize_split
 from turnformer.data.cli import Output, data_app, write_line
 from turnformer.data.stats import dataset_stats, print_stats
@@ -996,7 +996,7 @@ def show(predictions, out: Optional[Path], key: dict) -> None:
     for line in predictions.written:
         said(line)
     if out is not None:
-        said(f"wrote {count} {predictions.noun} to {out}")
+        said(f"wrote {count} {predictions.noun} to {output_name(out)}")
 
 
 def write_going_on(predictions, out: Path, key: dict, blocks: Iterator[tuple[bytes, int]]) -> int:

@@ -303,6 +303,21 @@ def as_dialogue(value: Any) -> Dialogue:
     return value if isinstance(value, Dialogue) else Dialogue.from_turns(value)
 
 
+def spelling_clashes(labels: Iterable[str]) -> list[list[str]]:
+    """The groups of `labels` that differ only in capitals (``joy``, ``Joy``, ``JOY``), each in the order first met;
+    [] where there is none."""
+    groups: dict[str, list[str]] = {}
+    for label in labels:
+        if label not in (group := groups.setdefault(label.casefold(), [])):
+            group.append(label)
+    return [group for group in groups.values() if len(group) > 1]
+
+
+def said_together(words: Sequence[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
+
+
 def other_spelling(dialogue: Dialogue, kinds: dict[str, tuple[str, Any]], place: Any) -> tuple[int, str, str, Any] | None:
     """The first label kind of `dialogue` written in other capitals than where `kinds` first saw it (``Emotion`` and
     ``emotion``): (its turn, the kind, its first spelling, that place), or None. `kinds` records each kind's first

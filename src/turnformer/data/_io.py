@@ -20,6 +20,11 @@ from turnformer.dialogue import DialogueError
 BOM = "\ufeff"
 
 
+def output_name(path: Path | str) -> str:
+    """An --out as a message names it: ``-`` is standard output."""
+    return "standard output" if str(path) == "-" else str(path)
+
+
 def check_output_file(path: Path, what: str = "") -> Path:
     """Fail, naming the path, where a file cannot be written: a folder in its place, a file where one of its folders
     should be, a folder it may not write in. Creates nothing (the writers make the missing folders when they write, so

@@ -15,13 +15,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from turnformer.data._io import OutputClosed, check_output_file
+from turnformer.data._io import OutputClosed, check_output_file, output_name
 from turnformer.data.download import describe, download, verify
 from turnformer.data.jsonl import FileConversations, write_jsonl
 from turnformer.data.registry import DATASETS, dataset_dir, load_split, names_benchmark
 from turnformer.data.stats import dataset_stats, file_split_name, files_stats, print_stats
 from turnformer.data.table import CONVERSATION_FILES, write_table, writes_as_table
-from turnformer.dialogue import DialogueError
+from turnformer.dialogue import DialogueError, said_together, spelling_clashes
 
 
 class Output(Console):
@@ -107,6 +107,10 @@ def stats_cmd(
     for split, counts in stats["splits"].items():  # a header alone, or blank lines: counted, and said
         if not counts["dialogues"]:
             typer.echo(f"warning: {files.get(split, split)} holds no conversations", err=True)
+        for spellings in spelling_clashes(counts.get("labels") or {}):  # what training refuses, said before it
+            typer.echo(f"warning: {files.get(split, split)}: the {counts.get('label_kind')!r} labels "
+                       f"{said_together([repr(label) for label in spellings])} differ only in capitals: counted apart "
+                       "here, and refused by training (labels are compared as written); write them alike", err=True)
     if as_json:
         write_line(json.dumps(stats, ensure_ascii=False))
         return
@@ -132,9 +136,9 @@ def convert_cmd(
             _fail(f"--out {out}: it is the file read; writing there would replace it: give another file")
         dialogues = FileConversations(name)  # read a conversation at a time as it is written: a file of any length
         n = _run(write_table if writes_as_table(out) else write_jsonl, dialogues, out)
-        typer.echo(f"wrote {n} conversations of {name} to {out}", err=True)  # its load report: logged as it was read
+        typer.echo(f"wrote {n} conversations of {name} to {output_name(out)}", err=True)  # its load report: logged as it was read
         if not n:  # a header alone, or blank lines: what was asked for is empty, not an error, but said
-            typer.echo(f"warning: {name} holds no conversations: {out} holds none either", err=True)
+            typer.echo(f"warning: {name} holds no conversations: {output_name(out)} holds none either", err=True)
         return
     if split is None:
         _fail(f"{name}: a benchmark: give its split, --split train, validation or test")
@@ -144,7 +148,7 @@ def convert_cmd(
               "replace it: give a file outside the dataset's folder")
     ds = _run(load_split, name, split, data_dir)
     n = _run(write_table if writes_as_table(out) else write_jsonl, ds.items, out)
-    typer.echo(f"wrote {n} {ds.name}/{ds.split} conversations to {out}", err=True)  # stderr: --out - is stdout
+    typer.echo(f"wrote {n} {ds.name}/{ds.split} conversations to {output_name(out)}", err=True)  # stderr: --out - is stdout
     if ds.report:
         typer.echo(f"load report: {ds.report.summary()}", err=True)
 

@@ -42,7 +42,7 @@ from turnformer.data.jsonl import read_json
 from turnformer.dialogue import DialogueError, next_speaker
 from turnformer.serve.models import LoadedModel, ModelBusy, pick_model, pick_models
 from turnformer.serve.schemas import (AnnotateIn, AttentionIn, GenerateIn, Limits, NewSession, RankIn, UtteranceIn, candidate_turns,
-                                      checked_speaker, checked_turn, conversation)
+                                      checked_speaker, checked_turn, conversation, ignored_fields)
 from turnformer.serve.sessions import SessionFull, SessionGone, SessionStore
 from turnformer.tasks.base import ANNOTATE, ATTENTION, GENERATE, RANK, STREAM
 
@@ -191,7 +191,9 @@ def add_error_handlers(app: FastAPI) -> None:
         more = f" (and {len(problems) - 1} more: see problems)" if len(problems) > 1 else ""
         if len(problems) > MAX_PROBLEMS:  # a list of a million wrong items: its first problems, not a 50 MB answer
             more = f" (and {len(problems) - 1} more: the first {MAX_PROBLEMS} in problems)"
-        return error(422, f"{problems[0]['field']}: {problems[0]['message']}{more}", problems=problems[:MAX_PROBLEMS])
+        # a body that is not JSON: 400, as one read as JSON and refused (`unreadable`); JSON of the wrong shape: 422
+        status = 400 if exc.errors()[0]["type"] == "json_invalid" else 422
+        return error(status, f"{problems[0]['field']}: {problems[0]['message']}{more}", problems=problems[:MAX_PROBLEMS])
 
     async def http_error(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not read the body: say why
@@ -358,7 +360,7 @@ def stateless_routes(models: dict[str, LoadedModel], limits: Limits) -> APIRoute
         turns = [{"turn": i, "speaker": t.speaker, "text": t.text,
                   "annotations": {name: label_answer(answers[i]) for name, answers in per_model.items()}}
                  for i, t in enumerate(dialogue.turns)]
-        return {"id": body.id, "models": list(per_model), "turns": turns}
+        return {"id": body.id, "models": list(per_model), "turns": turns, **ignored_fields(turns=body.turns)}
 
     @router.post("/rank")
     def rank(body: RankIn) -> dict:
@@ -372,7 +374,8 @@ def stateless_routes(models: dict[str, LoadedModel], limits: Limits) -> APIRoute
         ranking = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties keep the candidates' order
         note = truncation.get("note")
         return {"model": ranker.name, "scores": scores, "ranking": ranking, "best": ranking[0],
-                "best_text": candidates[ranking[0]].text, "truncated": note is not None, **({"note": note} if note else {})}
+                "best_text": candidates[ranking[0]].text, "truncated": note is not None, **({"note": note} if note else {}),
+                **ignored_fields(turns=body.turns, candidates=body.candidates)}
 
     @router.post("/generate")
     def generate(body: GenerateIn) -> dict:
@@ -389,7 +392,7 @@ def stateless_routes(models: dict[str, LoadedModel], limits: Limits) -> APIRoute
         note, cut = truncation.get("note"), truncation.get("unfinished")
         return {"model": generator.name, "speaker": speaker or next_speaker(dialogue), "reply": reply,
                 "truncated": note is not None, **({"note": note} if note else {}),
-                **({"unfinished": cut} if cut else {})}
+                **({"unfinished": cut} if cut else {}), **ignored_fields(turns=body.turns)}
 
     @router.post("/attention")
     def attention(body: AttentionIn) -> dict:
@@ -401,7 +404,7 @@ def stateless_routes(models: dict[str, LoadedModel], limits: Limits) -> APIRoute
         if not 0 <= utterance < len(dialogue):
             raise DialogueError(f"utterance: {utterance} out of range: the conversation has {len(dialogue)} turns "
                                 f"(0..{len(dialogue) - 1})")
-        return {"model": model.name, **model.attention(dialogue, utterance)}
+        return {"model": model.name, **model.attention(dialogue, utterance), **ignored_fields(turns=body.turns)}
 
     return router
 

@@ -50,18 +50,12 @@ Speaker = Annotated[StrictStr, BeforeValidator(_int_speaker)]
 
 
 class TurnIn(BaseModel):
-    """A turn of the generic JSONL format; its other fields (labels, id) are read past."""
+    """A turn of the generic JSONL format: its labels and id are read past, and a field the format has not is kept
+    aside, to be named in the answer (`ignored_fields`), as a file's are counted in its load report."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")
     speaker: Speaker = Field(examples=["Ross"])
     text: StrictStr = Field(examples=["We were on a break!"])
-
-
-class UtteranceIn(TurnIn):
-    """A session's next utterance: a turn of the generic JSONL format (its labels and id read past), nothing else (a
-    request's field sent here, `models` among them, is refused rather than silently left out)."""
-
-    model_config = ConfigDict(extra="forbid")
     labels: Any = None
     id: Any = None
     emotion: Any = None
@@ -69,12 +63,21 @@ class UtteranceIn(TurnIn):
     sentiment: Any = None
 
 
-class CandidateIn(BaseModel):
-    """A candidate reply: a text (spoken by the next speaker) or a turn."""
+class UtteranceIn(TurnIn):
+    """A session's next utterance: a turn of the generic JSONL format (its labels and id read past), nothing else (a
+    request's field sent here, `models` among them, is refused rather than silently left out)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
+
+
+class CandidateIn(BaseModel):
+    """A candidate reply: a text (spoken by the next speaker) or a turn (its other fields as a turn's)."""
+
+    model_config = ConfigDict(extra="allow")
     speaker: Speaker | None = None
     text: StrictStr
+    labels: Any = None
+    id: Any = None
 
 
 def _text_candidate(value: Any) -> Any:
@@ -134,6 +137,14 @@ def checked_speaker(value: str | None, where: str, limits: Limits) -> str | None
     if is_blank(value):
         raise DialogueError(f"{where}: empty; give a name, or leave it out")
     return speaker_name(value)  # as a turn's speaker is read
+
+
+def ignored_fields(**parts: Sequence[BaseModel] | None) -> dict[str, list[str]]:
+    """``{"ignored_fields": [...]}`` naming every field of the turns or candidates in `parts` (by the request's field
+    name) that their format has not (``turns[2].emotoin``), read past as a file's are; {} where there is none."""
+    names = [f"{part}[{i}].{key}" for part, items in parts.items() for i, item in enumerate(items or ())
+             for key in (item.model_extra or {})]
+    return {"ignored_fields": names} if names else {}
 
 
 def checked_turn(turn: TurnIn | CandidateIn, where: str, limits: Limits, default_speaker: str | None = None) -> Turn:

@@ -15,7 +15,8 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Seque
 
 from turnformer.data import DATASETS, load_split, names_benchmark, parse_split_spec, read_jsonl
 from turnformer.data.jsonl import iter_jsonl, refuse_selection_item, refuse_selection_items
-from turnformer.dialogue import Dialogue, DialogueError, UnknownLabelError, output_names, texts_to_read
+from turnformer.dialogue import (Dialogue, DialogueError, UnknownLabelError, output_names, said_together, spelling_clashes,
+                                 texts_to_read)
 from turnformer.recipes import file_digests
 from turnformer.tasks.base import ModelBuilder, Predictions
 from turnformer.training import LABEL_MAP_FILE, MODEL_FILE
@@ -50,14 +51,25 @@ def label_set_from_data(dialogues: Sequence[Dialogue], kind: str) -> list[str]:
     return [label for label, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
-def check_spellings(labels: Sequence[str], kind: str, source: str) -> None:
-    """Refuse labels that differ only in capitals (``Joy`` and ``joy``; the reader has trimmed their spaces): read as
-    written, they would be two classes that split one, and nothing would say so."""
-    seen: dict[str, str] = {}
-    for label in labels:
-        if (other := seen.setdefault(label.casefold(), label)) != label:
-            raise DialogueError(f"{source}: the {kind!r} labels {other!r} and {label!r} differ only in capitals: "
-                                "labels are compared as written, so they would be two classes; write them alike")
+def check_spellings(dialogues: Sequence[Dialogue], labels: Sequence[str], kind: str, source: str) -> None:
+    """Refuse labels of `dialogues` (a file's, `source`) that differ only in capitals (``Joy`` and ``joy``; the reader
+    has trimmed their spaces): read as written, they would be two classes that split one, and nothing would say so.
+    The error names every spelling and the line (or conversation) where each is first met."""
+    clashes = spelling_clashes(labels)
+    if not clashes:
+        return
+    lines, first = getattr(dialogues, "lines", None), {}
+    for i, dialogue in enumerate(dialogues):
+        for label in dialogue.labels(kind):
+            first.setdefault(label, lines[i] if lines else f"conversation {i}")
+
+    def group(spellings: list[str]) -> str:
+        places = said_together([str(first.get(label, "?")) for label in spellings])
+        return f"{said_together([repr(label) for label in spellings])} (first at {'lines ' if lines else ''}{places})"
+    more = "".join(f", and so do {group(spellings)}" for spellings in clashes[1:])
+    names, places = group(clashes[0]).split(" (", 1)
+    raise DialogueError(f"{source}: the {kind!r} labels {names} differ only in capitals ({places}{more}: labels are "
+                        "compared as written, so they would be two classes; write them alike")
 
 
 def split_file(recipe: dict, split: str) -> str:
@@ -153,7 +165,7 @@ def load_labelled_data(recipe: dict, kind: str, data_dir=None, only: Sequence[st
             splits = read_split_files(recipe, ["train"])
             require_labels(splits["train"], kind, recipe["train_file"], "train")
             labels = label_set_from_data(splits["train"], kind)
-            check_spellings(labels, kind, recipe["train_file"])
+            check_spellings(splits["train"], labels, kind, recipe["train_file"])
             if len(labels) == 1:  # every utterance would get it: nothing to learn, a perfect score that means nothing
                 raise DialogueError(f"{recipe['train_file']}: every labelled turn has the same {kind!r} label, {labels[0]!r}; "
                                     "a classifier needs two labels or more in its training file (or a recipe's labels)")

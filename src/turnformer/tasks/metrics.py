@@ -25,9 +25,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Hashable, Iterable, Sequence
 
-from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
-
 from turnformer.plots import literal_text, write_figure
+
+# scikit-learn's metrics are imported where they are used: loading it takes about a second, which a command that
+# only predicts need not wait
 
 __all__ = [
     "DEFAULT_PRIMARY_METRIC",
@@ -122,6 +123,7 @@ def weighted_f1(gold: Sequence[Hashable], pred: Sequence[Hashable], *, labels: S
     ``labels`` (optional) only validates the inputs: classes absent from ``gold`` weigh 0 anyway.
     """
     gold, pred, labels = _check(gold, pred, labels)
+    from sklearn.metrics import f1_score
     return 100.0 * float(f1_score(gold, pred, labels=labels, average="weighted", zero_division=0))
 
 
@@ -154,12 +156,14 @@ def micro_f1_excluding(
         if labels is not None:
             raise ValueError(f"every label is excluded ({excluded!r}): nothing left to score")
         return 0.0
+    from sklearn.metrics import f1_score
     return 100.0 * float(f1_score(gold, pred, labels=kept, average="micro", zero_division=0))
 
 
 def accuracy(gold: Sequence[Hashable], pred: Sequence[Hashable], *, labels: Sequence[Hashable] | None = None) -> float:
     """Share of exact matches, in percent (``accuracy_score``)."""
     gold, pred, _ = _check(gold, pred, labels)
+    from sklearn.metrics import accuracy_score
     return 100.0 * float(accuracy_score(gold, pred))
 
 
@@ -177,6 +181,7 @@ def classification_report_dict(
     names = [str(lab) for lab in labels]
     if len(set(names)) != len(names):
         raise ValueError(f"labels are not distinct as strings: {labels!r}")
+    from sklearn.metrics import classification_report
     report = classification_report(gold, pred, labels=labels, target_names=names, output_dict=True, zero_division=0)
     return _plain(report)
 
@@ -253,6 +258,7 @@ def confusion_matrix_plot(
     from matplotlib.figure import Figure
 
     gold, pred, labels = _check(gold, pred, labels)
+    from sklearn.metrics import confusion_matrix
     counts = confusion_matrix(gold, pred, labels=labels)
     cm = confusion_matrix(gold, pred, labels=labels, normalize="true") if normalize else counts
     n = len(labels)
