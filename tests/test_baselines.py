@@ -467,7 +467,7 @@ def test_segment_recurrence_step_that_cannot_fit_is_refused_before_training(monk
     model = segment_model(segment_len=8, mem_len=16)
     estimate = model.training_memory_bytes
     assert estimate(2, 100) < estimate(2, 10_000) < estimate(4, 10_000)
-    assert estimate(2, 10_000, "bf16") < estimate(2, 10_000)
+    assert estimate(2, 10_000, "bf16") > estimate(2, 10_000)  # a long one: under autocast a token took more (measured)
     grown = estimate(1, 8_000 + 8) - estimate(1, 8_000)  # one more segment: its layer inputs and what it pins
     assert grown == 8 * model.encoder.config.hidden_size * model.encoder.num_layers * 16
     recomputed = estimate(2, 10_000)

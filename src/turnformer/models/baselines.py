@@ -421,8 +421,9 @@ class SegmentRecurrence(_ERCModel):
         segment leaves until backward grows with the stream: its layer inputs (one float32 state a token, row and
         layer, kept for the recomputation), its graph's nodes and the heap they pin between segments; and a fixed part
         (the backward's own buffers). Measured with `benchmarks/erc_step_memory.py --model segment-recurrence`: a
-        stream token took 8 to 12 bytes a row, layer and hidden unit (16 here), and what the steps took beyond that and
-        the estimated segment graph 20-87 MB (192 MiB here); the estimate covers every case measured, with room to spare."""
+        stream token took 7 to 15 bytes a row, layer and hidden unit in float32 (16 here), and under bf16 autocast 7
+        at two rows and 22 to 24 at one (24 here, for either mixed precision); what the steps took beyond that and the
+        estimated segment graph, 20-87 MB (192 MiB here). The estimate covers every case measured."""
         sl, config, layers = self.config.segment_len, self.encoder.config, self.encoder.num_layers
         tokens = -(-max(longest_tokens, 1) // sl) * sl  # the stream padded to whole segments
         memory = min(self.config.mem_len, tokens - sl)
@@ -431,7 +432,8 @@ class SegmentRecurrence(_ERCModel):
         segment = batch_size * (config.num_attention_heads * sl * keys * per_pair + (sl * 48 + keys * 16) * config.hidden_size) * layers
         if not self.config.checkpoint:  # every segment's graph is kept until backward
             segment *= tokens // sl
-        return FIXED_STEP_BYTES + segment + batch_size * tokens * config.hidden_size * layers * 16
+        per_token = 16 if precision == "no" else 24
+        return FIXED_STEP_BYTES + segment + batch_size * tokens * config.hidden_size * layers * per_token
 
     def training_memory(self, batches: Sequence[ConversationBatch], precision: str) -> tuple[int, str, str]:
         """What one training step over the largest of `batches` takes (bytes), the settings that bound it and what
