@@ -27,8 +27,8 @@ from typing import Any, Hashable, Iterable, Sequence
 
 from turnformer.plots import literal_text, write_figure
 
-# scikit-learn's metrics are imported where they are used: loading it takes about a second, which a command that
-# only predicts need not wait
+# scikit-learn's metrics are imported where they are used (loaded when scoring): loading it takes about a second,
+# which a command that only predicts need not wait
 
 __all__ = [
     "DEFAULT_PRIMARY_METRIC",
@@ -123,7 +123,7 @@ def weighted_f1(gold: Sequence[Hashable], pred: Sequence[Hashable], *, labels: S
     ``labels`` (optional) only validates the inputs: classes absent from ``gold`` weigh 0 anyway.
     """
     gold, pred, labels = _check(gold, pred, labels)
-    from sklearn.metrics import f1_score
+    from sklearn.metrics import f1_score  # scikit-learn: loaded when scoring (above)
     return 100.0 * float(f1_score(gold, pred, labels=labels, average="weighted", zero_division=0))
 
 
@@ -156,14 +156,14 @@ def micro_f1_excluding(
         if labels is not None:
             raise ValueError(f"every label is excluded ({excluded!r}): nothing left to score")
         return 0.0
-    from sklearn.metrics import f1_score
+    from sklearn.metrics import f1_score  # scikit-learn: loaded when scoring (above)
     return 100.0 * float(f1_score(gold, pred, labels=kept, average="micro", zero_division=0))
 
 
 def accuracy(gold: Sequence[Hashable], pred: Sequence[Hashable], *, labels: Sequence[Hashable] | None = None) -> float:
     """Share of exact matches, in percent (``accuracy_score``)."""
     gold, pred, _ = _check(gold, pred, labels)
-    from sklearn.metrics import accuracy_score
+    from sklearn.metrics import accuracy_score  # scikit-learn: loaded when scoring (above)
     return 100.0 * float(accuracy_score(gold, pred))
 
 
@@ -181,7 +181,7 @@ def classification_report_dict(
     names = [str(lab) for lab in labels]
     if len(set(names)) != len(names):
         raise ValueError(f"labels are not distinct as strings: {labels!r}")
-    from sklearn.metrics import classification_report
+    from sklearn.metrics import classification_report  # scikit-learn: loaded when scoring (above)
     report = classification_report(gold, pred, labels=labels, target_names=names, output_dict=True, zero_division=0)
     return _plain(report)
 
@@ -258,7 +258,7 @@ def confusion_matrix_plot(
     from matplotlib.figure import Figure
 
     gold, pred, labels = _check(gold, pred, labels)
-    from sklearn.metrics import confusion_matrix
+    from sklearn.metrics import confusion_matrix  # scikit-learn: loaded when scoring (above)
     counts = confusion_matrix(gold, pred, labels=labels)
     cm = confusion_matrix(gold, pred, labels=labels, normalize="true") if normalize else counts
     n = len(labels)

@@ -315,10 +315,15 @@ def check_scorable(items: Sequence[ResponseSelectionItem], scope: str) -> None:
                             "consecutive lines with the same context make one item)")
 
 
+def check_model_config(recipe: dict) -> None:
+    """The recipe's model and [model_config] checked before any data is read."""
+    model_builder(MODELS, recipe["model"], TITLE)
+    MDFNConfig.from_dict(recipe.get("model_config", {}))
+
+
 def prepare_response_selection(recipe: dict, data_dir=None, limits: dict[str, int] | None = None, pretrained: bool = True):
     """Model, tokenizer, batches per split, and the encoding reports."""
-    model_builder(MODELS, recipe["model"], TITLE)
-    MDFNConfig.from_dict(recipe.get("model_config", {}))  # a wrong setting is refused before the data is read
+    check_model_config(recipe)
     splits = load_selection_data(recipe, data_dir)
     for split, n in (limits or {}).items():
         splits[split] = splits[split][:n]
